@@ -1,0 +1,266 @@
+// The one C++ definition of the .endor container (format-spec/SPEC.md is normative; if this
+// header and the spec disagree, one of them is a bug). Reader, writer, tensor encodings.
+//
+// Errors: every function here reports bad input by throwing endor::Error whose what() is one
+// line naming the file (when there is one) and what is wrong. Nothing here calls exit().
+// Thread safety: a ContainerReader is immutable after open() and may be shared across threads;
+// a ContainerWriter is single-threaded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace endor {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---- constants of format v1 (SPEC.md §2) -------------------------------------------------
+inline constexpr char kMagic[8] = {'\x89', 'E', 'N', 'D', 'O', 'R', '\r', '\n'};
+inline constexpr uint16_t kVersionMajor = 1;
+inline constexpr uint16_t kVersionMinor = 0;
+inline constexpr uint32_t kHeaderBytes = 128;
+inline constexpr uint32_t kGroupAlignment = 4096;   // every group starts on this boundary
+inline constexpr uint32_t kTensorAlignment = 64;    // every tensor/file blob inside a group
+inline constexpr uint32_t kSectionAlignment = 16;   // sections inside a tensor blob
+inline constexpr uint32_t kIndexBlockCols = 4096;   // bitmap value-offset index granularity
+inline constexpr uint64_t kMaxManifestBytes = 64ull << 20;
+inline constexpr uint32_t kDefaultGroupSize = 128;  // int4 group of consecutive input columns
+
+enum class ValueType : uint8_t { F16, BF16, F32, I8, I4 };
+enum class Encoding : uint8_t { Dense, Bitmap };
+enum class Tier : uint8_t { Gpu, Cpu, Disk };
+
+const char* to_string(ValueType);
+const char* to_string(Encoding);
+const char* to_string(Tier);
+// Parse the manifest spellings ("f16", "bitmap", "gpu", ...); nullopt when unknown.
+std::optional<ValueType> parse_value_type(std::string_view);
+std::optional<Encoding> parse_encoding(std::string_view);
+std::optional<Tier> parse_tier(std::string_view);
+// Bits one stored value occupies (16, 16, 32, 8, 4).
+uint32_t value_bits(ValueType);
+
+// ---- scalar conversions (round to nearest even; NaN preserved) ------------------------------
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+float bf16_to_f32(uint16_t b);
+uint16_t f32_to_bf16(float f);
+
+// ---- header (SPEC.md §3): 128 bytes at offset 0, little-endian ------------------------------
+struct Header {
+  uint16_t version_major = kVersionMajor;
+  uint16_t version_minor = kVersionMinor;
+  uint32_t header_bytes = kHeaderBytes;
+  uint32_t alignment = kGroupAlignment;
+  uint32_t flags = 0;            // reserved, MUST be 0 in v1
+  uint64_t file_bytes = 0;       // total file length
+  uint64_t data_offset = 0;      // first group; multiple of alignment
+  uint64_t data_bytes = 0;       // groups occupy [data_offset, data_offset + data_bytes)
+  uint64_t manifest_offset = 0;  // manifest follows the data
+  uint64_t manifest_bytes = 0;
+  uint64_t manifest_checksum = 0;  // XXH3-64 of the manifest bytes
+};
+// Serialize / parse the 128-byte header (parse checks magic, version, header checksum, fields).
+void write_header(const Header&, uint8_t out[kHeaderBytes]);
+Header parse_header(const uint8_t* bytes, uint64_t n_bytes, const std::string& path_for_errors);
+
+// ---- tensor layout (SPEC.md §5): every byte position is a function of these inputs -----------
+// A tensor of shape [d0, d1, ..., dk] is viewed as rows = d0, cols = d1·…·dk (1-D: rows = 1).
+struct TensorLayout {
+  Encoding encoding = Encoding::Dense;
+  ValueType value_type = ValueType::F32;
+  uint64_t rows = 0, cols = 0;
+  uint64_t nnz = 0;               // stored values (dense: rows·cols)
+  uint32_t group_size = 0;        // int4 only; 0 otherwise
+  uint64_t words_per_row = 0;     // bitmap: ceil(cols/64) 64-bit words per row (rows padded)
+  uint64_t blocks_per_row = 0;    // bitmap: ceil(cols/4096) index entries per row
+  uint64_t groups_per_row = 0;    // int4: ceil(cols/group_size)
+  // Byte offsets are relative to the tensor blob start; unused sections have 0 bytes.
+  uint64_t bitmap_offset = 0, bitmap_bytes = 0;  // u64 words, bit c%64 of word c/64 = column c
+  uint64_t index_offset = 0, index_bytes = 0;    // u32 per (row, block): values before it
+  uint64_t values_offset = 0, values_bytes = 0;  // nnz values in row-major order of set bits
+  uint64_t scales_offset = 0, scales_bytes = 0;  // int8: f32 per row; int4: f16 per (row, group)
+  uint64_t mins_offset = 0, mins_bytes = 0;      // int4: f16 min per (row, group)
+  uint64_t total_bytes = 0;
+};
+// Throws endor::Error on overflow or inconsistent arguments (e.g. nnz > numel, group_size 0 for
+// int4, int8/int4 bitmap with nnz >= 2^32).
+TensorLayout compute_layout(const std::vector<uint64_t>& shape, Encoding, ValueType,
+                            uint32_t group_size, uint64_t nnz);
+
+// ---- manifest (SPEC.md §4) ---------------------------------------------------------------
+struct TensorInfo {
+  std::string name;
+  std::vector<uint64_t> shape;
+  Encoding encoding = Encoding::Dense;
+  ValueType value_type = ValueType::F32;
+  uint32_t group_size = 0;       // int4 only
+  uint64_t nnz = 0;
+  std::string source_dtype;      // informational: dtype in the source checkpoint ("F16", ...)
+  uint32_t group = 0;            // index into Manifest::groups
+  uint64_t offset = 0;           // absolute file offset, multiple of kTensorAlignment
+  uint64_t size = 0;             // == compute_layout(...).total_bytes
+  uint64_t numel() const;
+};
+
+struct FileInfo {                // an auxiliary file carried verbatim (tokenizer.json, ...)
+  std::string name;
+  uint32_t group = 0;
+  uint64_t offset = 0, size = 0;
+};
+
+struct GroupInfo {               // a layer group: the unit of placement, transfer and checksum
+  std::string name;              // "embed", "layers.0", ..., "head", "files"
+  Tier tier = Tier::Gpu;
+  uint64_t offset = 0, size = 0; // offset multiple of kGroupAlignment
+  uint64_t checksum = 0;         // XXH3-64 of bytes [offset, offset+size)
+  std::vector<uint32_t> tensors; // indices into Manifest::tensors, in file order
+  std::vector<uint32_t> files;   // indices into Manifest::files
+};
+
+struct Manifest {
+  uint16_t version_major = kVersionMajor, version_minor = kVersionMinor;
+  nlohmann::json config;             // the checkpoint's config.json, verbatim
+  nlohmann::json generation_config;  // generation_config.json or null
+  nlohmann::json provenance;         // source, tool, method, sparsity, pattern, quant, ...
+  std::vector<GroupInfo> groups;     // in execution order
+  std::vector<TensorInfo> tensors;
+  std::vector<FileInfo> files;
+
+  const TensorInfo* find_tensor(std::string_view name) const;  // nullptr when absent
+  const FileInfo* find_file(std::string_view name) const;
+  nlohmann::json to_json() const;
+  // Parses and validates structure (types, enums, uniqueness, shape/size formulas, extents
+  // inside [data_offset, data_offset+data_bytes), alignment, no overlaps). Unknown keys ignored.
+  static Manifest from_json(const nlohmann::json&, const Header&, const std::string& path_for_errors);
+};
+
+// ---- encoded tensors -----------------------------------------------------------------------
+// A non-owning view of one tensor blob with its layout.
+struct TensorView {
+  const TensorInfo* info = nullptr;
+  TensorLayout layout;
+  const uint8_t* data = nullptr;  // blob start (64-aligned when backed by a container)
+
+  const uint64_t* bitmap() const { return reinterpret_cast<const uint64_t*>(data + layout.bitmap_offset); }
+  const uint32_t* index() const { return reinterpret_cast<const uint32_t*>(data + layout.index_offset); }
+  const uint8_t* values() const { return data + layout.values_offset; }
+  const float* row_scales() const { return reinterpret_cast<const float*>(data + layout.scales_offset); }
+  const uint16_t* group_scales() const { return reinterpret_cast<const uint16_t*>(data + layout.scales_offset); }
+  const uint16_t* group_mins() const { return reinterpret_cast<const uint16_t*>(data + layout.mins_offset); }
+};
+
+struct EncodeOptions {
+  Encoding encoding = Encoding::Bitmap;
+  ValueType value_type = ValueType::F16;
+  uint32_t group_size = kDefaultGroupSize;  // int4 only
+};
+
+struct EncodedTensor {
+  TensorLayout layout;
+  std::vector<uint8_t> bytes;  // size == layout.total_bytes; padding bytes are zero
+};
+
+// Encodes a row-major f32 tensor. Bitmap: entries equal to ±0 are the absent ones. f16/bf16
+// values are rounded to nearest even (bit-exact for inputs that came from f16/bf16). int8/int4
+// quantize here (ALGORITHMS.md "Quantization"; int4 params are rounded to f16 before codes are
+// chosen, so decode(encode(x)) is what the spec's dequantization yields). Pruned zeros stay zero.
+EncodedTensor encode_tensor(const float* values, const std::vector<uint64_t>& shape, const EncodeOptions&);
+
+// Checks a bitmap tensor's index against its bitmap popcounts and nnz (O(bitmap bytes)); throws
+// endor::Error naming `what` on the first inconsistency. Dense tensors: no-op.
+void validate_bitmap(const TensorView&, const std::string& what);
+
+// Reference decoder (single-threaded, simple, the definition of the decoded value of every
+// element): writes rows [row_begin, row_end) as f32 into out[(r - row_begin)·cols + c].
+// Assumes validate_bitmap() passed for bitmap tensors.
+void decode_rows_f32(const TensorView&, uint64_t row_begin, uint64_t row_end, float* out);
+
+// ---- reader -----------------------------------------------------------------------------
+class ContainerReader {
+ public:
+  // Memory-maps `path` read-only and validates header, manifest and every extent against the
+  // file length before any tensor byte is touched. Checksums of groups are NOT read here.
+  static std::unique_ptr<ContainerReader> open(const std::string& path);
+  ~ContainerReader();
+  ContainerReader(const ContainerReader&) = delete;
+  ContainerReader& operator=(const ContainerReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const Header& header() const { return header_; }
+  const Manifest& manifest() const { return manifest_; }
+  const uint8_t* bytes() const { return base_; }  // whole file, read-only mapping
+  uint64_t file_bytes() const { return header_.file_bytes; }
+
+  TensorView tensor(const TensorInfo&) const;
+  // nullptr when the tensor is absent.
+  std::optional<TensorView> find_tensor(std::string_view name) const;
+  // An auxiliary file's bytes; nullopt when absent.
+  std::optional<std::string_view> file(std::string_view name) const;
+
+  // XXH3-64 of group g's bytes; true when it matches the manifest.
+  bool verify_group(size_t g) const;
+  // Verifies every group checksum and every bitmap index; throws naming the first bad group.
+  void verify_all() const;
+
+ private:
+  ContainerReader() = default;
+  std::string path_;
+  Header header_;
+  Manifest manifest_;
+  const uint8_t* base_ = nullptr;
+  uint64_t mapped_bytes_ = 0;
+};
+
+// ---- writer -----------------------------------------------------------------------------
+// Streams groups to "<path>.tmp-<pid>" with pwrite, so memory stays bounded by one tensor.
+// commit() writes the manifest and header, fsyncs and renames to `path`; destroying an
+// uncommitted writer removes the temporary file. The input is never touched.
+class ContainerWriter {
+ public:
+  explicit ContainerWriter(std::string path);
+  ~ContainerWriter();
+  ContainerWriter(const ContainerWriter&) = delete;
+  ContainerWriter& operator=(const ContainerWriter&) = delete;
+
+  const std::string& temp_path() const { return temp_path_; }
+
+  // Groups are written in call order (= execution order). Returns the group index.
+  uint32_t begin_group(const std::string& name, Tier tier);
+  // `meta` supplies name, shape, encoding, value_type, group_size, nnz, source_dtype; the writer
+  // fills group, offset and size. n_bytes must equal compute_layout(...).total_bytes.
+  void add_tensor(const TensorInfo& meta, const uint8_t* bytes, uint64_t n_bytes);
+  void add_file(const std::string& name, const void* bytes, uint64_t n_bytes);
+  void end_group();
+
+  // Tier planning happens after sizes are known; allowed until commit().
+  std::vector<GroupInfo>& groups() { return manifest_.groups; }
+  const std::vector<TensorInfo>& tensors() const { return manifest_.tensors; }
+
+  void commit(const nlohmann::json& config, const nlohmann::json& generation_config,
+              const nlohmann::json& provenance);
+
+ private:
+  void write_at(uint64_t offset, const void* bytes, uint64_t n);
+  std::string path_, temp_path_;
+  int fd_ = -1;
+  bool committed_ = false;
+  bool in_group_ = false;
+  uint64_t cursor_ = 0;
+  Manifest manifest_;
+  struct HashState;
+  std::unique_ptr<HashState> hash_;  // running XXH3 of the open group
+};
+
+}  // namespace endor

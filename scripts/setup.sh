@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Endor builds against. Idempotent; safe to re-run.
+# Usage: scripts/setup.sh   (uses sudo when not root)
+set -euo pipefail
+pkgs=(cmake g++ make pkg-config libzstd-dev zstd libxxhash-dev nlohmann-json3-dev libcxxopts-dev
+      doctest-dev libdnnl-dev liblapacke-dev libopenblas-dev libomp-dev clang libclang-rt-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup: dependencies present"
