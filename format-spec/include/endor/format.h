@@ -36,6 +36,7 @@ inline constexpr uint32_t kSectionAlignment = 16;   // sections inside a tensor 
 inline constexpr uint32_t kIndexBlockCols = 4096;   // bitmap value-offset index granularity
 inline constexpr uint64_t kMaxManifestBytes = 64ull << 20;
 inline constexpr uint32_t kDefaultGroupSize = 128;  // int4 group of consecutive input columns
+inline constexpr size_t kMaxRank = 8;               // tensor shapes have 1..kMaxRank dimensions
 
 enum class ValueType : uint8_t { F16, BF16, F32, I8, I4 };
 enum class Encoding : uint8_t { Dense, Bitmap };
@@ -73,6 +74,8 @@ struct Header {
 };
 // Serialize / parse the 128-byte header (parse checks magic, version, header checksum, fields).
 void write_header(const Header&, uint8_t out[kHeaderBytes]);
+// `n_bytes` is the length of the whole file (checked against file_bytes); only the first
+// kHeaderBytes of `bytes` are read.
 Header parse_header(const uint8_t* bytes, uint64_t n_bytes, const std::string& path_for_errors);
 
 // ---- tensor layout (SPEC.md §5): every byte position is a function of these inputs -----------
@@ -95,7 +98,7 @@ struct TensorLayout {
   uint64_t total_bytes = 0;
 };
 // Throws endor::Error on overflow or inconsistent arguments (e.g. nnz > numel, group_size 0 for
-// int4, int8/int4 bitmap with nnz >= 2^32).
+// int4 or != 0 otherwise, bitmap with nnz >= 2^32, shape rank outside 1..kMaxRank, a 0 dim).
 TensorLayout compute_layout(const std::vector<uint64_t>& shape, Encoding, ValueType,
                             uint32_t group_size, uint64_t nnz);
 
@@ -193,6 +196,10 @@ class ContainerReader {
   // Memory-maps `path` read-only and validates header, manifest and every extent against the
   // file length before any tensor byte is touched. Checksums of groups are NOT read here.
   static std::unique_ptr<ContainerReader> open(const std::string& path);
+  // Same validation over an in-memory image (copied into an owned, page-aligned buffer);
+  // `name` stands in for the path in error messages. For tests and the fuzzer.
+  static std::unique_ptr<ContainerReader> open_bytes(const uint8_t* bytes, uint64_t n_bytes,
+                                                     const std::string& name);
   ~ContainerReader();
   ContainerReader(const ContainerReader&) = delete;
   ContainerReader& operator=(const ContainerReader&) = delete;
@@ -219,8 +226,10 @@ class ContainerReader {
   std::string path_;
   Header header_;
   Manifest manifest_;
+  void validate();  // header, manifest checksum, manifest structure (throws endor::Error)
   const uint8_t* base_ = nullptr;
-  uint64_t mapped_bytes_ = 0;
+  uint64_t mapped_bytes_ = 0;  // > 0: base_ is an mmap of the file
+  void* owned_ = nullptr;      // open_bytes(): base_ is this malloc'd copy
 };
 
 // ---- writer -----------------------------------------------------------------------------
