@@ -1,0 +1,1 @@
+"""Helpers for tools/make_fixtures.py: tokenizer training, model specs, weight variants."""

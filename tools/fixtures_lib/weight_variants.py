@@ -1,0 +1,156 @@
+"""Weight variants of one checkpoint: the exact arithmetic the C++ packer must reproduce.
+
+All arrays are numpy float32, Linear weights are [out, in] (row = output), computed on CPU.
+
+rounding
+  f16(x)  = float32(float16(x)),  bf16(x) = float32(bfloat16(x)); both round to nearest even.
+  round(x) = round half AWAY from zero, like C's roundf(x), applied to a float32 x.
+
+mag50 (per-row magnitude pruning, p = 0.5)
+  For each output row r of W [out, in]: order = stable argsort of |W[r, :]| (float32 values, ties
+  keep the lower column first); zero the first int(in * p) columns of that order (set to +0.0).
+  Applies to every 2-D Linear weight INSIDE the decoder blocks (q/k/v/o or out_proj, gate/up/down,
+  fc1/fc2). Never embeddings, positions, lm_head, project_in/out, norms or biases.
+
+int8 (after pruning; per output row, symmetric, over the present = non-zero values)
+  s  = max(max_c |W[r, c]|, 1e-5) / 127                 (float32 division)
+  q  = clamp(round(W[r, c] / s), -127, 127)            (W / s is a float32 division)
+  W' = q * s                                            (float32 multiply)
+  Pruned entries give q = 0, W' = 0. (A present value with |W| < s/2 also decodes to 0.)
+
+int4 (after pruning; per (row r, group of G = 32 consecutive input columns [32g, min(32g+32, in))),
+      asymmetric, over the present values of the group)
+  If the group has no present value: all its entries stay 0 (no parameters needed).
+  mn, mx = min, max of the present values                        (float32)
+  scale  = f16((mx - mn) / 15);  if scale == 0: scale = 1         (test after the f16 rounding)
+  mn     = f16(mn)
+  q      = clamp(round((x - mn) / scale), 0, 15)                   (float32 subtract, then divide)
+  x'     = q * scale + mn                                          (float32 multiply, then add; no FMA)
+  Pruned entries stay exactly 0 (they are not quantized).
+
+Every tensor that is not a pruned Linear weight is rounded with f16() in all mag50_* variants.
+"""
+import numpy as np
+import torch
+
+SPARSITY = 0.5
+INT4_GROUP = 32
+
+VARIANTS = ["orig", "f16", "bf16", "mag50_f16", "mag50_int8", "mag50_int4"]
+
+VARIANT_DOC = {
+    "orig": "the weights as saved in the checkpoint (as float32)",
+    "f16": "every tensor rounded to float16 and back",
+    "bf16": "every tensor rounded to bfloat16 and back",
+    "mag50_f16": "decoder-block Linear weights pruned 50% per output row by magnitude, then every "
+                 "tensor rounded to float16",
+    "mag50_int8": "same pruning, then pruned Linear weights INT8 per output row symmetric over the "
+                  "present values (dequantized to f32); other tensors rounded to float16",
+    "mag50_int4": "same pruning, then pruned Linear weights 4-bit asymmetric per (row, group of 32 "
+                  "input columns) over the present values, scale and min rounded to float16 "
+                  "(dequantized to f32); other tensors rounded to float16",
+}
+
+
+def round_f16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float32)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    return torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16).to(torch.float32).numpy()
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C roundf() of float32 values (the +0.5 is exact in float64)."""
+    x64 = x.astype(np.float64)
+    return (np.sign(x64) * np.floor(np.abs(x64) + 0.5)).astype(np.float32)
+
+
+def prune_magnitude_rows(w: np.ndarray, sparsity: float = SPARSITY) -> np.ndarray:
+    rows, cols = w.shape
+    n_prune = int(cols * sparsity)
+    order = np.argsort(np.abs(w), axis=1, kind="stable")[:, :n_prune]
+    out = w.copy()
+    np.put_along_axis(out, order, np.float32(0.0), axis=1)
+    return out
+
+
+def quantize_int8_rows(w: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(w)
+    for r in range(w.shape[0]):
+        row = w[r]
+        s = np.float32(max(np.float32(np.abs(row).max()), np.float32(1e-5))) / np.float32(127)
+        q = np.clip(round_half_away(row / s), -127, 127).astype(np.float32)
+        out[r] = q * s
+    return out
+
+
+def quantize_int4_groups(w: np.ndarray, group: int = INT4_GROUP) -> np.ndarray:
+    out = np.zeros_like(w)
+    rows, cols = w.shape
+    for r in range(rows):
+        for c0 in range(0, cols, group):
+            x = w[r, c0:c0 + group]
+            present = x != 0
+            if not present.any():
+                continue
+            mn = np.float32(x[present].min())
+            mx = np.float32(x[present].max())
+            scale = round_f16(np.array([(mx - mn) / np.float32(15)], np.float32))[0]
+            if scale == 0:
+                scale = np.float32(1)
+            mn = round_f16(np.array([mn], np.float32))[0]
+            q = np.clip(round_half_away((x - mn) / scale), 0, 15).astype(np.float32)
+            deq = (q * scale).astype(np.float32) + mn
+            out[r, c0:c0 + group] = np.where(present, deq, np.float32(0))
+    return out
+
+
+def prunable_linear_weights(model) -> list:
+    """Names of the 2-D Linear weights inside decoder blocks (".layers.<i>."), in module order."""
+    names = []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and ".layers." in name:
+            names.append(name + ".weight")
+    return names
+
+
+def apply_variant(model, variant: str) -> dict:
+    """Rewrites the parameters of `model` (a float32 copy) in place. Returns per-tensor stats."""
+    pruned = set(prunable_linear_weights(model))
+    stats = {}
+    with torch.no_grad():
+        # named_parameters() yields a tied tensor once, so lm_head follows the embedding.
+        for name, p in model.named_parameters():
+            w = p.detach().cpu().numpy().astype(np.float32, copy=True)
+            if variant == "orig":
+                continue
+            if variant == "f16":
+                new = round_f16(w)
+            elif variant == "bf16":
+                new = round_bf16(w)
+            elif name in pruned:
+                new = prune_magnitude_rows(w)
+                zeros = (new == 0).sum(axis=1)
+                n_prune = int(w.shape[1] * SPARSITY)
+                assert (zeros == n_prune).all(), (name, zeros.min(), zeros.max(), n_prune)
+                if variant == "mag50_f16":
+                    new = round_f16(new)
+                elif variant == "mag50_int8":
+                    new = quantize_int8_rows(new)
+                elif variant == "mag50_int4":
+                    new = quantize_int4_groups(new)
+                else:
+                    raise ValueError(variant)
+                # Pruned entries must still be exactly zero after quantization.
+                assert np.isfinite(new).all() and np.all(new[prune_mask(w)] == 0), name
+                stats[name] = {"zeros_per_row": n_prune, "in": int(w.shape[1])}
+            else:
+                new = round_f16(w)
+            p.copy_(torch.from_numpy(new))
+    return stats
+
+
+def prune_mask(w: np.ndarray) -> np.ndarray:
+    """Boolean mask of the entries prune_magnitude_rows() zeroes."""
+    return prune_magnitude_rows(w) == 0
