@@ -6,6 +6,7 @@
 // for CUDA), obtained from Backend::alloc. A weight W has shape [out, in] (row = output feature)
 // and stays in its encoded form (TensorView); linear() computes y = x·Wᵀ (+ bias).
 // Thread safety: a Backend is used by one thread at a time; it may use many threads inside.
+// Errors: bad arguments (unsupported encodings, ids out of range, ...) throw endor::Error.
 #pragma once
 
 #include <cstddef>
@@ -30,7 +31,7 @@ class Weight {
 // Positional rotation parameters (RoPE, half-split `rotate_half` convention).
 struct RopeParams {
   uint32_t head_dim = 0;
-  uint32_t rotary_dim = 0;          // == head_dim for every supported model
+  uint32_t rotary_dim = 0;          // == head_dim for every supported model; 0 means head_dim
   const float* inv_freq = nullptr;  // [rotary_dim/2], host memory, already rope_scaling-adjusted
   float attention_factor = 1.0f;    // multiplies cos/sin (1 unless a scaling type says otherwise)
 };
@@ -44,7 +45,7 @@ struct AttentionParams {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;  // "cpu (AVX2, 2 threads)", "cuda (NVIDIA H100 ...)"
+  virtual std::string name() const = 0;  // "cpu (avx2+f16c+fma, 2 threads)", "cuda (NVIDIA H100 ...)"
 
   // ---- memory (f32 buffers in backend memory) ----
   virtual float* alloc(size_t n_floats) = 0;   // zero-initialised; owned by the backend
@@ -55,9 +56,12 @@ class Backend {
   virtual void synchronize() {}
 
   // ---- weights ----
-  // The view must outlive the returned Weight (it points into the mapped container).
+  // The view must outlive the returned Weight (it points into the mapped container), and a
+  // bitmap view must have passed validate_bitmap() (the reader's verify_all() does that): the
+  // kernels trust the index. prepare_weight checks the layout's own consistency only.
   virtual std::unique_ptr<Weight> prepare_weight(const TensorView&) = 0;
   // Decoded rows of a weight (embedding lookup): out[t, :] = W[ids[t], :] as f32.
+  // Throws endor::Error when an id is outside [0, rows).
   virtual void embed(const Weight& table, const int32_t* host_ids, size_t n_tokens, float* out) = 0;
   // y[T, out] = x[T, in] · Wᵀ + bias[out] (bias may be null; bias lives in backend memory).
   virtual void linear(const Weight& w, const float* x, size_t n_tokens, const float* bias, float* y) = 0;
@@ -65,6 +69,7 @@ class Backend {
   // ---- elementwise and normalisation ([T, D] row-major) ----
   virtual void layer_norm(const float* x, const float* gamma, const float* beta, float eps,
                           size_t n_tokens, size_t dim, float* out) = 0;
+  // Hugging Face Llama semantics in f32: out = γ · (x · rsqrt(mean(x²) + eps)).
   virtual void rms_norm(const float* x, const float* gamma, float eps, size_t n_tokens,
                         size_t dim, float* out) = 0;
   virtual void add(float* x, const float* y, size_t n) = 0;            // x += y
@@ -75,6 +80,8 @@ class Backend {
 
   // ---- attention ----
   // In place on x[T, n_heads, head_dim] for token positions positions[t] (host memory).
+  // cos/sin as Hugging Face computes them: freq = f32(pos)·inv_freq in f32, then cos/sin in f32,
+  // times attention_factor; out = x·cos + rotate_half(x)·sin on the first rotary_dim dims.
   virtual void rope(float* x, size_t n_tokens, uint32_t n_heads, const int32_t* host_positions,
                     const RopeParams&) = 0;
   // Causal attention of T new queries at positions [n_past, n_past+T) over the cache.
@@ -84,17 +91,53 @@ class Backend {
                          size_t n_past, size_t n_tokens, const AttentionParams&, float* out) = 0;
 };
 
-// The CPU backend. n_threads 0 = OpenMP default.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
-
-// ---- CPU building blocks also used directly by the packer and the benchmarks ----
+// ---- CPU building blocks also used directly by the packer, the tests and the benchmarks ----
 namespace cpu {
-// Multithreaded decode of a whole tensor to f32 (same values as decode_rows_f32).
-void decode_f32(const TensorView&, float* out, int n_threads = 0);
-// Decode to the tensor's own 16-bit type (dense f16/bf16 bytes) where value_type is f16/bf16.
-void decode_u16(const TensorView&, uint16_t* out, int n_threads = 0);
+
+// Instruction set of the weight kernels. Auto picks AVX2+FMA+F16C when the CPU has them.
+// Forcing Avx2 on a CPU without it throws endor::Error.
+enum class Isa : uint8_t { Auto, Portable, Avx2 };
+
+// How linear() multiplies by an encoded weight (Auto picks per case, see kernels/cpu/linear.cpp):
+//   Fused     — decode in registers and multiply in one pass (each weight byte read once per
+//               call; T tokens share the decoded row). Best for decode (small T).
+//   RowDecode — each thread decodes a few rows into an L1/L2-resident f32 scratch, then dense dots.
+//   PanelGemm — decode row panels to f32 and run a GEMM (oneDNN matmul when built with it).
+enum class LinearPath : uint8_t { Auto, Fused, RowDecode, PanelGemm };
+
+// Which GEMM PanelGemm calls: Auto = oneDNN when the build found it, else the built-in one.
+enum class GemmImpl : uint8_t { Auto, Builtin };
+
+struct Options {
+  int n_threads = 0;                      // 0 = OpenMP default
+  Isa isa = Isa::Auto;
+  LinearPath linear_path = LinearPath::Auto;
+  GemmImpl gemm = GemmImpl::Auto;
+  size_t gemm_min_tokens = 0;             // Auto path: T >= this uses PanelGemm; 0 = default
+};
+
+// Multithreaded decode of a whole tensor to f32 (same values as decode_rows_f32), out[rows·cols].
+void decode_f32(const TensorView&, float* out, int n_threads = 0, Isa isa = Isa::Auto);
+// Decode to the tensor's own 16-bit type (dense f16/bf16 bits, absent elements +0) where
+// value_type is f16/bf16; throws endor::Error for other value types. out[rows·cols].
+void decode_u16(const TensorView&, uint16_t* out, int n_threads = 0, Isa isa = Isa::Auto);
 // Which instruction set the fused kernels use on this machine ("avx2+f16c+fma" or "portable").
 const char* simd_level();
+// True when this CPU can run the AVX2+FMA+F16C kernels.
+bool cpu_has_avx2();
+// True when the library was built with oneDNN.
+bool have_onednn();
+
+// STREAM-like memory bandwidth, all threads, best of a few passes over a buffer of `bytes`
+// (0 = 1 GiB, enough to defeat the caches of a large server CPU). Costs ~1 s and the buffer.
+// Read: sum of every float; copy: dst = src, counted as read + write bytes.
+double measure_read_bandwidth_gbps(size_t bytes = 0, int n_threads = 0);
+double measure_copy_bandwidth_gbps(size_t bytes = 0, int n_threads = 0);
+
 }  // namespace cpu
+
+// The CPU backend. n_threads 0 = OpenMP default.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+std::unique_ptr<Backend> make_cpu_backend(const cpu::Options& options);
 
 }  // namespace endor

@@ -1,0 +1,52 @@
+// Internal to endor_kernels: the state a CPU backend owns (thread count, chosen kernels, reusable
+// scratch, the oneDNN engine) and the entry points of the linear paths built on it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "endor/kernels.h"
+#include "weight_kernels.h"
+
+namespace endor::cpu::detail {
+
+// 64-byte aligned float storage that only grows: steady-state calls allocate nothing.
+class ScratchBuffer {
+ public:
+  float* floats(size_t n);  // at least n floats, contents unspecified
+ private:
+  struct Free { void operator()(float* p) const { std::free(p); } };
+  std::unique_ptr<float, Free> data_;
+  size_t capacity_ = 0;
+};
+
+class OneDnnGemm;  // defined in gemm.cpp when built with oneDNN
+
+struct Context {
+  explicit Context(const Options& options);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  Options options;
+  int n_threads = 1;
+  const WeightKernels* kernels = nullptr;
+  ScratchBuffer panel_scratch;   // PanelGemm: one decoded row panel [rows, in]
+  ScratchBuffer thread_scratch;  // RowDecode: a few decoded rows per thread
+  ScratchBuffer attn_scratch;    // attention scores, per thread
+  std::unique_ptr<OneDnnGemm> onednn;  // null when not built with oneDNN or gemm == Builtin
+};
+
+// The path linear() takes for this weight and token count (Options::linear_path unless Auto).
+LinearPath choose_linear_path(const Context&, const TensorLayout&, size_t n_tokens);
+// y[T, out] = x[T, in]·Wᵀ (+ bias[out] when non-null), all host memory.
+void linear(Context&, const TensorView& w, const float* x, size_t n_tokens, const float* bias, float* y);
+// y[t·ldy + n] = Σ_k x[t·k_dim + k]·a[n·k_dim + k] for n < n_rows, t < n_tokens (a GEMM x·aᵀ).
+void gemm_xat(Context&, const float* x, size_t n_tokens, size_t k_dim, const float* a, size_t n_rows,
+              float* y, size_t ldy);
+// Rows per parallel task: enough tasks per thread to balance, enough rows to amortise.
+size_t rows_per_task(uint64_t rows, int n_threads, size_t min_rows = 4);
+
+}  // namespace endor::cpu::detail

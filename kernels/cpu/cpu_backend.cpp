@@ -1,0 +1,149 @@
+// The CPU Backend: host memory, weights as views into the mapped container, and the ops of
+// ops.h / linear.cpp behind the Backend interface.
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unordered_set>
+
+#include "context.h"
+#include "ops.h"
+
+namespace endor {
+namespace {
+
+using cpu::detail::Context;
+
+class CpuWeight final : public Weight {
+ public:
+  explicit CpuWeight(const TensorView& view) : view_(view) {}
+  const TensorLayout& layout() const override { return view_.layout; }
+  const TensorView& view() const { return view_; }
+
+ private:
+  TensorView view_;  // points into the caller's mapping; no copy
+};
+
+const TensorView& view_of(const Weight& w) {
+  const auto* cw = dynamic_cast<const CpuWeight*>(&w);
+  if (!cw) throw Error("cpu backend: weight was prepared by another backend");
+  return cw->view();
+}
+
+// Checks what the kernels rely on beyond validate_bitmap(): sane dimensions, sections inside
+// the blob, and index entries that never decrease nor exceed nnz (O(rows·blocks)).
+void check_weight(const TensorView& v) {
+  const TensorLayout& L = v.layout;
+  const std::string what = v.info ? "tensor " + v.info->name : std::string("weight");
+  if (!v.data) throw Error("cpu backend: " + what + " has no data");
+  if (L.rows == 0 || L.cols == 0) throw Error("cpu backend: " + what + " has an empty shape");
+  if (L.value_type == ValueType::I4 && L.group_size == 0) throw Error("cpu backend: " + what + " int4 group size 0");
+  if (L.encoding == Encoding::Dense && L.nnz != L.rows * L.cols)
+    throw Error("cpu backend: dense " + what + " has nnz != rows·cols");
+  if (L.encoding != Encoding::Bitmap) return;
+  const uint64_t n = L.rows * L.blocks_per_row;
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t e = cpu::detail::load_u32(v.data + L.index_offset + 4 * i);
+    if (e < prev || e > L.nnz)
+      throw Error("cpu backend: " + what + " bitmap index entry " + std::to_string(i) + " is out of order or past nnz");
+    prev = e;
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const cpu::Options& options) : ctx_(options) {}
+  ~CpuBackend() override {
+    for (float* p : live_) std::free(p);
+  }
+
+  std::string name() const override {
+    std::string s = "cpu (";
+    s += ctx_.kernels->name;
+    s += ", " + std::to_string(ctx_.n_threads) + (ctx_.n_threads == 1 ? " thread" : " threads");
+    if (ctx_.onednn) s += ", oneDNN";
+    return s + ")";
+  }
+
+  float* alloc(size_t n_floats) override {
+    const size_t bytes = (std::max<size_t>(n_floats, 1) * sizeof(float) + 63) / 64 * 64;
+    float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (!p) throw Error("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
+    std::memset(p, 0, bytes);
+    live_.insert(p);
+    return p;
+  }
+  void free(float* p) override {
+    if (!p) return;
+    if (live_.erase(p) == 0) throw Error("cpu backend: free() of a pointer this backend did not allocate");
+    std::free(p);
+  }
+  void upload(float* dst, const float* src, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
+  void download(float* dst, const float* src, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
+  void copy(float* dst, const float* src, size_t n) override { std::memmove(dst, src, n * sizeof(float)); }
+
+  std::unique_ptr<Weight> prepare_weight(const TensorView& view) override {
+    check_weight(view);
+    return std::make_unique<CpuWeight>(view);
+  }
+
+  void embed(const Weight& table, const int32_t* ids, size_t n_tokens, float* out) override {
+    const TensorView& v = view_of(table);
+    const uint64_t rows = v.layout.rows, cols = v.layout.cols;
+    for (size_t t = 0; t < n_tokens; ++t)
+      if (ids[t] < 0 || uint64_t(ids[t]) >= rows)
+        throw Error("embed: token id " + std::to_string(ids[t]) + " outside [0, " + std::to_string(rows) + ")");
+    const cpu::detail::WeightKernels& k = *ctx_.kernels;
+    const int64_t n = int64_t(n_tokens);
+#pragma omp parallel for num_threads(ctx_.n_threads) if (n_tokens * cols >= 65536)
+    for (int64_t t = 0; t < n; ++t) k.decode_rows(v, uint64_t(ids[t]), uint64_t(ids[t]) + 1, out + size_t(t) * cols);
+  }
+
+  void linear(const Weight& w, const float* x, size_t n_tokens, const float* bias, float* y) override {
+    cpu::detail::linear(ctx_, view_of(w), x, n_tokens, bias, y);
+  }
+
+  void layer_norm(const float* x, const float* gamma, const float* beta, float eps, size_t n_tokens, size_t dim,
+                  float* out) override {
+    cpu::detail::layer_norm(ctx_, x, gamma, beta, eps, n_tokens, dim, out);
+  }
+  void rms_norm(const float* x, const float* gamma, float eps, size_t n_tokens, size_t dim, float* out) override {
+    cpu::detail::rms_norm(ctx_, x, gamma, eps, n_tokens, dim, out);
+  }
+  void add(float* x, const float* y, size_t n) override { cpu::detail::add(ctx_, x, y, n); }
+  void scale(float* x, float s, size_t n) override { cpu::detail::scale(ctx_, x, s, n); }
+  void relu(float* x, size_t n) override { cpu::detail::relu(ctx_, x, n); }
+  void silu_mul(const float* gate, const float* up, size_t n, float* out) override {
+    cpu::detail::silu_mul(ctx_, gate, up, n, out);
+  }
+  void add_bias(float* x, const float* bias, size_t n_tokens, size_t dim) override {
+    cpu::detail::add_bias(ctx_, x, bias, n_tokens, dim);
+  }
+  void rope(float* x, size_t n_tokens, uint32_t n_heads, const int32_t* positions, const RopeParams& p) override {
+    cpu::detail::rope(ctx_, x, n_tokens, n_heads, positions, p);
+  }
+  void attention(const float* q, const float* k_cache, const float* v_cache, size_t n_past, size_t n_tokens,
+                 const AttentionParams& p, float* out) override {
+    cpu::detail::attention(ctx_, q, k_cache, v_cache, n_past, n_tokens, p, out);
+  }
+
+ private:
+  Context ctx_;
+  std::unordered_set<float*> live_;  // allocations freed with the backend
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const cpu::Options& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  cpu::Options options;
+  options.n_threads = n_threads;
+  return make_cpu_backend(options);
+}
+
+}  // namespace endor

@@ -1,0 +1,107 @@
+// y = x·Wᵀ + b on an encoded weight, three ways (see cpu::LinearPath): fused decode-multiply for
+// decode-time token counts, per-thread row decode + dense dots, and panel decode + GEMM.
+#include <omp.h>
+
+#include <algorithm>
+
+#include "context.h"
+
+namespace endor::cpu::detail {
+namespace {
+
+// Auto thresholds (bench/RESULTS.md "CPU kernels" has the measurements behind them).
+constexpr size_t kFusedMaxTokens = kMaxFusedTokens;
+constexpr size_t kDefaultGemmMinTokens = 16;
+constexpr size_t kRowDecodeRows = 4;              // rows each thread decodes at a time
+constexpr size_t kPanelBytes = size_t(16) << 20;  // decoded f32 panel size for PanelGemm
+
+void linear_fused(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, float* y) {
+  const uint64_t rows = w.layout.rows, cols = w.layout.cols;
+  const size_t chunk = rows_per_task(rows, ctx.n_threads);
+  const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
+  const WeightKernels& k = *ctx.kernels;
+  // Token blocks beyond kMaxFusedTokens re-read the weight; Auto never asks for that.
+  for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
+    const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
+#pragma omp parallel for num_threads(ctx.n_threads) schedule(dynamic, 1)
+    for (int64_t b = 0; b < n_chunks; ++b) {
+      const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
+      k.dot_rows(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
+    }
+  }
+}
+
+void linear_row_decode(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, float* y) {
+  const uint64_t rows = w.layout.rows, cols = w.layout.cols;
+  float* scratch = ctx.thread_scratch.floats(size_t(ctx.n_threads) * kRowDecodeRows * cols);
+  const size_t chunk = rows_per_task(rows, ctx.n_threads, kRowDecodeRows);
+  const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
+  const WeightKernels& k = *ctx.kernels;
+#pragma omp parallel num_threads(ctx.n_threads)
+  {
+    float* mine = scratch + size_t(omp_get_thread_num()) * kRowDecodeRows * cols;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < n_chunks; ++b) {
+      const uint64_t r_end = std::min<uint64_t>(rows, uint64_t(b) * chunk + chunk);
+      for (uint64_t r = uint64_t(b) * chunk; r < r_end; r += kRowDecodeRows) {
+        const uint64_t nr = std::min<uint64_t>(kRowDecodeRows, r_end - r);
+        k.decode_rows(w, r, r + nr, mine);
+        k.dense_dot(mine, cols, nr, cols, x, cols, n_tokens, y + r, rows);
+      }
+    }
+  }
+}
+
+void linear_panel_gemm(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, float* y) {
+  const uint64_t rows = w.layout.rows, cols = w.layout.cols;
+  if (w.layout.encoding == Encoding::Dense && w.layout.value_type == ValueType::F32) {
+    // Already f32 [out, in]: multiply straight from the mapped bytes.
+    gemm_xat(ctx, x, n_tokens, cols, reinterpret_cast<const float*>(w.values()), rows, y, rows);
+    return;
+  }
+  const uint64_t panel_rows = std::clamp<uint64_t>(kPanelBytes / (4 * cols) / 16 * 16, 16, rows);
+  float* panel = ctx.panel_scratch.floats(panel_rows * cols);
+  const WeightKernels& k = *ctx.kernels;
+  for (uint64_t p0 = 0; p0 < rows; p0 += panel_rows) {
+    const uint64_t np = std::min(panel_rows, rows - p0);
+    const size_t chunk = rows_per_task(np, ctx.n_threads);
+    const int64_t n_chunks = int64_t((np + chunk - 1) / chunk);
+#pragma omp parallel for num_threads(ctx.n_threads) schedule(dynamic, 1)
+    for (int64_t b = 0; b < n_chunks; ++b) {
+      const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(np, r0 + chunk);
+      k.decode_rows(w, p0 + r0, p0 + r1, panel + r0 * cols);
+    }
+    gemm_xat(ctx, x, n_tokens, cols, panel, np, y + p0, rows);
+  }
+}
+
+void add_bias_rows(Context& ctx, float* y, const float* bias, size_t n_tokens, size_t dim) {
+  const int64_t n = int64_t(n_tokens);
+#pragma omp parallel for num_threads(ctx.n_threads) if (n_tokens * dim > 65536)
+  for (int64_t t = 0; t < n; ++t)
+    for (size_t i = 0; i < dim; ++i) y[size_t(t) * dim + i] += bias[i];
+}
+
+}  // namespace
+
+LinearPath choose_linear_path(const Context& ctx, const TensorLayout& layout, size_t n_tokens) {
+  if (ctx.options.linear_path != LinearPath::Auto) return ctx.options.linear_path;
+  (void)layout;
+  const size_t gemm_min = ctx.options.gemm_min_tokens ? ctx.options.gemm_min_tokens : kDefaultGemmMinTokens;
+  if (n_tokens >= gemm_min) return LinearPath::PanelGemm;
+  if (n_tokens <= kFusedMaxTokens) return LinearPath::Fused;
+  return LinearPath::RowDecode;
+}
+
+void linear(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, const float* bias, float* y) {
+  if (n_tokens == 0) return;
+  switch (choose_linear_path(ctx, w.layout, n_tokens)) {
+    case LinearPath::Auto:
+    case LinearPath::Fused: linear_fused(ctx, w, x, n_tokens, y); break;
+    case LinearPath::RowDecode: linear_row_decode(ctx, w, x, n_tokens, y); break;
+    case LinearPath::PanelGemm: linear_panel_gemm(ctx, w, x, n_tokens, y); break;
+  }
+  if (bias) add_bias_rows(ctx, y, bias, n_tokens, w.layout.rows);
+}
+
+}  // namespace endor::cpu::detail

@@ -1,0 +1,148 @@
+// Portable (plain C++) weight kernels: always built, always tested, and the fallback on CPUs
+// without AVX2. Bitmap rows are walked word by word, visiting set bits only.
+#include <algorithm>
+
+#include "weight_kernels.h"
+
+namespace endor::cpu::detail {
+namespace {
+
+// Decodes stored value number v of row r (at column c) exactly as SPEC.md §6.3 defines it.
+// One per row: caches the row's int8 scale and the current int4 group's scale/min.
+template <ValueType VT>
+class RowValues {
+ public:
+  RowValues(const TensorView& w, uint64_t r) : w_(w), r_(r), values_(w.values()) {
+    if constexpr (VT == ValueType::I8) std::memcpy(&row_scale_, w.data + w.layout.scales_offset + 4 * r, 4);
+  }
+  float operator()(uint64_t v, uint64_t c) {
+    if constexpr (VT == ValueType::F16) {
+      return half_to_f32(load_u16(values_ + 2 * v));
+    } else if constexpr (VT == ValueType::BF16) {
+      return bfloat_to_f32(load_u16(values_ + 2 * v));
+    } else if constexpr (VT == ValueType::F32) {
+      float f;
+      std::memcpy(&f, values_ + 4 * v, 4);
+      return f;
+    } else if constexpr (VT == ValueType::I8) {
+      return float(int8_t(values_[v])) * row_scale_;
+    } else {
+      const uint64_t g = c / w_.layout.group_size;
+      if (g != group_) load_group(g);
+      const uint8_t byte = values_[v / 2];
+      const uint32_t q = (v % 2 == 0) ? (byte & 0x0Fu) : (byte >> 4);  // even value: low nibble
+      return float(q) * scale_ + min_;  // q·s is exact, so this is one rounding of q·s + m
+    }
+  }
+
+ private:
+  void load_group(uint64_t g) {
+    const uint64_t p = r_ * w_.layout.groups_per_row + g;
+    scale_ = half_to_f32(load_u16(w_.data + w_.layout.scales_offset + 2 * p));
+    min_ = half_to_f32(load_u16(w_.data + w_.layout.mins_offset + 2 * p));
+    group_ = g;
+  }
+  const TensorView& w_;
+  uint64_t r_;
+  const uint8_t* values_;
+  float row_scale_ = 0.0f;
+  uint64_t group_ = ~uint64_t(0);
+  float scale_ = 0.0f, min_ = 0.0f;
+};
+
+// Calls f(c, value) for every stored element of row r in column order.
+template <ValueType VT, typename F>
+inline void for_each_stored(const TensorView& w, uint64_t r, F&& f) {
+  const TensorLayout& L = w.layout;
+  RowValues<VT> value(w, r);
+  if (L.encoding == Encoding::Dense) {
+    const uint64_t v0 = r * L.cols;
+    for (uint64_t c = 0; c < L.cols; ++c) f(c, value(v0 + c, c));
+    return;
+  }
+  uint64_t v = bitmap_row_start(w, r);
+  const uint8_t* words = w.data + L.bitmap_offset + 8 * r * L.words_per_row;
+  for (uint64_t i = 0; i < L.words_per_row; ++i) {
+    uint64_t word = load_u64(words + 8 * i);
+    if (i + 1 == L.words_per_row) word &= last_word_mask(L.cols);
+    while (word) {
+      const uint64_t c = 64 * i + uint64_t(__builtin_ctzll(word));
+      f(c, value(v++, c));
+      word &= word - 1;
+    }
+  }
+}
+
+template <ValueType VT>
+void decode_rows_vt(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
+  const uint64_t cols = w.layout.cols;
+  for (uint64_t r = r0; r < r1; ++r) {
+    float* dst = out + (r - r0) * cols;
+    if (w.layout.encoding == Encoding::Bitmap) std::fill(dst, dst + cols, 0.0f);
+    for_each_stored<VT>(w, r, [dst](uint64_t c, float value) { dst[c] = value; });
+  }
+}
+
+template <ValueType VT>
+void dot_rows_vt(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t x_stride,
+                 size_t n_tokens, float* y, size_t y_stride) {
+  for (uint64_t r = r0; r < r1; ++r) {
+    float acc[kMaxFusedTokens] = {};
+    for_each_stored<VT>(w, r, [&](uint64_t c, float value) {
+      for (size_t t = 0; t < n_tokens; ++t) acc[t] += value * x[t * x_stride + c];
+    });
+    for (size_t t = 0; t < n_tokens; ++t) y[t * y_stride + r] = acc[t];
+  }
+}
+
+void decode_rows(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
+  switch (w.layout.value_type) {
+    case ValueType::F16: return decode_rows_vt<ValueType::F16>(w, r0, r1, out);
+    case ValueType::BF16: return decode_rows_vt<ValueType::BF16>(w, r0, r1, out);
+    case ValueType::F32: return decode_rows_vt<ValueType::F32>(w, r0, r1, out);
+    case ValueType::I8: return decode_rows_vt<ValueType::I8>(w, r0, r1, out);
+    case ValueType::I4: return decode_rows_vt<ValueType::I4>(w, r0, r1, out);
+  }
+}
+
+void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t x_stride,
+              size_t n_tokens, float* y, size_t y_stride) {
+  switch (w.layout.value_type) {
+    case ValueType::F16: return dot_rows_vt<ValueType::F16>(w, r0, r1, x, x_stride, n_tokens, y, y_stride);
+    case ValueType::BF16: return dot_rows_vt<ValueType::BF16>(w, r0, r1, x, x_stride, n_tokens, y, y_stride);
+    case ValueType::F32: return dot_rows_vt<ValueType::F32>(w, r0, r1, x, x_stride, n_tokens, y, y_stride);
+    case ValueType::I8: return dot_rows_vt<ValueType::I8>(w, r0, r1, x, x_stride, n_tokens, y, y_stride);
+    case ValueType::I4: return dot_rows_vt<ValueType::I4>(w, r0, r1, x, x_stride, n_tokens, y, y_stride);
+  }
+}
+
+// Eight partial sums per dot product: lets the compiler vectorise and shortens the rounding
+// chain to k/8 + 3 additions.
+inline float dot8(const float* a, const float* b, size_t k) {
+  float acc[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= k; i += 8)
+    for (size_t j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  for (size_t j = 0; i < k; ++i, ++j) acc[j] += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+void dense_dot(const float* a, size_t a_stride, size_t n_rows, size_t k, const float* x, size_t x_stride,
+               size_t n_tokens, float* y, size_t y_stride) {
+  // Token blocks keep a slice of x in cache while the panel rows stream past.
+  constexpr size_t kTokenBlock = 16;
+  for (size_t t0 = 0; t0 < n_tokens; t0 += kTokenBlock) {
+    const size_t t1 = std::min(n_tokens, t0 + kTokenBlock);
+    for (size_t n = 0; n < n_rows; ++n)
+      for (size_t t = t0; t < t1; ++t) y[t * y_stride + n] = dot8(a + n * a_stride, x + t * x_stride, k);
+  }
+}
+
+}  // namespace
+
+const WeightKernels& portable_kernels() {
+  static const WeightKernels kernels{"portable", decode_rows, dot_rows, dense_dot};
+  return kernels;
+}
+
+}  // namespace endor::cpu::detail

@@ -1,0 +1,85 @@
+// Shared helpers of the kernel tests: random encoded weights (via endor::encode_tensor), the
+// double-precision reference product built on decode_rows_f32, and the derived error bound.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "endor/format.h"
+#include "endor/kernels.h"
+
+namespace endor::ktest {
+
+inline constexpr double kEpsF32 = std::numeric_limits<float>::epsilon() / 2;  // unit roundoff 2^-24
+
+// Random values ~U(-1, 1) (magnitudes in [1e-3, 1] so no value rounds to 0 by accident), with
+// round(sparsity·numel) of them set to 0 at random positions.
+inline std::vector<float> random_weights(uint64_t rows, uint64_t cols, double sparsity, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mag(1e-3f, 1.0f);
+  std::vector<float> w(rows * cols);
+  for (float& v : w) v = (rng() & 1) ? mag(rng) : -mag(rng);
+  const uint64_t n_zero = uint64_t(std::llround(sparsity * double(w.size())));
+  std::vector<uint64_t> idx(w.size());
+  for (uint64_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::shuffle(idx.begin(), idx.end(), rng);
+  for (uint64_t i = 0; i < n_zero; ++i) w[idx[i]] = 0.0f;
+  return w;
+}
+
+inline std::vector<float> random_activations(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> x(n);
+  for (float& v : x) v = d(rng);
+  return x;
+}
+
+// An encoded weight that owns its bytes; view() is what the kernels consume.
+struct EncodedWeight {
+  EncodedTensor enc;
+  TensorView view() const {
+    TensorView v;
+    v.layout = enc.layout;
+    v.data = enc.bytes.data();
+    return v;
+  }
+};
+
+inline EncodedWeight encode(const std::vector<float>& w, uint64_t rows, uint64_t cols, Encoding e, ValueType vt,
+                            uint32_t group_size = kDefaultGroupSize) {
+  EncodeOptions opt;
+  opt.encoding = e;
+  opt.value_type = vt;
+  opt.group_size = vt == ValueType::I4 ? group_size : 0;
+  return EncodedWeight{encode_tensor(w.data(), {rows, cols}, opt)};
+}
+
+// y_ref[t, r] = Σ_c W[r, c]·x[t, c] in double from the reference decoder, and bound[t, r] =
+// Σ_c |W[r, c]·x[t, c]|, the scale of every rounding error a summation of those products makes.
+struct Reference {
+  std::vector<double> y, bound;
+};
+inline Reference reference_linear(const TensorView& v, const std::vector<float>& x, size_t n_tokens) {
+  const TensorLayout& L = v.layout;
+  std::vector<float> w(L.rows * L.cols);
+  decode_rows_f32(v, 0, L.rows, w.data());
+  Reference ref{std::vector<double>(n_tokens * L.rows), std::vector<double>(n_tokens * L.rows)};
+  for (size_t t = 0; t < n_tokens; ++t)
+    for (uint64_t r = 0; r < L.rows; ++r) {
+      double s = 0.0, b = 0.0;
+      for (uint64_t c = 0; c < L.cols; ++c) {
+        s += double(w[r * L.cols + c]) * double(x[t * L.cols + c]);
+        b += std::fabs(double(w[r * L.cols + c]) * double(x[t * L.cols + c]));
+      }
+      ref.y[t * L.rows + r] = s;
+      ref.bound[t * L.rows + r] = b;
+    }
+  return ref;
+}
+
+}  // namespace endor::ktest

@@ -1,0 +1,162 @@
+// linear() on every encoding × value type, both instruction sets and every path, against the
+// double-precision reference built on decode_rows_f32, with a derived error bound:
+//
+//   |y − y_ref| ≤ (k + 6)·u·Σ_c |W[r,c]·x[t,c]|,   u = 2^-24,
+//
+// where k is the longest chain of f32 additions into one accumulator: ceil(in/8) for our kernels
+// (eight column lanes, c mod 8, reduced pairwise: +3; each product and the int8 row scale round
+// once more: +2; +1 slack), and `in` for oneDNN, whose summation order we do not control.
+// Every kernel forms the exactly-decoded weight (int4: q·s is exact, so q·s + m rounds once as
+// the reference does; int8 factors the row scale out, which Σ|W·x| still bounds).
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "kernel_test_util.h"
+
+using namespace endor;
+using namespace endor::ktest;
+
+namespace {
+
+struct Case {
+  uint64_t rows, cols;
+};
+const Case kShapes[] = {{1, 1}, {3, 63}, {65, 65}, {63, 127}, {17, 4097}, {5, 5000}, {127, 3}};
+const double kSparsities[] = {0.0, 0.5, 0.9, 1.0};
+const size_t kTokenCounts[] = {1, 2, 3, 8, 17, 64};
+const uint32_t kGroupSizes[] = {1, 7, 32, 128};
+const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32, ValueType::I8, ValueType::I4};
+
+std::vector<cpu::Isa> isas() {
+  std::vector<cpu::Isa> v{cpu::Isa::Portable};
+  if (cpu::cpu_has_avx2()) v.push_back(cpu::Isa::Avx2);
+  return v;
+}
+
+const char* isa_name(cpu::Isa i) { return i == cpu::Isa::Avx2 ? "avx2" : "portable"; }
+const char* path_name(cpu::LinearPath p) {
+  switch (p) {
+    case cpu::LinearPath::Fused: return "fused";
+    case cpu::LinearPath::RowDecode: return "row-decode";
+    case cpu::LinearPath::PanelGemm: return "panel-gemm";
+    default: return "auto";
+  }
+}
+
+// Runs linear() through `backend` and checks every output against the reference and the bound.
+// Returns the number of outputs that broke the bound (0 expected).
+size_t check_linear(Backend& backend, const EncodedWeight& ew, size_t n_tokens, bool with_bias, double chain,
+                    uint32_t seed) {
+  const TensorView v = ew.view();
+  const uint64_t rows = v.layout.rows, cols = v.layout.cols;
+  const std::vector<float> x = random_activations(n_tokens * cols, seed);
+  const std::vector<float> bias = random_activations(rows, seed + 1);
+  std::vector<float> y(n_tokens * rows, -12345.0f);
+  auto w = backend.prepare_weight(v);
+  backend.linear(*w, x.data(), n_tokens, with_bias ? bias.data() : nullptr, y.data());
+  const Reference ref = reference_linear(v, x, n_tokens);
+  size_t bad = 0;
+  for (size_t t = 0; t < n_tokens; ++t)
+    for (uint64_t r = 0; r < rows; ++r) {
+      const size_t i = t * rows + r;
+      // The bias add rounds once more, relative to |y_ref + b|.
+      const double expect = ref.y[i] + (with_bias ? double(bias[r]) : 0.0);
+      const double tol = (chain + 6.0) * kEpsF32 * ref.bound[i] + 2.0 * kEpsF32 * std::fabs(expect);
+      if (!(std::fabs(double(y[i]) - expect) <= tol)) {
+        if (bad == 0)
+          MESSAGE("first mismatch at t=" << t << " r=" << r << ": got " << y[i] << " want " << expect
+                                         << " tol " << tol);
+        ++bad;
+      }
+    }
+  return bad;
+}
+
+double chain_length(cpu::LinearPath path, uint64_t cols) {
+  if (path == cpu::LinearPath::PanelGemm && cpu::have_onednn()) return double(cols);
+  return double((cols + 7) / 8);
+}
+
+}  // namespace
+
+TEST_CASE("linear matches the reference on every encoding, value type, instruction set and path") {
+  const cpu::LinearPath paths[] = {cpu::LinearPath::Fused, cpu::LinearPath::RowDecode, cpu::LinearPath::PanelGemm};
+  uint32_t seed = 1;
+  size_t counter = 0;
+  for (cpu::Isa isa : isas())
+    for (cpu::LinearPath path : paths) {
+      cpu::Options opt;
+      opt.isa = isa;
+      opt.linear_path = path;
+      auto backend = make_cpu_backend(opt);
+      for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
+        for (ValueType vt : kValueTypes)
+          for (const Case& s : kShapes)
+            for (double sp : kSparsities) {
+              if (enc == Encoding::Dense && sp > 0.5) continue;  // dense stores zeros like any value
+              ++counter;
+              const size_t T = kTokenCounts[counter % std::size(kTokenCounts)];
+              const uint32_t g = kGroupSizes[counter % std::size(kGroupSizes)];
+              const auto w = random_weights(s.rows, s.cols, sp, ++seed);
+              const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+              CAPTURE(isa_name(isa));
+              CAPTURE(path_name(path));
+              CAPTURE(to_string(enc));
+              CAPTURE(to_string(vt));
+              CAPTURE(s.rows);
+              CAPTURE(s.cols);
+              CAPTURE(sp);
+              CAPTURE(T);
+              CAPTURE(g);
+              CHECK(check_linear(*backend, ew, T, counter % 3 == 0, chain_length(path, s.cols), seed) == 0);
+            }
+    }
+}
+
+TEST_CASE("linear: every token count through the automatic path choice") {
+  for (cpu::Isa isa : isas()) {
+    cpu::Options opt;
+    opt.isa = isa;
+    auto backend = make_cpu_backend(opt);
+    const auto w = random_weights(129, 300, 0.5, 77);
+    for (ValueType vt : kValueTypes) {
+      const EncodedWeight ew = encode(w, 129, 300, Encoding::Bitmap, vt, 32);
+      for (size_t T : kTokenCounts) {
+        CAPTURE(isa_name(isa));
+        CAPTURE(to_string(vt));
+        CAPTURE(T);
+        CHECK(check_linear(*backend, ew, T, true, 300.0, uint32_t(T)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("linear: the built-in GEMM (no oneDNN) on prefill token counts") {
+  for (cpu::Isa isa : isas()) {
+    cpu::Options opt;
+    opt.isa = isa;
+    opt.linear_path = cpu::LinearPath::PanelGemm;
+    opt.gemm = cpu::GemmImpl::Builtin;
+    auto backend = make_cpu_backend(opt);
+    const auto w = random_weights(70, 333, 0.5, 5);
+    for (Encoding enc : {Encoding::Dense, Encoding::Bitmap}) {
+      const EncodedWeight ew = encode(w, 70, 333, enc, ValueType::F32);
+      for (size_t T : {size_t(1), size_t(17), size_t(64)}) {
+        CAPTURE(isa_name(isa));
+        CAPTURE(to_string(enc));
+        CAPTURE(T);
+        CHECK(check_linear(*backend, ew, T, false, double((333 + 7) / 8), 9) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("linear: a tampered output element is caught by the bound") {
+  // The bound must be tight enough to see one wrong weight among 5000 columns.
+  const auto w = random_weights(4, 5000, 0.5, 3);
+  EncodedWeight ew = encode(w, 4, 5000, Encoding::Bitmap, ValueType::F16);
+  const Reference ref = reference_linear(ew.view(), random_activations(5000, 4), 1);
+  // One element's share of Σ|w·x| is about bound/2500 (2500 stored values per row).
+  for (uint64_t r = 0; r < 4; ++r) CHECK((double((5000 + 7) / 8) + 6.0) * kEpsF32 * ref.bound[r] < ref.bound[r] / 25000);
+}
