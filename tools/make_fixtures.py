@@ -35,6 +35,8 @@ from fixtures_lib import weight_variants as wv  # noqa: E402
 
 N_NEW_TOKENS = 32
 MAX_PROMPT_TOKENS = 12
+# In a subfolder so a reader globbing "<folder>/*.safetensors" never takes it for a shard.
+VARIANT_WEIGHTS_FILE = "variant_weights/mag50.safetensors"
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
@@ -238,6 +240,7 @@ def make_model(spec: ModelSpec, tokenizer, out_dir: Path) -> dict:
 
     pad_id = loaded.config.pad_token_id if loaded.config.pad_token_id is not None else 0
     logit_files, greedy_by_variant, margins, diffs, pruned_stats = {}, {}, {}, {}, {}
+    variant_weights = {}  # "<variant>:<tensor name>" -> float32 weight after pruning/quantization
     for variant in wv.VARIANTS:
         m = copy.deepcopy(loaded)
         stats = wv.apply_variant(m, variant)
@@ -252,6 +255,8 @@ def make_model(spec: ModelSpec, tokenizer, out_dir: Path) -> dict:
             diffs.setdefault(variant, 0.0)
             diffs[variant] = max(diffs[variant], float(np.abs(logits - orig_logits[i]).max()))
         logit_files[variant] = files
+        for wname in spec.extra.get("variant_weights", []) if variant.startswith("mag50") else []:
+            variant_weights[f"{variant}:{wname}"] = dict(m.named_parameters())[wname].detach().clone()
         greedy_by_variant[variant], margins[variant] = greedy(m, prompts[0], pad_id)
 
     # A rounding variant equals orig exactly when the checkpoint already has that precision.
@@ -262,6 +267,10 @@ def make_model(spec: ModelSpec, tokenizer, out_dir: Path) -> dict:
         assert diffs[v] > 0
 
     files = checkpoint_files(tmp)
+    if variant_weights:
+        # Bit-exact targets for the packer's pruning/quantization of single tensors.
+        (tmp / VARIANT_WEIGHTS_FILE).parent.mkdir()
+        save_file(variant_weights, str(tmp / VARIANT_WEIGHTS_FILE), metadata={"format": "pt"})
     lm_head_in_file = False
     tensor_names = []
     for fname in files:
@@ -309,9 +318,15 @@ def make_model(spec: ModelSpec, tokenizer, out_dir: Path) -> dict:
                     "int4_group_size": wv.INT4_GROUP, "pruned_tensors": pruned_stats},
         "checks": checks,
     }
+    if variant_weights:
+        reference["variant_weights"] = {
+            "file": VARIANT_WEIGHTS_FILE,
+            "keys": "<variant>:<checkpoint tensor name>, float32 [out, in], the dequantized weight "
+                    "the logits of that variant were computed with",
+            "tensors": sorted(variant_weights)}
     (tmp / "reference.json").write_text(to_json(reference) + "\n")
-    for f in tmp.iterdir():
-        f.chmod(0o644)  # safetensors writes 0600
+    for f in tmp.rglob("*"):
+        f.chmod(0o755 if f.is_dir() else 0o644)  # safetensors writes 0600
 
     final = out_dir / spec.name
     shutil.rmtree(final, ignore_errors=True)
@@ -345,6 +360,9 @@ Each folder: `config.json`, `generation_config.json`, safetensors (saved by `sav
 facts (dtype, files, key prefix, whether `lm_head.weight` is in the file), the 32-token greedy
 continuation of prompt 0 (per variant too, with the smallest top-1/top-2 logit margin along the
 path), the logits file names and each variant's max |logit − orig| (a scale for tolerances).
+`llama-tiny`, `qwen2-tiny` and `opt-postln-proj` also hold `variant_weights/mag50.safetensors`: a few
+layer-0 weights after mag50 pruning and f16/int8/int4 rounding (float32, keys
+`<variant>:<tensor name>`), bit-exact targets for the packer's quantizers.
 
 `logits_<variant>_p<i>.npy`: float32 `[prompt tokens, 512]`, a full forward without cache, eager
 attention, float32 on CPU, after rewriting the weights of a float32 copy of the loaded model:
@@ -396,7 +414,7 @@ def main() -> int:
         if args.only and spec.name not in args.only:
             continue
         ref = make_model(spec, toks[spec.tokenizer_style], out_dir)
-        size = sum(p.stat().st_size for p in (out_dir / spec.name).iterdir())
+        size = sum(p.stat().st_size for p in (out_dir / spec.name).rglob("*") if p.is_file())
         print(f"{spec.name:16s} {size / 1024:7.1f} KiB  greedy {ref['greedy']['new_tokens'][:6]}...")
     write_readme(out_dir)
     return 0

@@ -54,12 +54,16 @@ SPECS = [
     ModelSpec("opt-postln-proj", "OPT post-LN (no final norm) with word_embed_proj_dim 32 != hidden "
               "64 (project_in/project_out, as OPT-350m); float16 checkpoint",
               OPTForCausalLM, _opt(do_layer_norm_before=False, word_embed_proj_dim=32),
-              torch.float16, "opt", seed=112),
+              torch.float16, "opt", seed=112,
+              extra={"variant_weights": ["model.decoder.layers.0.self_attn.q_proj.weight",
+                                         "model.decoder.layers.0.fc2.weight"]}),
     ModelSpec("opt-noprefix", "opt-tiny layout with safetensors keys saved WITHOUT the leading "
               "'model.' (decoder.layers.0...), as some hub OPT files; float32",
               OPTForCausalLM, _opt(), torch.float32, "opt", seed=122, strip_model_prefix=True),
     ModelSpec("llama-tiny", "Llama MHA (4 heads, 4 kv heads), untied lm_head; float32 checkpoint",
-              LlamaForCausalLM, _llama_family(LlamaConfig), torch.float32, "llama3", seed=222),
+              LlamaForCausalLM, _llama_family(LlamaConfig), torch.float32, "llama3", seed=222,
+              extra={"variant_weights": ["model.layers.0.self_attn.q_proj.weight",
+                                         "model.layers.0.mlp.down_proj.weight"]}),
     ModelSpec("llama-gqa-bf16", "Llama GQA (4 heads, 2 kv heads), explicit head_dim 24 != 64/4, "
               "tied embeddings (no lm_head in the file); bfloat16 checkpoint",
               LlamaForCausalLM,
@@ -88,7 +92,8 @@ SPECS = [
               _llama_family(Qwen2Config, num_key_value_heads=2, intermediate_size=88,
                             rope_theta=1000000.0, use_sliding_window=False,
                             tie_word_embeddings=True),
-              torch.float32, "llama3", seed=423, hub_style_config=True),
+              torch.float32, "llama3", seed=423, hub_style_config=True,
+              extra={"variant_weights": ["model.layers.0.mlp.down_proj.weight"]}),
     ModelSpec("llama-sharded", "llama-tiny layout saved in several shards "
               "(model-0000k-of-0000n.safetensors + model.safetensors.index.json); float16",
               LlamaForCausalLM, _llama_family(LlamaConfig), torch.float16, "llama3", seed=516,
