@@ -271,7 +271,6 @@ def make_model(spec: ModelSpec, tokenizer, out_dir: Path) -> dict:
         # Bit-exact targets for the packer's pruning/quantization of single tensors.
         (tmp / VARIANT_WEIGHTS_FILE).parent.mkdir()
         save_file(variant_weights, str(tmp / VARIANT_WEIGHTS_FILE), metadata={"format": "pt"})
-    lm_head_in_file = False
     tensor_names = []
     for fname in files:
         with safe_open(str(tmp / fname), "pt") as f:

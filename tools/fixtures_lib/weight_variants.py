@@ -9,6 +9,8 @@ rounding
 mag50 (per-row magnitude pruning, p = 0.5)
   For each output row r of W [out, in]: order = stable argsort of |W[r, :]| (float32 values, ties
   keep the lower column first); zero the first int(in * p) columns of that order (set to +0.0).
+  So among equal |w| at the boundary the LOWER column index is pruned. Such ties are real in the
+  16-bit checkpoints (e.g. 105 of 1152 rows of llama-gqa-bf16), so the packer must sort the same way.
   Applies to every 2-D Linear weight INSIDE the decoder blocks (q/k/v/o or out_proj, gate/up/down,
   fc1/fc2). Never embeddings, positions, lm_head, project_in/out, norms or biases.
 
