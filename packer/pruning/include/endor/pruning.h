@@ -1,0 +1,178 @@
+// Calibrated pruning of one Linear layer: magnitude, Wanda and SparseGPT (optionally with joint
+// int8/int4 quantization), as pure functions over f32 matrices. The facts implemented are in
+// ALGORITHMS.md "Pruning" and "Quantization"; deliberate departures are marked "Differs:".
+//
+// Shapes (all row-major f32, nn.Linear convention):
+//   W   [n_out, n_in]   weight, row = output channel
+//   X   [n_tokens, n_in] activations entering the layer (one or more calibration samples)
+//   H   [n_in, n_in]     SparseGPT Hessian, symmetric
+//   mask [n_out, n_in]   uint8, 1 = pruned; a pruned weight is exactly +0 afterwards
+//
+// Errors: bad arguments (sizes, ratios, non-finite values, a Hessian that is not positive
+// definite after dampening) throw endor::Error with one line saying what is wrong; nothing here
+// calls exit(). Thread safety: free functions are reentrant; an accumulator is single-writer.
+// The calibration driver (running the model block by block) lives in the packer, not here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace endor::pruning {
+
+// How much to prune: an unstructured fraction, or N of every M consecutive input columns.
+struct SparsityTarget {
+  double ratio = 0.0;     // unstructured: fraction in [0, 1) (double, as the references' Python)
+  uint32_t n = 0, m = 0;  // N:M when m != 0: 1 <= n < m, and m must divide n_in
+
+  static SparsityTarget unstructured(double ratio) { return {ratio, 0, 0}; }
+  static SparsityTarget n_of_m(uint32_t n, uint32_t m) { return {0.0, n, m}; }
+  bool is_n_of_m() const { return m != 0; }
+};
+
+// ---- calibration statistics (fed one batch at a time by the calibration driver) ----------
+
+// Wanda's per-input-column activation energy, updated exactly as wanda lib/layerwrapper.py
+// WrappedGPT.add_batch does, in f32:
+//   scaler_row *= n/(n+b);  n += b;  scaler_row[j] += ||X[:, j]||² / n
+// where b counts calibration SAMPLES in the batch (rows of the reference's 3-D [b, seq, in]
+// input), not tokens. So scaler_row[j] = Σ_tokens x_j² / n_samples: a per-sample (not
+// per-token) mean. The factor is the same for every column, so masks do not depend on it.
+// ||X_j||² is summed in double here (the reference sums in f32, in an unspecified order), then
+// rounded, square-rooted and squared in f32 as the reference does.
+class WandaStats {
+ public:
+  explicit WandaStats(size_t n_in);
+  // x: [n_tokens, n_in], the activations of n_samples samples (the reference hooks one sample of
+  // seq_len tokens per call: n_samples = 1). n_in must match the constructor's.
+  void add_batch(const float* x, size_t n_tokens, size_t n_in, size_t n_samples = 1);
+  const std::vector<float>& scaler_row() const { return scaler_row_; }  // [n_in]
+  size_t n_in() const { return scaler_row_.size(); }
+  uint64_t n_samples() const { return n_samples_; }
+
+ private:
+  std::vector<float> scaler_row_;
+  uint64_t n_samples_ = 0;
+};
+
+// SparseGPT's running Hessian (sparsegpt.py SparseGPT.add_batch), f32:
+//   H *= n/(n+b);  n += b;  Xs = sqrt(2/n)·X;  H += Xsᵀ·Xs
+// b counts samples as in WandaStats. Cost per batch: n_tokens·n_in² flops (BLAS ssyrk);
+// memory: n_in² floats, held for the accumulator's lifetime.
+class HessianAccumulator {
+ public:
+  explicit HessianAccumulator(size_t n_in);
+  // x: [n_tokens, n_in] activations of n_samples samples; n_in must match the constructor's.
+  void add_batch(const float* x, size_t n_tokens, size_t n_in, size_t n_samples = 1);
+  const std::vector<float>& hessian() const { return h_; }  // [n_in, n_in], both triangles set
+  size_t n_in() const { return n_in_; }
+  uint64_t n_samples() const { return n_samples_; }
+
+ private:
+  size_t n_in_;
+  std::vector<float> h_;
+  std::vector<float> scaled_;  // scratch: sqrt(2/n)·X
+  uint64_t n_samples_ = 0;
+};
+
+// ---- stored quantizers (must equal the container encodings code for code) ---------------
+// Rounding is half away from zero (std::round) for both schemes, and dequantization is the
+// unfused q·scale (+ min): these functions are compiled with -ffp-contract=off.
+
+// int8, one symmetric scale per output row: s = max(max|w_row|, 1e-5)/127.
+float int8_row_scale(const float* row, size_t n);
+// clamp(round(w/s), -127, 127).
+int8_t int8_code(float w, float scale);
+float int8_value(int8_t code, float scale);  // code·s
+
+// int4, asymmetric per (row, group of group_size consecutive input columns):
+// mn, mx over the group; scale = (mx−mn)/15; scale and mn are rounded to f16 BEFORE codes are
+// chosen; a scale that is 0 (mx == mn) or underflows f16 to 0 becomes 1 (Differs: ALGORITHMS.md
+// guards only mx == mn; an f16 scale of 0 would divide by zero). An f16 overflow throws.
+struct Int4GroupParams {
+  uint16_t scale_f16 = 0, min_f16 = 0;  // what the container stores
+  float scale = 1.0f, min = 0.0f;       // the same values widened to f32
+};
+Int4GroupParams int4_group_params(const float* x, size_t n);
+// clamp(round((x − min)/scale), 0, 15).
+uint8_t int4_code(float x, const Int4GroupParams&);
+float int4_value(uint8_t code, const Int4GroupParams&);  // code·scale + min
+
+enum class QuantScheme : uint8_t { None, Int8Row, Int4Group };
+struct QuantSpec {
+  QuantScheme scheme = QuantScheme::None;
+  uint32_t group_size = 128;  // Int4Group only: consecutive input columns per group
+};
+
+// ---- pruning -----------------------------------------------------------------------------
+
+// Magnitude (wanda lib/prune.py prune_magnitude). Unstructured: one threshold over the whole
+// matrix, thresh = sorted(|W|)[int(numel·ratio)], prune |W| <= thresh (ties at the threshold are
+// all pruned, as the reference). N:M: the n smallest |W| of each group. Zeroes w in place and
+// returns the mask.
+std::vector<uint8_t> magnitude_prune(float* w, size_t n_out, size_t n_in, const SparsityTarget&);
+
+// Wanda (wanda lib/prune.py prune_wanda): score S_ij = |W_ij|·sqrt(scaler_row_j) in f32; no
+// weight update. Unstructured: in every row the int(n_in·ratio) lowest scores are pruned, ties
+// broken by column index (a stable sort, as torch.sort(stable=True)) -- so the mask equals the
+// reference's exactly for equal scores. N:M: in every group of m consecutive columns of a row,
+// the n lowest scores; ties broken by lower column index. (The reference's torch.topk
+// (largest=False) leaves the order of equal scores unspecified -- its CPU path uses
+// std::nth_element -- so on exact ties the two masks may pick different but equally-scored
+// weights.) scaler_row: [n_in], e.g. WandaStats::scaler_row(). Zeroes w in place; returns mask.
+std::vector<uint8_t> wanda_prune(float* w, size_t n_out, size_t n_in, const float* scaler_row,
+                                 const SparsityTarget&);
+
+struct SparseGptOptions {
+  SparsityTarget target = SparsityTarget::unstructured(0.5);
+  size_t block_size = 128;  // columns per lazy-update block; an N:M m must divide it
+  float percdamp = 0.01f;   // H += percdamp·mean(diag H)·I
+  QuantSpec quant;          // joint quantization of the kept weights (None: prune only)
+};
+
+// The outcome for one layer. `w` itself (the caller's buffer) holds the final weights.
+//   mask            [n_out, n_in]  1 = pruned (weight exactly +0)
+//   Int8Row:   row_scales   [n_out]                 f32, computed on the input W (see below)
+//              int8_codes   [n_out, n_in]           int8 in [-127, 127]; 0 where pruned
+//   Int4Group: group_scales_f16, group_mins_f16
+//                           [n_out, ceil(n_in/G)]   f16 bits, group g = columns [g·G, g·G+G)
+//              int4_codes   [n_out, n_in]           one code 0..15 per byte (unpacked); 0 where pruned
+// For every kept weight, w == int8_value(code, row_scales[r]) or
+// int4_value(code, {group_scales_f16, group_mins_f16}) bit for bit, so a container encoder given
+// these parameters and codes stores exactly what the algorithm chose.
+struct SparseGptResult {
+  std::vector<uint8_t> mask;
+  QuantScheme scheme = QuantScheme::None;
+  uint32_t group_size = 0;  // Int4Group only
+  std::vector<float> row_scales;
+  std::vector<int8_t> int8_codes;
+  std::vector<uint16_t> group_scales_f16, group_mins_f16;
+  std::vector<uint8_t> int4_codes;
+  double loss = 0.0;  // the reference's Σ (w−q)²/d² / 2 over the layer (for logs)
+};
+
+// SparseGPT (sparsegpt.py fasterprune), f32 throughout, on w [n_out, n_in] in place, with the
+// Hessian h [n_in, n_in] (read only; copied). Steps, as the reference:
+//  1. Int8Row: row scales from the input W, before anything else (quantizer.find_params(W)).
+//  2. Dead inputs (H_jj == 0): H_jj = 1, W[:, j] = 0. Dampen the diagonal by percdamp·mean(diag).
+//  3. U = upper Cholesky factor of H⁻¹, as chol(H) -> cholesky_inverse -> chol(upper)
+//     (LAPACK spotrf, spotri, spotrf).
+//  4. Blocks of block_size columns. Unstructured: per block, score = W²/diag(U)² over all rows ×
+//     block columns of the block-start W, thresh = sorted(score)[int(numel·ratio)], pruned where
+//     score <= thresh. N:M: at every group start, score the next m columns of the UPDATED W and
+//     prune the n smallest per row (ties: lower column).
+//  5. Per column c: q = pruned ? 0 : quant(w) (quant = identity without a scheme),
+//     err = (w − q)/U_cc, later columns of the block -= err·U[c, ...]; after the block,
+//     W[:, end:] −= Err·U[block, end:] (BLAS sgemm).
+// Int4Group params of group g are computed when the loop reaches its first column, over ALL
+// entries of that row's group in the current W (columns inside the block already carry this
+// block's updates, later blocks' columns the updates of earlier blocks). The pruning decisions
+// for the group's later columns are not known then, so pruned entries take part in min/max.
+// Differs: GPTQ's groupsize path reads the group from W, which for a group starting mid-block
+// lacks that block's in-block updates; we use the updated values (they are what gets quantized).
+// Cost: ~(4/3)·n_in³ flops for step 3, ~n_out·n_in·(n_in + block_size) for steps 4-5;
+// memory n_in² + n_out·block_size floats. Uses OpenMP threads over rows and BLAS/LAPACK threads.
+SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float* h,
+                                const SparseGptOptions&);
+
+}  // namespace endor::pruning

@@ -1,0 +1,201 @@
+// SparseGPT (IST-DASLab/sparsegpt sparsegpt.py fasterprune) with optional joint quantization,
+// f32, on CPU: LAPACK for the inverse-Hessian factor, BLAS sgemm for the lazy block updates,
+// OpenMP over rows inside a block (within a block every row evolves independently).
+#include <cblas.h>
+#include <lapacke.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "checks.h"
+#include "endor/format.h"
+#include "endor/pruning.h"
+
+namespace endor::pruning {
+
+namespace {
+
+constexpr const char* kFn = "sparsegpt_prune";
+
+// h [n, n] symmetric positive definite -> upper U with H⁻¹ = Uᵀ·U, computed as the reference
+// does: L = chol(H), H⁻¹ = cholesky_inverse(L), U = chol(H⁻¹, upper). LAPACK runs column-major:
+// a row-major symmetric buffer is the same matrix, and a column-major upper triangle is the
+// row-major lower one, hence the swapped 'U'/'L'. The strict lower triangle is zeroed.
+void upper_cholesky_of_inverse(std::vector<float>& h, size_t n) {
+  const lapack_int ln = lapack_int(n);
+  lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', ln, h.data(), ln);
+  if (info > 0)
+    detail::fail(kFn, "the dampened Hessian is not positive definite (Cholesky failed at column " +
+                          std::to_string(info) + "); use more calibration data or a larger percdamp");
+  if (info < 0) detail::fail(kFn, "LAPACK spotrf rejected argument " + std::to_string(-info));
+  info = LAPACKE_spotri(LAPACK_COL_MAJOR, 'U', ln, h.data(), ln);
+  if (info != 0) detail::fail(kFn, "the Hessian's Cholesky factor is singular (spotri info " + std::to_string(info) + ")");
+  // Row-major view: the lower triangle holds H⁻¹; mirror it to make the full matrix.
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i + 1; j < n; ++j) h[i * n + j] = h[j * n + i];
+  info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'L', ln, h.data(), ln);
+  if (info != 0)
+    detail::fail(kFn, "the inverse Hessian is not numerically positive definite (Cholesky failed at column " +
+                          std::to_string(info) + "); use a larger percdamp");
+  for (size_t i = 1; i < n; ++i) std::fill(h.begin() + i * n, h.begin() + i * n + i, 0.0f);
+}
+
+void check_options(const SparseGptOptions& o, size_t n_in) {
+  detail::check_target(kFn, o.target, n_in);
+  if (o.block_size == 0) detail::fail(kFn, "block_size must be positive");
+  if (o.target.is_n_of_m() && o.block_size % o.target.m != 0)
+    detail::fail(kFn, "N:M group size " + std::to_string(o.target.m) + " does not divide block_size " +
+                          std::to_string(o.block_size));
+  if (!(o.percdamp >= 0.0f && std::isfinite(o.percdamp))) detail::fail(kFn, "percdamp must be finite and >= 0");
+  if (o.quant.scheme == QuantScheme::Int4Group && o.quant.group_size == 0)
+    detail::fail(kFn, "int4 group_size must be positive");
+}
+
+}  // namespace
+
+SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float* h,
+                                const SparseGptOptions& opt) {
+  const size_t numel = detail::checked_numel(kFn, n_out, n_in, "weight");
+  detail::checked_numel(kFn, n_in, n_in, "Hessian");
+  if (n_in > size_t(INT32_MAX) || n_out > size_t(INT32_MAX)) detail::fail(kFn, "layer too large for LAPACK/BLAS");
+  check_options(opt, n_in);
+  detail::check_finite(kFn, w, numel, "weight");
+  detail::check_finite(kFn, h, n_in * n_in, "Hessian");
+
+  SparseGptResult res;
+  res.scheme = opt.quant.scheme;
+  res.mask.assign(numel, 0);
+  const bool int8 = opt.quant.scheme == QuantScheme::Int8Row;
+  const bool int4 = opt.quant.scheme == QuantScheme::Int4Group;
+  const size_t group = int4 ? opt.quant.group_size : 0;
+  const size_t groups_per_row = int4 ? (n_in + group - 1) / group : 0;
+  if (int8) {
+    // quantizer.find_params(W) runs on the input W, before dead columns are zeroed.
+    res.row_scales.resize(n_out);
+    for (size_t r = 0; r < n_out; ++r) res.row_scales[r] = int8_row_scale(w + r * n_in, n_in);
+    res.int8_codes.assign(numel, 0);
+  }
+  if (int4) {
+    res.group_size = uint32_t(group);
+    res.group_scales_f16.assign(n_out * groups_per_row, 0);
+    res.group_mins_f16.assign(n_out * groups_per_row, 0);
+    res.int4_codes.assign(numel, 0);
+  }
+
+  std::vector<float> u(h, h + n_in * n_in);
+  std::vector<size_t> dead;  // inputs no calibration activation ever reached
+  for (size_t j = 0; j < n_in; ++j) {
+    if (u[j * n_in + j] != 0.0f) continue;
+    u[j * n_in + j] = 1.0f;
+    dead.push_back(j);
+  }
+  double diag_sum = 0.0;
+  for (size_t j = 0; j < n_in; ++j) diag_sum += u[j * n_in + j];
+  const float damp = opt.percdamp * float(diag_sum / double(n_in));
+  for (size_t j = 0; j < n_in; ++j) u[j * n_in + j] += damp;
+  upper_cholesky_of_inverse(u, n_in);  // may throw: w is not touched before this point
+  for (size_t j : dead)
+    for (size_t r = 0; r < n_out; ++r) w[r * n_in + j] = 0.0f;
+
+  const size_t bs = opt.block_size;
+  std::vector<float> err(n_out * bs);   // Err1: [n_out, count] with row stride bs
+  std::vector<float> score;             // unstructured block scores, [n_out, count]
+  std::vector<double> row_loss(n_out, 0.0);
+  const SparsityTarget& target = opt.target;
+
+  for (size_t i1 = 0; i1 < n_in; i1 += bs) {
+    const size_t i2 = std::min(i1 + bs, n_in), count = i2 - i1;
+
+    if (!target.is_n_of_m()) {
+      // One threshold over rows × block columns of the block-start W (the reference's mask1).
+      score.resize(n_out * count);
+      for (size_t r = 0; r < n_out; ++r)
+        for (size_t i = 0; i < count; ++i) {
+          const float x = w[r * n_in + i1 + i], d = u[(i1 + i) * n_in + i1 + i];
+          score[r * count + i] = (x * x) / (d * d);
+        }
+      std::vector<float> sorted = score;
+      const size_t k = size_t(double(sorted.size()) * target.ratio);
+      std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end());
+      const float thresh = sorted[k];
+      for (size_t r = 0; r < n_out; ++r)
+        for (size_t i = 0; i < count; ++i) res.mask[r * n_in + i1 + i] = score[r * count + i] <= thresh;
+    }
+
+#pragma omp parallel for schedule(static)
+    for (long long rr = 0; rr < (long long)n_out; ++rr) {
+      const size_t r = size_t(rr);
+      float* row = w + r * n_in;
+      uint8_t* mask = &res.mask[r * n_in];
+      float* row_err = &err[r * bs];
+      float nm_score[256];
+      std::vector<float> nm_big;
+      Int4GroupParams gp;
+      double loss = 0.0;
+      for (size_t i = 0; i < count; ++i) {
+        const size_t c = i1 + i;
+        const float* u_row = &u[c * n_in];  // U[c, :], upper: entries from column c on
+        if (target.is_n_of_m() && i % target.m == 0) {
+          float* s = nm_score;
+          if (target.m > 256) {
+            nm_big.resize(target.m);
+            s = nm_big.data();
+          }
+          for (size_t t = 0; t < target.m; ++t) {
+            const float x = row[c + t], d = u[(c + t) * n_in + c + t];
+            s[t] = (x * x) / (d * d);
+          }
+          detail::mark_lowest_n(s, target.m, target.n, mask + c);
+        }
+        if (int4 && (c % group == 0 || i == 0)) {
+          const size_t g = c / group;
+          if (c % group == 0) {
+            gp = int4_group_params(row + c, std::min(group, n_in - c));
+            res.group_scales_f16[r * groups_per_row + g] = gp.scale_f16;
+            res.group_mins_f16[r * groups_per_row + g] = gp.min_f16;
+          } else {  // a group that started in an earlier block
+            gp.scale_f16 = res.group_scales_f16[r * groups_per_row + g];
+            gp.min_f16 = res.group_mins_f16[r * groups_per_row + g];
+            gp.scale = f16_to_f32(gp.scale_f16);
+            gp.min = f16_to_f32(gp.min_f16);
+          }
+        }
+        const float x = row[c], d = u_row[c];
+        float q = 0.0f;
+        if (!mask[c]) {
+          if (int8) {
+            const int8_t code = int8_code(x, res.row_scales[r]);
+            res.int8_codes[r * n_in + c] = code;
+            q = int8_value(code, res.row_scales[r]);
+          } else if (int4) {
+            const uint8_t code = int4_code(x, gp);
+            res.int4_codes[r * n_in + c] = code;
+            q = int4_value(code, gp);
+          } else {
+            q = x;
+          }
+        }
+        const float e = (x - q) / d;
+        const float l = (x - q) * (x - q) / (d * d);
+        loss += l;
+        row[c] = q;
+        row_err[i] = e;
+        for (size_t j = c + 1; j < i2; ++j) row[j] -= e * u_row[j];
+      }
+      row_loss[r] += loss;
+    }
+
+    if (i2 < n_in) {
+      // W[:, i2:] -= Err1 · U[i1:i2, i2:]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n_out), int(n_in - i2), int(count), -1.0f,
+                  err.data(), int(bs), &u[i1 * n_in + i2], int(n_in), 1.0f, w + i2, int(n_in));
+    }
+  }
+  for (size_t r = 0; r < n_out; ++r) res.loss += row_loss[r];
+  res.loss /= 2.0;
+  return res;
+}
+
+}  // namespace endor::pruning

@@ -1,0 +1,367 @@
+// Properties of the pruning library that need no reference: quantizer arithmetic, N:M and
+// unstructured counts, tie handling, reconstruction-error ordering on correlated inputs,
+// quantized outputs representable by the returned codes, and bad-input errors.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "endor/format.h"
+#include "endor/pruning.h"
+
+using namespace endor::pruning;
+
+namespace {
+
+struct Layer {
+  size_t n_out, n_in, n_tokens;
+  std::vector<float> w, x;  // [n_out, n_in], [n_tokens, n_in]
+};
+
+// Correlated activations (low-rank mixing + noise), log-normal column scales and a few outlier
+// columns as in LLM activations; Gaussian weights. Fixed seed.
+Layer make_layer(size_t n_out, size_t n_in, size_t n_tokens, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t rank = n_in / 4;
+  std::vector<float> mix(rank * n_in), col_scale(n_in);
+  for (float& v : mix) v = normal(rng) / std::sqrt(float(rank));
+  for (size_t j = 0; j < n_in; ++j) col_scale[j] = std::exp(0.7f * normal(rng)) * (j % 37 == 5 ? 8.0f : 1.0f);
+  Layer l{n_out, n_in, n_tokens, std::vector<float>(n_out * n_in), std::vector<float>(n_tokens * n_in)};
+  std::vector<float> z(rank);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    for (float& v : z) v = normal(rng);
+    for (size_t j = 0; j < n_in; ++j) {
+      float s = 0.3f * normal(rng);
+      for (size_t k = 0; k < rank; ++k) s += z[k] * mix[k * n_in + j];
+      l.x[t * n_in + j] = s * col_scale[j];
+    }
+  }
+  for (float& v : l.w) v = normal(rng);
+  return l;
+}
+
+// ‖X·Wᵀ − X·W'ᵀ‖_F
+double reconstruction_error(const Layer& l, const std::vector<float>& pruned) {
+  double sum = 0;
+  for (size_t t = 0; t < l.n_tokens; ++t)
+    for (size_t r = 0; r < l.n_out; ++r) {
+      double d = 0;
+      for (size_t j = 0; j < l.n_in; ++j) d += double(l.x[t * l.n_in + j]) * (l.w[r * l.n_in + j] - pruned[r * l.n_in + j]);
+      sum += d * d;
+    }
+  return std::sqrt(sum);
+}
+
+std::vector<float> hessian_of(const Layer& l) {
+  HessianAccumulator acc(l.n_in);
+  acc.add_batch(l.x.data(), l.n_tokens, l.n_in, 4);
+  return acc.hessian();
+}
+
+bool is_positive_zero(float v) { return v == 0.0f && !std::signbit(v); }
+
+}  // namespace
+
+TEST_CASE("int8 quantizer: per-row absmax scale, round half away from zero, clamp") {
+  const float row[] = {0.5f, -2.0f, 1.0f};
+  CHECK(int8_row_scale(row, 3) == 2.0f / 127.0f);
+  const float zeros[] = {0.0f, 0.0f};
+  CHECK(int8_row_scale(zeros, 2) == 1e-5f / 127.0f);
+  CHECK(int8_code(2.5f, 1.0f) == 3);
+  CHECK(int8_code(-2.5f, 1.0f) == -3);
+  CHECK(int8_code(2.4999998f, 1.0f) == 2);
+  CHECK(int8_code(300.0f, 1.0f) == 127);
+  CHECK(int8_code(-300.0f, 1.0f) == -127);
+  CHECK(int8_value(-3, 0.5f) == -1.5f);
+}
+
+TEST_CASE("int4 quantizer: f16 min/scale chosen first, codes against them") {
+  std::vector<float> g(16);
+  for (int i = 0; i < 16; ++i) g[i] = float(i) - 3.0f;  // range [-3, 12], scale exactly 1
+  Int4GroupParams p = int4_group_params(g.data(), g.size());
+  CHECK(p.scale == 1.0f);
+  CHECK(p.min == -3.0f);
+  CHECK(p.scale_f16 == endor::f32_to_f16(1.0f));
+  CHECK(p.min_f16 == endor::f32_to_f16(-3.0f));
+  for (int i = 0; i < 16; ++i) CHECK(int4_code(g[i], p) == i);
+  CHECK(int4_code(4.5f, p) == 8);    // (4.5 + 3)/1 = 7.5 rounds away from zero
+  CHECK(int4_code(100.0f, p) == 15);
+  CHECK(int4_code(-100.0f, p) == 0);
+
+  const float odd[] = {0.1f, 0.7f, 0.33f};  // params are f16 values, not the f32 min/scale
+  p = int4_group_params(odd, 3);
+  CHECK(p.min == endor::f16_to_f32(endor::f32_to_f16(0.1f)));
+  CHECK(p.min != 0.1f);
+  CHECK(p.scale == endor::f16_to_f32(endor::f32_to_f16((0.7f - 0.1f) / 15.0f)));
+  for (float x : odd) CHECK(int4_value(int4_code(x, p), p) == float(int4_code(x, p)) * p.scale + p.min);
+
+  const float flat[] = {0.25f, 0.25f};  // mx == mn: scale 1, every code 0
+  p = int4_group_params(flat, 2);
+  CHECK(p.scale == 1.0f);
+  CHECK(int4_value(int4_code(0.25f, p), p) == 0.25f);
+  const float tiny[] = {0.0f, 1e-9f};  // scale underflows f16 to 0: guarded to 1, no division by 0
+  p = int4_group_params(tiny, 2);
+  CHECK(p.scale == 1.0f);
+  CHECK(int4_code(1e-9f, p) == 0);
+  const float huge[] = {-1e6f, 1e6f};
+  CHECK_THROWS_AS(int4_group_params(huge, 2), endor::Error);
+}
+
+TEST_CASE("WandaStats: Σ x² per column divided by the number of samples (not tokens)") {
+  WandaStats s(3);
+  const std::vector<float> ones(4 * 3, 1.0f), twos(4 * 3, 2.0f);
+  s.add_batch(ones.data(), 4, 3);  // one sample of 4 tokens
+  CHECK(s.scaler_row() == std::vector<float>{4.0f, 4.0f, 4.0f});
+  s.add_batch(twos.data(), 4, 3);  // (4 + 16)/2
+  CHECK(s.scaler_row() == std::vector<float>{10.0f, 10.0f, 10.0f});
+  CHECK(s.n_samples() == 2);
+  WandaStats both(3);  // the same two samples in one batch of 2
+  std::vector<float> joined = ones;
+  joined.insert(joined.end(), twos.begin(), twos.end());
+  both.add_batch(joined.data(), 8, 3, 2);
+  CHECK(both.scaler_row() == s.scaler_row());
+}
+
+TEST_CASE("HessianAccumulator: 2/n · Σ XᵀX, symmetric, running over batches") {
+  // sqrt(2/n) is rounded to f32 before squaring (as the reference), so compare within 8 ulps.
+  auto near = [](const std::vector<float>& got, const std::vector<float>& want) {
+    for (size_t i = 0; i < want.size(); ++i)
+      if (std::fabs(got[i] - want[i]) > 8 * 0x1p-24 * std::fabs(want[i])) return false;
+    return got.size() == want.size() && got[1] == got[2];
+  };
+  HessianAccumulator h(2);
+  const float x1[] = {1, 2, 3, 4};  // [2 tokens, 2 inputs], one sample
+  h.add_batch(x1, 2, 2);
+  CHECK(near(h.hessian(), {20, 28, 28, 40}));
+  const float x2[] = {1, 0};
+  h.add_batch(x2, 1, 2);  // H = (2/2)·(XᵀX over all 3 tokens) = [[11, 14], [14, 20]]
+  CHECK(near(h.hessian(), {11, 14, 14, 20}));
+  CHECK(h.n_samples() == 2);
+}
+
+TEST_CASE("unstructured Wanda prunes exactly int(n_in·p) per row; ties go to lower columns") {
+  Layer l = make_layer(16, 40, 64, 1);
+  WandaStats stats(l.n_in);
+  stats.add_batch(l.x.data(), l.n_tokens, l.n_in);
+  for (double p : {0.3, 0.5, 0.77}) {
+    std::vector<float> w = l.w;
+    const auto mask = wanda_prune(w.data(), l.n_out, l.n_in, stats.scaler_row().data(), SparsityTarget::unstructured(p));
+    for (size_t r = 0; r < l.n_out; ++r)
+      CHECK(size_t(std::count(&mask[r * l.n_in], &mask[r * l.n_in] + l.n_in, 1)) == size_t(l.n_in * p));
+  }
+  // All scores equal: a stable sort keeps column order, so the first k columns go.
+  std::vector<float> w(2 * 8, 1.0f), scaler(8, 4.0f);
+  auto mask = wanda_prune(w.data(), 2, 8, scaler.data(), SparsityTarget::unstructured(0.5));
+  CHECK(mask == std::vector<uint8_t>{1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0});
+  w.assign(16, -1.0f);
+  mask = wanda_prune(w.data(), 2, 8, scaler.data(), SparsityTarget::n_of_m(2, 4));
+  CHECK(mask == std::vector<uint8_t>{1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0});
+  CHECK(w == std::vector<float>{0, 0, -1, -1, 0, 0, -1, -1, 0, 0, -1, -1, 0, 0, -1, -1});
+}
+
+TEST_CASE("N:M masks have exactly N pruned weights in every group, all methods") {
+  Layer l = make_layer(24, 64, 96, 2);
+  WandaStats stats(l.n_in);
+  stats.add_batch(l.x.data(), l.n_tokens, l.n_in);
+  const std::vector<float> h = hessian_of(l);
+  for (auto [n, m] : {std::pair<uint32_t, uint32_t>{2, 4}, {4, 8}, {1, 4}, {3, 16}}) {
+    CAPTURE(n);
+    CAPTURE(m);
+    const SparsityTarget t = SparsityTarget::n_of_m(n, m);
+    std::vector<float> w_mag = l.w, w_wanda = l.w, w_sgpt = l.w;
+    SparseGptOptions opt;
+    opt.target = t;
+    opt.block_size = 32;
+    const std::vector<std::vector<uint8_t>> masks = {
+        magnitude_prune(w_mag.data(), l.n_out, l.n_in, t),
+        wanda_prune(w_wanda.data(), l.n_out, l.n_in, stats.scaler_row().data(), t),
+        sparsegpt_prune(w_sgpt.data(), l.n_out, l.n_in, h.data(), opt).mask};
+    const std::vector<float>* outs[] = {&w_mag, &w_wanda, &w_sgpt};
+    for (size_t k = 0; k < masks.size(); ++k) {
+      CAPTURE(k);
+      size_t bad_groups = 0, nonzero_pruned = 0;
+      for (size_t r = 0; r < l.n_out; ++r)
+        for (size_t g = 0; g < l.n_in; g += m)
+          bad_groups += std::count(&masks[k][r * l.n_in + g], &masks[k][r * l.n_in + g] + m, 1) != long(n);
+      for (size_t i = 0; i < masks[k].size(); ++i) nonzero_pruned += masks[k][i] && !is_positive_zero((*outs[k])[i]);
+      CHECK(bad_groups == 0);
+      CHECK(nonzero_pruned == 0);
+    }
+  }
+}
+
+TEST_CASE("reconstruction error on correlated inputs: SparseGPT < Wanda < magnitude") {
+  const Layer l = make_layer(64, 128, 512, 3);
+  WandaStats stats(l.n_in);
+  for (size_t s = 0; s < 4; ++s) stats.add_batch(&l.x[s * 128 * l.n_in], 128, l.n_in);
+  const std::vector<float> h = hessian_of(l);
+  for (const SparsityTarget& t : {SparsityTarget::unstructured(0.5), SparsityTarget::n_of_m(2, 4)}) {
+    CAPTURE(t.m);
+    std::vector<float> w_mag = l.w, w_wanda = l.w, w_sgpt = l.w;
+    magnitude_prune(w_mag.data(), l.n_out, l.n_in, t);
+    wanda_prune(w_wanda.data(), l.n_out, l.n_in, stats.scaler_row().data(), t);
+    SparseGptOptions opt;
+    opt.target = t;
+    sparsegpt_prune(w_sgpt.data(), l.n_out, l.n_in, h.data(), opt);
+    const double e_mag = reconstruction_error(l, w_mag), e_wanda = reconstruction_error(l, w_wanda),
+                 e_sgpt = reconstruction_error(l, w_sgpt);
+    MESSAGE("‖XWᵀ−XW'ᵀ‖ (m=" << t.m << "): magnitude " << e_mag << ", wanda " << e_wanda << ", sparsegpt " << e_sgpt);
+    CHECK(e_sgpt < e_wanda);
+    CHECK(e_wanda < e_mag);
+  }
+}
+
+TEST_CASE("SparseGPT with H = I is block-wise magnitude pruning without updates") {
+  // U = I/sqrt(1 + damp): equal scores per column, and err·U[i, j>i] = 0 leaves kept weights alone.
+  const Layer l = make_layer(12, 48, 8, 4);
+  std::vector<float> eye(l.n_in * l.n_in, 0.0f);
+  for (size_t j = 0; j < l.n_in; ++j) eye[j * l.n_in + j] = 1.0f;
+  std::vector<float> w_sgpt = l.w, w_mag = l.w;
+  SparseGptOptions opt;
+  opt.target = SparsityTarget::unstructured(0.4);
+  const auto res = sparsegpt_prune(w_sgpt.data(), l.n_out, l.n_in, eye.data(), opt);  // one block
+  CHECK(res.mask == magnitude_prune(w_mag.data(), l.n_out, l.n_in, opt.target));
+  CHECK(w_sgpt == w_mag);
+}
+
+TEST_CASE("SparseGPT zeroes dead inputs (H_jj == 0)") {
+  Layer l = make_layer(8, 32, 64, 5);
+  for (size_t t = 0; t < l.n_tokens; ++t) l.x[t * l.n_in + 3] = 0.0f;
+  const std::vector<float> h = hessian_of(l);
+  std::vector<float> w = l.w;
+  const auto res = sparsegpt_prune(w.data(), l.n_out, l.n_in, h.data(), SparseGptOptions{});
+  for (size_t r = 0; r < l.n_out; ++r) {
+    CHECK(is_positive_zero(w[r * l.n_in + 3]));
+    CHECK(res.mask[r * l.n_in + 3] == 1);  // score 0: always below the threshold
+  }
+}
+
+TEST_CASE("SparseGPT + quantization: every kept weight is exactly its stored code's value") {
+  const Layer l = make_layer(20, 200, 256, 6);
+  const std::vector<float> h = hessian_of(l);
+  struct Case { SparsityTarget t; QuantScheme q; uint32_t group; size_t block; };
+  const Case cases[] = {
+      {SparsityTarget::unstructured(0.5), QuantScheme::Int8Row, 0, 128},
+      {SparsityTarget::n_of_m(2, 4), QuantScheme::Int8Row, 0, 64},
+      {SparsityTarget::unstructured(0.5), QuantScheme::Int4Group, 64, 128},   // partial last group
+      {SparsityTarget::n_of_m(2, 4), QuantScheme::Int4Group, 48, 32},         // groups straddle blocks
+      {SparsityTarget::unstructured(0.6), QuantScheme::Int4Group, 128, 128},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(int(c.q));
+    CAPTURE(c.group);
+    std::vector<float> w = l.w;
+    SparseGptOptions opt;
+    opt.target = c.t;
+    opt.block_size = c.block;
+    opt.quant = {c.q, c.group};
+    const SparseGptResult res = sparsegpt_prune(w.data(), l.n_out, l.n_in, h.data(), opt);
+    CHECK(res.scheme == c.q);
+    size_t mismatches = 0, nonzero_pruned = 0, bad_codes = 0;
+    if (c.q == QuantScheme::Int8Row) {
+      REQUIRE(res.row_scales.size() == l.n_out);
+      REQUIRE(res.int8_codes.size() == w.size());
+      for (size_t r = 0; r < l.n_out; ++r) CHECK(res.row_scales[r] == int8_row_scale(&l.w[r * l.n_in], l.n_in));
+      for (size_t i = 0; i < w.size(); ++i) {
+        const int8_t code = res.int8_codes[i];
+        bad_codes += code < -127 || (res.mask[i] && code != 0);
+        if (res.mask[i]) nonzero_pruned += !is_positive_zero(w[i]);
+        else mismatches += w[i] != int8_value(code, res.row_scales[i / l.n_in]);
+      }
+    } else {
+      const size_t gpr = (l.n_in + c.group - 1) / c.group;
+      REQUIRE(res.group_size == c.group);
+      REQUIRE(res.group_scales_f16.size() == l.n_out * gpr);
+      REQUIRE(res.group_mins_f16.size() == l.n_out * gpr);
+      for (size_t i = 0; i < w.size(); ++i) {
+        const size_t r = i / l.n_in, g = (i % l.n_in) / c.group;
+        Int4GroupParams p;
+        p.scale = endor::f16_to_f32(res.group_scales_f16[r * gpr + g]);
+        p.min = endor::f16_to_f32(res.group_mins_f16[r * gpr + g]);
+        const uint8_t code = res.int4_codes[i];
+        bad_codes += code > 15 || (res.mask[i] && code != 0);
+        if (res.mask[i]) nonzero_pruned += !is_positive_zero(w[i]);
+        else mismatches += w[i] != int4_value(code, p);
+      }
+    }
+    CHECK(mismatches == 0);
+    CHECK(nonzero_pruned == 0);
+    CHECK(bad_codes == 0);
+    CHECK(res.loss > 0.0);
+  }
+}
+
+TEST_CASE("bad arguments throw endor::Error with one line and leave W untouched") {
+  const Layer l = make_layer(4, 16, 32, 7);
+  const std::vector<float> h = hessian_of(l);
+  std::vector<float> scaler(16, 1.0f);
+  auto throws_unchanged = [&](auto&& call, const std::string& needle) {
+    std::vector<float> w = l.w;
+    std::string msg;
+    try {
+      call(w.data());
+    } catch (const endor::Error& e) {
+      msg = e.what();
+    }
+    CAPTURE(msg);
+    CHECK(msg.find(needle) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+    CHECK(w == l.w);
+  };
+  for (double bad : {0.0, 1.0, -0.5, std::nan("")}) {
+    throws_unchanged([&](float* w) { wanda_prune(w, 4, 16, scaler.data(), SparsityTarget::unstructured(bad)); }, "ratio");
+    throws_unchanged([&](float* w) { magnitude_prune(w, 4, 16, SparsityTarget::unstructured(bad)); }, "ratio");
+  }
+  throws_unchanged([&](float* w) { wanda_prune(w, 4, 16, scaler.data(), SparsityTarget::n_of_m(4, 4)); }, "N < M");
+  throws_unchanged([&](float* w) { wanda_prune(w, 4, 16, scaler.data(), SparsityTarget::n_of_m(2, 3)); }, "does not divide");
+  throws_unchanged([&](float* w) { wanda_prune(w, 0, 16, scaler.data(), SparsityTarget::unstructured(0.5)); }, "empty");
+  std::vector<float> neg = scaler;
+  neg[3] = -1.0f;
+  throws_unchanged([&](float* w) { wanda_prune(w, 4, 16, neg.data(), SparsityTarget::unstructured(0.5)); }, "negative");
+  neg[3] = INFINITY;
+  throws_unchanged([&](float* w) { wanda_prune(w, 4, 16, neg.data(), SparsityTarget::unstructured(0.5)); }, "non-finite");
+
+  SparseGptOptions opt;
+  std::vector<float> w_nan = l.w;
+  w_nan[5] = NAN;
+  const std::vector<float> w_nan_before = w_nan;
+  CHECK_THROWS_WITH_AS(sparsegpt_prune(w_nan.data(), 4, 16, h.data(), opt),
+                       "sparsegpt_prune: weight has a non-finite value at flat index 5", endor::Error);
+  CHECK(std::memcmp(w_nan.data(), w_nan_before.data(), w_nan.size() * sizeof(float)) == 0);
+  std::vector<float> h_nan = h;
+  h_nan[17] = INFINITY;
+  throws_unchanged([&](float* w) { sparsegpt_prune(w, 4, 16, h_nan.data(), opt); }, "Hessian has a non-finite");
+  opt.block_size = 0;
+  throws_unchanged([&](float* w) { sparsegpt_prune(w, 4, 16, h.data(), opt); }, "block_size");
+  opt.block_size = 6;
+  opt.target = SparsityTarget::n_of_m(2, 4);
+  throws_unchanged([&](float* w) { sparsegpt_prune(w, 4, 16, h.data(), opt); }, "block_size");
+  opt = SparseGptOptions{};
+  opt.quant = {QuantScheme::Int4Group, 0};
+  throws_unchanged([&](float* w) { sparsegpt_prune(w, 4, 16, h.data(), opt); }, "group_size");
+  opt = SparseGptOptions{};
+  opt.percdamp = -1.0f;
+  throws_unchanged([&](float* w) { sparsegpt_prune(w, 4, 16, h.data(), opt); }, "percdamp");
+  // Negative definite with a dead input: fails in Cholesky, after the dead column was found.
+  std::vector<float> bad_h(16 * 16, 0.0f);
+  for (size_t j = 1; j < 16; ++j) bad_h[j * 16 + j] = -1.0f;
+  opt = SparseGptOptions{};
+  opt.percdamp = 0.0f;
+  throws_unchanged([&](float* w) { sparsegpt_prune(w, 4, 16, bad_h.data(), opt); }, "not positive definite");
+
+  WandaStats stats(16);
+  HessianAccumulator acc(16);
+  CHECK_THROWS_AS(stats.add_batch(l.x.data(), 32, 15), endor::Error);
+  CHECK_THROWS_AS(acc.add_batch(l.x.data(), 32, 16, 0), endor::Error);
+  CHECK_THROWS_AS(WandaStats(0), endor::Error);
+  CHECK_THROWS_AS(HessianAccumulator(0), endor::Error);
+  std::vector<float> x_nan(l.x);
+  x_nan[7] = NAN;
+  CHECK_THROWS_AS(acc.add_batch(x_nan.data(), 32, 16), endor::Error);
+  CHECK(acc.n_samples() == 0);
+}
