@@ -7,7 +7,8 @@ namespace endor::cpu {
 bool cpu_has_avx2() {
 #if defined(ENDOR_KERNELS_AVX2) && (defined(__x86_64__) || defined(__i386__))
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+         __builtin_cpu_supports("popcnt");
 #else
   return false;
 #endif

@@ -1,0 +1,487 @@
+// AVX2+FMA+F16C weight kernels (this translation unit alone is compiled with -mavx2 -mfma
+// -mf16c -mpopcnt; isa.cpp calls it only on CPUs that have them). No AVX-512.
+//
+// Bitmap rows are processed 8 columns (one bitmap byte m) at a time: the next popcount(m)
+// stored values are loaded as 8 lanes, moved to their columns with one permute whose indices
+// come from a 256-entry table (lane j takes value rank_j = popcount(m & (2^j − 1))), and the
+// absent lanes are cleared with a second table's mask. Weights are decoded exactly as the
+// reference decoder does (int4: q·s is exact, so fma(q, s, m) rounds once like q·s + m), then
+// multiplied in eight column lanes (c mod 8) per token.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "weight_kernels.h"
+
+namespace endor::cpu::detail {
+namespace {
+
+// ---- tables and small helpers ---------------------------------------------------------------
+
+struct ExpandTables {
+  alignas(32) int32_t perm[256][8];  // lane j <- stored value rank_j of the chunk
+  alignas(32) int32_t keep[256][8];  // all ones where column j is present, else 0
+  ExpandTables() {
+    for (int m = 0; m < 256; ++m) {
+      int rank = 0;
+      for (int j = 0; j < 8; ++j) {
+        const bool present = (m >> j) & 1;
+        perm[m][j] = present ? rank++ : 0;
+        keep[m][j] = present ? -1 : 0;
+      }
+    }
+  }
+};
+const ExpandTables& expand_tables() {
+  static const ExpandTables tables;
+  return tables;
+}
+
+// Values a chunk may load past its last stored value (8 lanes are always loaded).
+constexpr uint64_t kOverreadValues = 8;
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // lanes j, j+4
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+inline float half(uint16_t h) { return _cvtsh_ss(h); }
+
+// Lane mask for the first n (< 8) lanes: used for partial chunks at the end of a row.
+inline __m256i first_lanes(uint64_t n) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), lane);
+}
+
+// Writes the n int4 codes of stored values [k0, k0 + n) as bytes to out[0, n) (even value: low
+// nibble). Reads only the bytes that hold those codes.
+inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8_t* out) {
+  const uint8_t* src = values + k0 / 2;
+  uint64_t i = 0;
+  if ((k0 & 1) && n > 0) out[i++] = uint8_t(*src++ >> 4);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (; i + 32 <= n; i += 32, src += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i lo = _mm_and_si128(b, low4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_unpacklo_epi8(lo, hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i + 16), _mm_unpackhi_epi8(lo, hi));
+  }
+  for (; i + 2 <= n; i += 2, ++src) {
+    out[i] = *src & 0x0F;
+    out[i + 1] = uint8_t(*src >> 4);
+  }
+  if (i < n) out[i] = *src & 0x0F;
+}
+
+// ---- per-row value decoding -------------------------------------------------------------------
+
+// int4 scale/min of the group(s) under a chunk of one row. kAnyGroup: groups may change inside a
+// chunk (group_size % 8 != 0), so lanes are filled one by one; else one broadcast per group.
+template <bool kAnyGroup>
+struct GroupParams {
+  const uint16_t* scales;
+  const uint16_t* mins;
+  uint64_t group_size, cols;
+  __m256 s = _mm256_setzero_ps(), m = _mm256_setzero_ps();
+  uint64_t next = 0;  // first column of the next group (kAnyGroup false)
+
+  GroupParams(const TensorView& w, uint64_t r)
+      : scales(w.group_scales() + r * w.layout.groups_per_row),
+        mins(w.group_mins() + r * w.layout.groups_per_row),
+        group_size(w.layout.group_size),
+        cols(w.layout.cols) {}
+
+  inline void at(uint64_t c0) {
+    if constexpr (!kAnyGroup) {
+      if (c0 >= next) {
+        const uint64_t g = c0 / group_size;
+        s = _mm256_set1_ps(half(scales[g]));
+        m = _mm256_set1_ps(half(mins[g]));
+        next = (g + 1) * group_size;
+      }
+    } else {
+      alignas(32) float sv[8], mv[8];
+      for (int j = 0; j < 8; ++j) {
+        const uint64_t g = std::min(c0 + uint64_t(j), cols - 1) / group_size;
+        sv[j] = half(scales[g]);
+        mv[j] = half(mins[g]);
+      }
+      s = _mm256_load_ps(sv);
+      m = _mm256_load_ps(mv);
+    }
+  }
+};
+
+// Everything a row needs to turn 8 stored values into 8 decoded weights. For int8 the lanes hold
+// the codes q (the row scale is applied by the caller: after the sum for dots, per element for
+// decode); for int4 the dequantized q·s + m.
+template <ValueType VT, bool kAnyGroup>
+struct RowDecoder {
+  GroupParams<kAnyGroup> group;
+  float row_scale = 1.0f;
+
+  RowDecoder(const TensorView& w, uint64_t r) : group(init_group(w, r)) {
+    if constexpr (VT == ValueType::I8) row_scale = w.row_scales()[r];
+  }
+  static GroupParams<kAnyGroup> init_group(const TensorView& w, uint64_t r) {
+    if constexpr (VT == ValueType::I4) return GroupParams<kAnyGroup>(w, r);
+    TensorView none = w;  // int4 fields unused: point the group at the row's (empty) params
+    none.layout.groups_per_row = 0;
+    none.layout.group_size = 1;
+    return GroupParams<kAnyGroup>(none, 0);
+  }
+
+  // 8 raw lanes starting at stored value k of `src` (codes for int types, floats otherwise).
+  static inline __m256i load_int(const uint8_t* src, uint64_t k) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + k));
+    if constexpr (VT == ValueType::I8) return _mm256_cvtepi8_epi32(b);
+    return _mm256_cvtepu8_epi32(b);  // int4 codes, already one per byte
+  }
+  static inline __m256 load_float(const uint8_t* src, uint64_t k) {
+    if constexpr (VT == ValueType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(src) + k);
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(src) + k));
+    if constexpr (VT == ValueType::F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));  // bf16
+  }
+
+  // Dense: the 8 stored values at k, for columns c0..c0+7.
+  inline __m256 dense(const uint8_t* src, uint64_t k, uint64_t c0) {
+    if constexpr (VT == ValueType::I8) {
+      return _mm256_cvtepi32_ps(load_int(src, k));
+    } else if constexpr (VT == ValueType::I4) {
+      group.at(c0);
+      return _mm256_fmadd_ps(_mm256_cvtepi32_ps(load_int(src, k)), group.s, group.m);
+    } else {
+      return load_float(src, k);
+    }
+  }
+
+  // Bitmap: chunk with mask byte m whose first stored value is k, at columns c0..c0+7.
+  inline __m256 expand(const ExpandTables& t, unsigned m, const uint8_t* src, uint64_t k, uint64_t c0) {
+    const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.perm[m]));
+    const __m256 keep = _mm256_load_ps(reinterpret_cast<const float*>(t.keep[m]));
+    if constexpr (VT == ValueType::I8) {
+      return _mm256_and_ps(_mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(load_int(src, k), idx)), keep);
+    } else if constexpr (VT == ValueType::I4) {
+      group.at(c0);
+      const __m256 q = _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(load_int(src, k), idx));
+      return _mm256_and_ps(_mm256_fmadd_ps(q, group.s, group.m), keep);
+    } else {
+      return _mm256_and_ps(_mm256_permutevar8x32_ps(load_float(src, k), idx), keep);
+    }
+  }
+
+  // Scalar decode of dense stored value v (row tails).
+  inline float dense_scalar(const uint8_t* values, uint64_t v, uint64_t c) {
+    if constexpr (VT == ValueType::F32) {
+      float f;
+      std::memcpy(&f, values + 4 * v, 4);
+      return f;
+    } else if constexpr (VT == ValueType::F16) {
+      return half(load_u16(values + 2 * v));
+    } else if constexpr (VT == ValueType::BF16) {
+      return bfloat_to_f32(load_u16(values + 2 * v));
+    } else if constexpr (VT == ValueType::I8) {
+      return float(int8_t(values[v]));
+    } else {
+      const uint8_t byte = values[v / 2];
+      const float q = float((v % 2 == 0) ? (byte & 0x0Fu) : (byte >> 4));
+      const uint64_t g = c / group.group_size;
+      return q * half(group.scales[g]) + half(group.mins[g]);
+    }
+  }
+};
+
+constexpr uint64_t value_bytes(ValueType vt) {
+  return vt == ValueType::F32 ? 4 : (vt == ValueType::F16 || vt == ValueType::BF16) ? 2 : 1;
+}
+
+// ---- per-token accumulators ---------------------------------------------------------------------
+
+// NT tokens, one 8-lane accumulator each; a single token gets two (alternating chunks) so the
+// FMA latency chain does not bound the loop.
+template <int NT>
+struct Accumulators {
+  static constexpr int kN = NT == 1 ? 2 : NT;
+  __m256 a[kN];
+  const float* x;
+  size_t xs;
+
+  Accumulators(const float* x_, size_t xs_) : x(x_), xs(xs_) {
+    for (int i = 0; i < kN; ++i) a[i] = _mm256_setzero_ps();
+  }
+  template <int P>
+  inline void add(__m256 w, uint64_t c0) {
+    if constexpr (NT == 1) {
+      a[P] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + c0), a[P]);
+    } else {
+      for (int t = 0; t < NT; ++t) a[t] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + t * xs + c0), a[t]);
+    }
+  }
+  // Partial chunk: only the first n lanes of x exist.
+  inline void add_partial(__m256 w, uint64_t c0, uint64_t n) {
+    const __m256i lanes = first_lanes(n);
+    for (int t = 0; t < NT; ++t) a[t] = _mm256_fmadd_ps(w, _mm256_maskload_ps(x + t * xs + c0, lanes), a[t]);
+  }
+  inline void store(float* y, size_t ys, uint64_t r, float scale) {
+    if constexpr (NT == 1) {
+      y[r] = hsum(_mm256_add_ps(a[0], a[1])) * scale;
+    } else {
+      for (int t = 0; t < NT; ++t) y[t * ys + r] = hsum(a[t]) * scale;
+    }
+  }
+};
+
+// Output sink of the row walkers: either accumulate into tokens or store the decoded row.
+template <int NT>
+struct DotSink {
+  Accumulators<NT> acc;
+  template <int P>
+  inline void chunk(__m256 w, uint64_t c0) { acc.template add<P>(w, c0); }
+  inline void partial(__m256 w, uint64_t c0, uint64_t n) { acc.add_partial(w, c0, n); }
+};
+struct StoreSink {
+  float* out;      // the decoded row
+  __m256 scale;    // int8 row scale (1 otherwise)
+  template <int P>
+  inline void chunk(__m256 w, uint64_t c0) { _mm256_storeu_ps(out + c0, _mm256_mul_ps(w, scale)); }
+  inline void partial(__m256 w, uint64_t c0, uint64_t n) {
+    _mm256_maskstore_ps(out + c0, first_lanes(n), _mm256_mul_ps(w, scale));
+  }
+};
+
+// ---- row walkers ---------------------------------------------------------------------------------
+
+// Scratch for one 4096-column block: int4 codes unpacked to bytes, or a padded copy of the last
+// values of the tensor (so the 8-lane loads never read past the values section).
+struct BlockScratch {
+  alignas(32) uint8_t bytes[kIndexBlockCols * 4 + 64];
+};
+
+template <ValueType VT, bool kAnyGroup, typename Sink>
+inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAnyGroup>& dec, Sink& sink,
+                            BlockScratch& scratch) {
+  const TensorLayout& L = w.layout;
+  const ExpandTables& t = expand_tables();
+  const uint64_t wpr = L.words_per_row, bpr = L.blocks_per_row, cols = L.cols;
+  const uint8_t* words = w.data + L.bitmap_offset + 8 * r * wpr;
+  const uint8_t* values = w.values();
+  constexpr uint64_t vb = value_bytes(VT);
+  for (uint64_t b = 0; b < bpr; ++b) {
+    const uint64_t flat = r * bpr + b;
+    const uint64_t k0 = load_u32(w.data + L.index_offset + 4 * flat);
+    const uint64_t k1 = flat + 1 < L.rows * bpr ? load_u32(w.data + L.index_offset + 4 * (flat + 1)) : L.nnz;
+    const uint8_t* src;
+    if constexpr (VT == ValueType::I4) {
+      unpack_nibbles(values, k0, k1 - k0, scratch.bytes);
+      src = scratch.bytes;
+    } else if (k1 + kOverreadValues <= L.nnz) {
+      src = values + k0 * vb;
+    } else {
+      std::memcpy(scratch.bytes, values + k0 * vb, (k1 - k0) * vb);
+      src = scratch.bytes;
+    }
+    uint64_t k = 0;
+    const uint64_t w_end = std::min(wpr, (b + 1) * (kIndexBlockCols / 64));
+    for (uint64_t wi = b * (kIndexBlockCols / 64); wi < w_end; ++wi) {
+      const uint64_t cbase = 64 * wi;
+      if (cbase + 64 <= cols) {
+        const uint64_t bits = load_u64(words + 8 * wi);
+        if constexpr (std::is_same_v<Sink, StoreSink>) {
+          if (bits == 0) {
+            for (int j = 0; j < 8; ++j) _mm256_storeu_ps(sink.out + cbase + 8 * j, _mm256_setzero_ps());
+            continue;
+          }
+        } else {
+          if (bits == 0) continue;
+        }
+        // Eight chunks, unrolled in pairs so a single token alternates accumulators.
+        for (int j = 0; j < 8; j += 2) {
+          const unsigned m0 = unsigned(bits >> (8 * j)) & 0xFF, m1 = unsigned(bits >> (8 * j + 8)) & 0xFF;
+          const uint64_t c0 = cbase + 8 * uint64_t(j);
+          sink.template chunk<0>(dec.expand(t, m0, src, k, c0), c0);
+          k += uint64_t(_mm_popcnt_u32(m0));
+          sink.template chunk<1>(dec.expand(t, m1, src, k, c0 + 8), c0 + 8);
+          k += uint64_t(_mm_popcnt_u32(m1));
+        }
+      } else {
+        // The row's last, partial word: bits past cols are ignored and x is not read there.
+        const uint64_t bits = load_u64(words + 8 * wi) & last_word_mask(cols);
+        for (uint64_t c0 = cbase; c0 < cols; c0 += 8) {
+          const unsigned m = unsigned(bits >> (c0 - cbase)) & 0xFF;
+          const __m256 v = dec.expand(t, m, src, k, c0);
+          k += uint64_t(_mm_popcnt_u32(m));
+          if (c0 + 8 <= cols) sink.template chunk<0>(v, c0);
+          else sink.partial(v, c0, cols - c0);
+        }
+      }
+    }
+  }
+}
+
+template <ValueType VT, bool kAnyGroup, typename Sink>
+inline void walk_dense_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAnyGroup>& dec, Sink& sink,
+                           BlockScratch& scratch) {
+  const uint64_t cols = w.layout.cols;
+  const uint8_t* values = w.values();
+  constexpr uint64_t vb = value_bytes(VT);
+  // int4 rows are unpacked one 4096-column segment at a time; other types read in place.
+  const uint64_t seg_cols = VT == ValueType::I4 ? kIndexBlockCols : cols;
+  for (uint64_t s0 = 0; s0 < cols; s0 += seg_cols) {
+    const uint64_t s1 = std::min(cols, s0 + seg_cols);
+    const uint8_t* src;
+    uint64_t k;  // stored value of column s0, relative to src
+    if constexpr (VT == ValueType::I4) {
+      unpack_nibbles(values, r * cols + s0, s1 - s0, scratch.bytes);
+      src = scratch.bytes;
+      k = 0;
+    } else {
+      src = values;
+      k = r * cols + s0;
+    }
+    (void)vb;
+    uint64_t c0 = s0;
+    for (; c0 + 16 <= s1; c0 += 16, k += 16) {
+      sink.template chunk<0>(dec.dense(src, k, c0), c0);
+      sink.template chunk<1>(dec.dense(src, k + 8, c0 + 8), c0 + 8);
+    }
+    for (; c0 + 8 <= s1; c0 += 8, k += 8) sink.template chunk<0>(dec.dense(src, k, c0), c0);
+    if (c0 < s1) {
+      // Fewer than 8 columns left in the row: decode them one by one (no read past the row).
+      alignas(32) float tail[8] = {};
+      for (uint64_t c = c0; c < s1; ++c) tail[c - c0] = dec.dense_scalar(values, r * cols + c, c);
+      sink.partial(_mm256_load_ps(tail), c0, s1 - c0);
+    }
+  }
+}
+
+template <ValueType VT, bool kAnyGroup, typename Sink>
+inline void walk_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAnyGroup>& dec, Sink& sink,
+                     BlockScratch& scratch) {
+  if (w.layout.encoding == Encoding::Bitmap) walk_bitmap_row(w, r, dec, sink, scratch);
+  else walk_dense_row(w, r, dec, sink, scratch);
+}
+
+// ---- entry points ----------------------------------------------------------------------------
+
+template <ValueType VT, bool kAnyGroup, int NT>
+void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, float* y, size_t ys) {
+  BlockScratch scratch;
+  for (uint64_t r = r0; r < r1; ++r) {
+    RowDecoder<VT, kAnyGroup> dec(w, r);
+    DotSink<NT> sink{Accumulators<NT>(x, xs)};
+    walk_row(w, r, dec, sink, scratch);
+    sink.acc.store(y, ys, r, dec.row_scale);
+  }
+}
+
+template <ValueType VT, bool kAnyGroup>
+void dot_rows_vt(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, size_t nt, float* y,
+                 size_t ys) {
+  switch (nt) {
+    case 1: return dot_rows_t<VT, kAnyGroup, 1>(w, r0, r1, x, xs, y, ys);
+    case 2: return dot_rows_t<VT, kAnyGroup, 2>(w, r0, r1, x, xs, y, ys);
+    case 3: return dot_rows_t<VT, kAnyGroup, 3>(w, r0, r1, x, xs, y, ys);
+    case 4: return dot_rows_t<VT, kAnyGroup, 4>(w, r0, r1, x, xs, y, ys);
+    case 5: return dot_rows_t<VT, kAnyGroup, 5>(w, r0, r1, x, xs, y, ys);
+    case 6: return dot_rows_t<VT, kAnyGroup, 6>(w, r0, r1, x, xs, y, ys);
+    case 7: return dot_rows_t<VT, kAnyGroup, 7>(w, r0, r1, x, xs, y, ys);
+    default: return dot_rows_t<VT, kAnyGroup, 8>(w, r0, r1, x, xs, y, ys);
+  }
+}
+
+void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, size_t nt, float* y,
+              size_t ys) {
+  switch (w.layout.value_type) {
+    case ValueType::F16: return dot_rows_vt<ValueType::F16, false>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::BF16: return dot_rows_vt<ValueType::BF16, false>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::F32: return dot_rows_vt<ValueType::F32, false>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::I8: return dot_rows_vt<ValueType::I8, false>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::I4:
+      if (w.layout.group_size % 8 == 0) return dot_rows_vt<ValueType::I4, false>(w, r0, r1, x, xs, nt, y, ys);
+      return dot_rows_vt<ValueType::I4, true>(w, r0, r1, x, xs, nt, y, ys);
+  }
+}
+
+template <ValueType VT, bool kAnyGroup>
+void decode_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
+  BlockScratch scratch;
+  const uint64_t cols = w.layout.cols;
+  for (uint64_t r = r0; r < r1; ++r) {
+    RowDecoder<VT, kAnyGroup> dec(w, r);
+    StoreSink sink{out + (r - r0) * cols, _mm256_set1_ps(dec.row_scale)};
+    walk_row(w, r, dec, sink, scratch);
+  }
+}
+
+void decode_rows(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
+  switch (w.layout.value_type) {
+    case ValueType::F16: return decode_rows_t<ValueType::F16, false>(w, r0, r1, out);
+    case ValueType::BF16: return decode_rows_t<ValueType::BF16, false>(w, r0, r1, out);
+    case ValueType::F32: return decode_rows_t<ValueType::F32, false>(w, r0, r1, out);
+    case ValueType::I8: return decode_rows_t<ValueType::I8, false>(w, r0, r1, out);
+    case ValueType::I4:
+      if (w.layout.group_size % 8 == 0) return decode_rows_t<ValueType::I4, false>(w, r0, r1, out);
+      return decode_rows_t<ValueType::I4, true>(w, r0, r1, out);
+  }
+}
+
+// ---- dense f32 block product ----------------------------------------------------------------------
+
+// RB rows × TB tokens of y, eight k-lanes per accumulator.
+template <int RB, int TB>
+inline void dense_block(const float* a, size_t as, size_t k, const float* x, size_t xs, float* y, size_t ys) {
+  __m256 acc[RB][TB];
+  for (int i = 0; i < RB; ++i)
+    for (int t = 0; t < TB; ++t) acc[i][t] = _mm256_setzero_ps();
+  size_t c = 0;
+  for (; c + 8 <= k; c += 8) {
+    __m256 xv[TB];
+    for (int t = 0; t < TB; ++t) xv[t] = _mm256_loadu_ps(x + t * xs + c);
+    for (int i = 0; i < RB; ++i) {
+      const __m256 av = _mm256_loadu_ps(a + i * as + c);
+      for (int t = 0; t < TB; ++t) acc[i][t] = _mm256_fmadd_ps(av, xv[t], acc[i][t]);
+    }
+  }
+  if (c < k) {
+    const __m256i lanes = first_lanes(k - c);
+    __m256 xv[TB];
+    for (int t = 0; t < TB; ++t) xv[t] = _mm256_maskload_ps(x + t * xs + c, lanes);
+    for (int i = 0; i < RB; ++i) {
+      const __m256 av = _mm256_maskload_ps(a + i * as + c, lanes);
+      for (int t = 0; t < TB; ++t) acc[i][t] = _mm256_fmadd_ps(av, xv[t], acc[i][t]);
+    }
+  }
+  for (int i = 0; i < RB; ++i)
+    for (int t = 0; t < TB; ++t) y[t * ys + i] = hsum(acc[i][t]);
+}
+
+void dense_dot(const float* a, size_t as, size_t n_rows, size_t k, const float* x, size_t xs, size_t n_tokens,
+               float* y, size_t ys) {
+  constexpr size_t kTokenBlock = 16;  // x slice reused across the row blocks while in cache
+  for (size_t t0 = 0; t0 < n_tokens; t0 += kTokenBlock) {
+    const size_t t1 = std::min(n_tokens, t0 + kTokenBlock);
+    size_t n = 0;
+    for (; n + 4 <= n_rows; n += 4) {
+      size_t t = t0;
+      for (; t + 2 <= t1; t += 2) dense_block<4, 2>(a + n * as, as, k, x + t * xs, xs, y + t * ys + n, ys);
+      for (; t < t1; ++t) dense_block<4, 1>(a + n * as, as, k, x + t * xs, xs, y + t * ys + n, ys);
+    }
+    for (; n < n_rows; ++n) {
+      size_t t = t0;
+      for (; t + 4 <= t1; t += 4) dense_block<1, 4>(a + n * as, as, k, x + t * xs, xs, y + t * ys + n, ys);
+      for (; t < t1; ++t) dense_block<1, 1>(a + n * as, as, k, x + t * xs, xs, y + t * ys + n, ys);
+    }
+  }
+}
+
+}  // namespace
+
+const WeightKernels& avx2_kernels() {
+  static const WeightKernels kernels{"avx2+f16c+fma", decode_rows, dot_rows, dense_dot};
+  return kernels;
+}
+
+}  // namespace endor::cpu::detail
