@@ -185,8 +185,21 @@ class EndorFile:
         return out
 
 
+def schema_errors(manifest):
+    """Validates against format-spec/manifest.schema.json when jsonschema is importable."""
+    try:
+        import jsonschema
+    except ImportError:
+        return None
+    here = os.path.dirname(os.path.abspath(__file__))
+    schema = json.load(open(os.path.join(here, "..", "format-spec", "manifest.schema.json")))
+    validator = jsonschema.Draft202012Validator(schema)
+    return [e.message for e in validator.iter_errors(manifest)]
+
+
 def check_vectors(directory):
     failures = 0
+    schema_checked = False
     names = sorted(f[:-len(".endor")] for f in os.listdir(directory) if f.endswith(".endor"))
     for name in names:
         expected = json.load(open(os.path.join(directory, name + ".expected.json")))
@@ -201,11 +214,17 @@ def check_vectors(directory):
         for f in expected["files"]:
             if ef.file(f["name"]) != f["text"].encode("utf-8"):
                 problems.append(f"file {f['name']} differs")
+        errors = schema_errors(ef.manifest)
+        if errors is not None:
+            schema_checked = True
+            problems += [f"schema: {e}" for e in errors]
         status = "ok" if not problems else "FAIL " + "; ".join(problems)
         print(f"{name}: {len(expected['tensors'])} tensor(s) {status}")
         failures += bool(problems)
     if xxhash is None:
         print("note: checksums not verified (python module xxhash not installed)")
+    if not schema_checked:
+        print("note: manifests not validated against the schema (python module jsonschema not installed)")
     print(f"{len(names) - failures}/{len(names)} vectors match")
     return 1 if failures or not names else 0
 

@@ -1,4 +1,4 @@
-// Reference decoder (the definition of every element's decoded value, SPEC.md §6.3) and the
+// Reference decoder (the definition of every element's decoded value, SPEC.md §6.4-§6.6) and the
 // bitmap/index consistency check. Single-threaded and plain; kernels/ has the fast versions.
 #include <algorithm>
 #include <cstring>

@@ -25,7 +25,7 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// ---- constants of format v1 (SPEC.md §2) -------------------------------------------------
+// ---- constants of format v1 (SPEC.md §1-§3) ----------------------------------------------
 inline constexpr char kMagic[8] = {'\x89', 'E', 'N', 'D', 'O', 'R', '\r', '\n'};
 inline constexpr uint16_t kVersionMajor = 1;
 inline constexpr uint16_t kVersionMinor = 0;
@@ -78,7 +78,7 @@ void write_header(const Header&, uint8_t out[kHeaderBytes]);
 // kHeaderBytes of `bytes` are read.
 Header parse_header(const uint8_t* bytes, uint64_t n_bytes, const std::string& path_for_errors);
 
-// ---- tensor layout (SPEC.md §5): every byte position is a function of these inputs -----------
+// ---- tensor layout (SPEC.md §6): every byte position is a function of these inputs -----------
 // A tensor of shape [d0, d1, ..., dk] is viewed as rows = d0, cols = d1·…·dk (1-D: rows = 1).
 struct TensorLayout {
   Encoding encoding = Encoding::Dense;
@@ -211,7 +211,7 @@ class ContainerReader {
   uint64_t file_bytes() const { return header_.file_bytes; }
 
   TensorView tensor(const TensorInfo&) const;
-  // nullptr when the tensor is absent.
+  // nullopt when the tensor is absent.
   std::optional<TensorView> find_tensor(std::string_view name) const;
   // An auxiliary file's bytes; nullopt when absent.
   std::optional<std::string_view> file(std::string_view name) const;
