@@ -110,6 +110,10 @@ TEST_CASE("int4 quantizer: f16 min/scale chosen first, codes against them") {
   CHECK(int4_code(1e-9f, p) == 0);
   const float huge[] = {-1e6f, 1e6f};
   CHECK_THROWS_AS(int4_group_params(huge, 2), endor::Error);
+  const float top[] = {0.0f, 65520.0f};  // min and scale fit f16, the max does not
+  CHECK_THROWS_AS(int4_group_params(top, 2), endor::Error);
+  const float edge[] = {0.0f, 65504.0f};
+  CHECK(int4_value(int4_code(65504.0f, int4_group_params(edge, 2)), int4_group_params(edge, 2)) > 65000.0f);
 }
 
 TEST_CASE("WandaStats: Σ x² per column divided by the number of samples (not tokens)") {

@@ -37,9 +37,10 @@ Int4GroupParams int4_group_params(const float* x, size_t n) {
   p.min_f16 = f32_to_f16(mn);
   p.scale = f16_to_f32(p.scale_f16);
   p.min = f16_to_f32(p.min_f16);
-  if (!std::isfinite(p.scale) || !std::isfinite(p.min))
+  // As the container encoder: every value must fit f16 (|x| <= 65504), not only min and scale.
+  if (!std::isfinite(p.scale) || !std::isfinite(p.min) || !std::isfinite(f16_to_f32(f32_to_f16(mx))))
     detail::fail("int4_group_params", "group range [" + std::to_string(mn) + ", " + std::to_string(mx) +
-                                          "] overflows the f16 scale/min");
+                                          "] exceeds the f16 range (|x| <= 65504)");
   return p;
 }
 

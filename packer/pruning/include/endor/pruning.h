@@ -88,7 +88,8 @@ float int8_value(int8_t code, float scale);  // code·s
 // int4, asymmetric per (row, group of group_size consecutive input columns):
 // mn, mx over the group; scale = (mx−mn)/15; scale and mn are rounded to f16 BEFORE codes are
 // chosen; a scale that is 0 (mx == mn) or underflows f16 to 0 becomes 1 (Differs: ALGORITHMS.md
-// guards only mx == mn; an f16 scale of 0 would divide by zero). An f16 overflow throws.
+// guards only mx == mn; an f16 scale of 0 would divide by zero). Values beyond the f16 range
+// (|x| > 65504) throw, as in the container encoder.
 struct Int4GroupParams {
   uint16_t scale_f16 = 0, min_f16 = 0;  // what the container stores
   float scale = 1.0f, min = 0.0f;       // the same values widened to f32
