@@ -1,0 +1,339 @@
+// Option parsing and output of the endor-pack subcommands; the work itself is endor_packer's.
+#include "commands.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cxxopts.hpp>
+#include <iostream>
+#include <regex>
+#include <sstream>
+
+#include "cleanup.h"
+#include "endor/packer.h"
+#include "progress.h"
+
+namespace endor::cli {
+
+namespace {
+
+// A malformed command line (exit code 2).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Runs a subcommand body, turning errors into one line and an exit code.
+template <class F>
+int guarded(const char* cmd, F&& body) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: %s (see endor-pack %s --help)\n", e.what(), cmd);
+    return 2;
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::fprintf(stderr, "error: %s (see endor-pack %s --help)\n", e.what(), cmd);
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
+double parse_fraction(const std::string& text, const char* option) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
+    throw UsageError(std::string(option) + " must be a number, got '" + text + "'");
+  return v;
+}
+
+uint64_t parse_size_option(const cxxopts::ParseResult& r, const char* option) {
+  try {
+    return parse_byte_size(r[option].as<std::string>());
+  } catch (const Error& e) {
+    throw UsageError(std::string("--") + option + ": " + e.what());
+  }
+}
+
+void add_dtype_and_budget_options(cxxopts::Options& o) {
+  o.add_options()
+    ("dtype", "value type of unquantized tensors: f16, bf16 or f32 (default: the source's)", cxxopts::value<std::string>())
+    ("gpu-mem", "GPU budget for tier planning, e.g. 16G (default: unlimited)", cxxopts::value<std::string>())
+    ("cpu-mem", "host-memory budget for tier planning, e.g. 48G (default: unlimited)", cxxopts::value<std::string>());
+}
+
+void add_prune_options(cxxopts::Options& o) {
+  o.add_options("Pruning")
+    ("sparsity", "fraction of each pruned Linear to zero, in [0, 1); 0 keeps existing zeros", cxxopts::value<std::string>())
+    ("method", "magnitude (wanda, sparsegpt: need calibration, not implemented yet)", cxxopts::value<std::string>()->default_value("magnitude"))
+    ("pattern", "unstructured or N:M (zero N of every M consecutive inputs, e.g. 2:4)", cxxopts::value<std::string>()->default_value("unstructured"))
+    ("scope", "row (the int(in*S) smallest |w| of each row) or matrix (one threshold)", cxxopts::value<std::string>()->default_value("row"))
+    ("quant", "none, int8 (per row) or int4 (per group) for the pruned Linears", cxxopts::value<std::string>()->default_value("none"))
+    ("group-size", "int4 group: consecutive input columns sharing a scale and min", cxxopts::value<uint32_t>()->default_value("128"))
+    ("skip", "regex (ECMAScript, searched in the canonical tensor name) of Linears to leave unpruned and unquantized", cxxopts::value<std::string>())
+    ("calib", "calibration text for --method wanda|sparsegpt (not implemented yet)", cxxopts::value<std::string>());
+}
+
+bool any_prune_option_given(const cxxopts::ParseResult& r) {
+  for (const char* k : {"sparsity", "method", "pattern", "scope", "quant", "group-size", "skip", "calib", "dtype"})
+    if (r.count(k)) return true;
+  return false;
+}
+
+// Reads --dtype, budgets and (when `prune`) the pruning options into PackOptions.
+PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool budgets, bool require_sparsity) {
+  PackOptions o;
+  o.tool_version = ENDOR_VERSION;
+  if (r.count("dtype")) {
+    const std::string d = r["dtype"].as<std::string>();
+    if (d == "f16") o.dtype = ValueType::F16;
+    else if (d == "bf16") o.dtype = ValueType::BF16;
+    else if (d == "f32") o.dtype = ValueType::F32;
+    else throw UsageError("--dtype must be f16, bf16 or f32, got '" + d + "'");
+  }
+  if (budgets) {
+    if (r.count("gpu-mem")) o.budget.gpu_bytes = parse_size_option(r, "gpu-mem");
+    if (r.count("cpu-mem")) o.budget.cpu_bytes = parse_size_option(r, "cpu-mem");
+  }
+  if (!prune) return o;
+
+  PruneSpec& p = o.prune;
+  p.method = r["method"].as<std::string>();
+  if (p.method != "magnitude" && p.method != "wanda" && p.method != "sparsegpt")
+    throw UsageError("--method must be magnitude, wanda or sparsegpt, got '" + p.method + "'");
+  if (p.method != "magnitude")
+    throw Error("not implemented yet: --method " + p.method + " needs calibration support (issue 6)");
+  if (r.count("calib")) throw UsageError("--calib is for --method wanda|sparsegpt; magnitude pruning needs no data");
+
+  const std::string pattern = r["pattern"].as<std::string>();
+  std::smatch m;
+  static const std::regex kNM(R"((\d{1,4}):(\d{1,4}))");
+  if (std::regex_match(pattern, m, kNM)) {
+    p.n = uint32_t(std::stoul(m[1].str()));
+    p.m = uint32_t(std::stoul(m[2].str()));
+    if (p.n == 0 || p.n >= p.m) throw UsageError("--pattern N:M needs 0 < N < M, got " + pattern);
+    if (r.count("scope")) throw UsageError("--scope applies to unstructured pruning; N:M groups are per row");
+  } else if (pattern != "unstructured") {
+    throw UsageError("--pattern must be unstructured or N:M (e.g. 2:4), got '" + pattern + "'");
+  }
+  if (r.count("sparsity")) {
+    const double s = parse_fraction(r["sparsity"].as<std::string>(), "--sparsity");
+    if (!(s >= 0.0 && s < 1.0)) throw UsageError("--sparsity must be in [0, 1), got " + r["sparsity"].as<std::string>());
+    if (p.structured() && std::fabs(s - double(p.n) / double(p.m)) > 1e-9)
+      throw UsageError("--sparsity " + r["sparsity"].as<std::string>() + " contradicts --pattern " + pattern + " (" +
+                       std::to_string(double(p.n) / double(p.m)) + ")");
+    if (!p.structured()) p.sparsity = s;
+  } else if (require_sparsity && !p.structured()) {
+    throw UsageError("prune needs --sparsity S (or --pattern N:M)");
+  }
+  const std::string scope = r["scope"].as<std::string>();
+  if (scope == "row") p.scope = PruneScope::Row;
+  else if (scope == "matrix") p.scope = PruneScope::Matrix;
+  else throw UsageError("--scope must be row or matrix, got '" + scope + "'");
+
+  const std::string quant = r["quant"].as<std::string>();
+  if (quant == "none") o.quant = Quantization::None;
+  else if (quant == "int8") o.quant = Quantization::Int8;
+  else if (quant == "int4") o.quant = Quantization::Int4;
+  else throw UsageError("--quant must be none, int8 or int4, got '" + quant + "'");
+  o.group_size = r["group-size"].as<uint32_t>();
+  if (o.group_size == 0) throw UsageError("--group-size must be at least 1");
+  if (r.count("skip")) {
+    o.skip_regex = r["skip"].as<std::string>();
+    try {
+      std::regex re(o.skip_regex);
+    } catch (const std::regex_error& e) {
+      throw UsageError("--skip is not a valid regex: '" + o.skip_regex + "'");
+    }
+  }
+  return o;
+}
+
+std::string positional(const cxxopts::ParseResult& r, const char* name, const char* what) {
+  if (!r.count(name)) throw UsageError(std::string("missing ") + what);
+  return r[name].as<std::string>();
+}
+
+std::string gib(uint64_t b) {
+  char buf[32];
+  if (b >= 100'000'000)
+    std::snprintf(buf, sizeof buf, "%.2f GB", double(b) / 1e9);
+  else if (b >= 100'000)
+    std::snprintf(buf, sizeof buf, "%.2f MB", double(b) / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%llu bytes", (unsigned long long)b);
+  return buf;
+}
+
+int run_pack(const char* cmd, int argc, char** argv) {
+  return guarded(cmd, [&] {
+    const bool prune = std::string(cmd) == "prune";
+    cxxopts::Options opts(std::string("endor-pack ") + cmd,
+                          prune ? "Prune (and optionally quantize) the Linears of a Hugging Face checkpoint's decoder\n"
+                                  "blocks and write one .endor container. Embeddings, norms, lm_head and biases\n"
+                                  "are never pruned."
+                                : "Write a Hugging Face checkpoint as a dense .endor container (tokenizer, config and\n"
+                                  "generation config included).");
+    opts.positional_help("SRC -o OUT.endor");
+    opts.add_options()
+      ("src", "Hugging Face checkpoint folder", cxxopts::value<std::string>())
+      ("o,output", "output .endor file (written to a temporary name, renamed when complete)", cxxopts::value<std::string>())
+      ("h,help", "show this help");
+    add_dtype_and_budget_options(opts);
+    if (prune) add_prune_options(opts);
+    opts.parse_positional({"src"});
+    const cxxopts::ParseResult r = opts.parse(argc, argv);
+    if (r.count("help")) {
+      std::cout << opts.help({"", "Pruning"});
+      return 0;
+    }
+    if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+    const std::string src = positional(r, "src", "SRC (the checkpoint folder)");
+    if (!r.count("output")) throw UsageError("missing -o OUT.endor");
+    const std::string out = r["output"].as<std::string>();
+    PackOptions o = parse_pack_options(r, prune, true, true);
+    o.command = cmd;
+
+    ProgressDisplay progress;
+    PackCallbacks cb;
+    cb.on_progress = [&](const PackProgress& p) { progress.update(p); };
+    cb.on_temp_path = [](const std::string& path) { set_cleanup_path(path); };
+    const auto t0 = std::chrono::steady_clock::now();
+    const PackSummary s = pack_checkpoint(src, out, o, cb);
+    progress.finish();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const std::string& d : s.dropped) std::fprintf(stderr, "note: not packed: %s\n", d.c_str());
+    std::printf("wrote %s: %s, %.1f%% of the %s source; %llu tensors (%llu pruned) in %.1f s\n", out.c_str(),
+                gib(s.file_bytes).c_str(), s.source_bytes ? 100.0 * double(s.file_bytes) / double(s.source_bytes) : 0.0,
+                gib(s.source_bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.pruned_tensors, secs);
+    return 0;
+  });
+}
+
+std::vector<int> parse_levels(const std::string& text) {
+  std::vector<int> levels;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || end != item.c_str() + item.size() || v < 1 || v > 22)
+      throw UsageError("--zstd-levels takes comma-separated levels in [1, 22], got '" + text + "'");
+    levels.push_back(int(v));
+  }
+  if (levels.empty()) throw UsageError("--zstd-levels is empty");
+  return levels;
+}
+
+std::string default_output_name(std::string input, const char* ext) {
+  while (input.size() > 1 && input.back() == '/') input.pop_back();
+  const size_t slash = input.rfind('/');
+  std::string base = slash == std::string::npos ? input : input.substr(slash + 1);
+  if (base.size() > 6 && base.compare(base.size() - 6, 6, ".endor") == 0) base.resize(base.size() - 6);
+  if (base.empty() || base == "." || base == "..") base = "model";
+  return base + ".compare." + ext;
+}
+
+}  // namespace
+
+int run_convert(int argc, char** argv) { return run_pack("convert", argc, argv); }
+int run_prune(int argc, char** argv) { return run_pack("prune", argc, argv); }
+
+int run_inspect(int argc, char** argv) {
+  return guarded("inspect", [&] {
+    cxxopts::Options opts("endor-pack inspect",
+                          "Show what a .endor container holds: per tensor name, shape, encoding, value type,\n"
+                          "sparsity, bytes and ratio to dense in the source dtype; totals per tier; provenance.");
+    opts.positional_help("FILE.endor");
+    opts.add_options()
+      ("file", "container", cxxopts::value<std::string>())
+      ("json", "print the report as JSON")
+      ("verify", "also check every group checksum and bitmap index (reads the whole file)")
+      ("h,help", "show this help");
+    opts.parse_positional({"file"});
+    const cxxopts::ParseResult r = opts.parse(argc, argv);
+    if (r.count("help")) {
+      std::cout << opts.help();
+      return 0;
+    }
+    if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+    const std::string file = positional(r, "file", "FILE (a .endor container)");
+    const std::unique_ptr<ContainerReader> reader = ContainerReader::open(file);
+    const nlohmann::json report = inspect_container(*reader, r.count("verify") > 0);
+    if (r.count("json"))
+      std::cout << report.dump(2) << "\n";
+    else
+      std::cout << render_inspect_text(report);
+    return 0;
+  });
+}
+
+int run_compare(int argc, char** argv) {
+  return guarded("compare", [&] {
+    cxxopts::Options opts(
+        "endor-pack compare",
+        "Weigh Endor against zstd on a checkpoint (packed in memory with the prune options, nothing\n"
+        "written but the reports) or on a .endor file: per tensor and in total, the dense bytes of the\n"
+        "(pruned) tensor in its stored value type, Endor's bytes, zstd of the dense bytes and of the\n"
+        "Endor bytes at each level, and decode speed to dense (GB/s of dense output) of Endor\n"
+        "(multithreaded and 1 thread) and of zstd (1 thread) on this CPU.\n"
+        "Prints the table and writes CSV, JSON and an SVG chart; by default into the current\n"
+        "folder as NAME.compare.csv/.json/.svg (NAME = the input's base name).");
+    opts.positional_help("SRC|FILE.endor");
+    opts.add_options()
+      ("input", "checkpoint folder or .endor file", cxxopts::value<std::string>())
+      ("zstd-levels", "comma-separated zstd levels", cxxopts::value<std::string>()->default_value("1,3,19"))
+      ("csv", "CSV output path", cxxopts::value<std::string>())
+      ("json", "JSON output path", cxxopts::value<std::string>())
+      ("svg", "SVG chart output path", cxxopts::value<std::string>())
+      ("threads", "threads for Endor's multithreaded decode (0 = all)", cxxopts::value<int>()->default_value("0"))
+      ("min-time", "seconds each speed measurement repeats for (best run counts)", cxxopts::value<double>()->default_value("0.02"))
+      ("h,help", "show this help");
+    add_dtype_and_budget_options(opts);
+    add_prune_options(opts);
+    opts.parse_positional({"input"});
+    const cxxopts::ParseResult r = opts.parse(argc, argv);
+    if (r.count("help")) {
+      std::cout << opts.help({"", "Pruning"});
+      return 0;
+    }
+    if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+    const std::string input = positional(r, "input", "SRC or FILE (a checkpoint folder or a .endor container)");
+    struct stat st {};
+    const bool is_dir = ::stat(input.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    if (!is_dir && any_prune_option_given(r))
+      throw UsageError("pruning options apply when comparing a checkpoint folder, not a .endor file");
+    PackOptions po = parse_pack_options(r, true, false, false);
+    po.command = "compare";
+    CompareOptions co;
+    co.zstd_levels = parse_levels(r["zstd-levels"].as<std::string>());
+    co.n_threads = r["threads"].as<int>();
+    co.min_time_s = r["min-time"].as<double>();
+    if (co.n_threads < 0) throw UsageError("--threads must be >= 0");
+    if (!(co.min_time_s >= 0 && co.min_time_s < 3600)) throw UsageError("--min-time must be in [0, 3600)");
+    const std::string csv = r.count("csv") ? r["csv"].as<std::string>() : default_output_name(input, "csv");
+    const std::string json = r.count("json") ? r["json"].as<std::string>() : default_output_name(input, "json");
+    const std::string svg = r.count("svg") ? r["svg"].as<std::string>() : default_output_name(input, "svg");
+
+    ProgressDisplay progress;
+    PackCallbacks cb;
+    cb.on_progress = [&](const PackProgress& p) { progress.update(p); };
+    const CompareReport rep = compare_sizes(input, po, co, cb);
+    progress.finish();
+    std::cout << render_compare_table(rep);
+    const auto on_temp = [](const std::string& path) { set_cleanup_path(path); };
+    write_file_atomic(csv, render_compare_csv(rep), on_temp);
+    write_file_atomic(json, compare_to_json(rep).dump(2) + "\n", on_temp);
+    write_file_atomic(svg, render_compare_svg(rep), on_temp);
+    std::cout << "\nwrote " << csv << ", " << json << ", " << svg << "\n";
+    return 0;
+  });
+}
+
+}  // namespace endor::cli

@@ -1,0 +1,50 @@
+// endor-pack: Hugging Face checkpoint -> pruned/quantized .endor container, and the tools to
+// look inside one (inspect) and to weigh it against zstd (compare).
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cleanup.h"
+#include "commands.h"
+
+namespace {
+
+const char kUsage[] =
+    "endor-pack " ENDOR_VERSION " - pack Hugging Face checkpoints into .endor containers\n"
+    "\n"
+    "usage: endor-pack <command> [options]   (endor-pack <command> --help for its options)\n"
+    "\n"
+    "commands:\n"
+    "  convert SRC -o OUT.endor [--dtype f16|bf16|f32]   dense container of a checkpoint\n"
+    "  prune   SRC -o OUT.endor --sparsity S [...]       magnitude pruning (+ int8/int4)\n"
+    "  inspect FILE [--json] [--verify]                  tensors, encodings, sizes, tiers\n"
+    "  compare SRC|FILE [--zstd-levels 1,3,19] [...]     Endor vs zstd: sizes and decode speed\n"
+    "\n"
+    "SRC is a Hugging Face checkpoint folder (config.json + *.safetensors).\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  endor::cli::install_cleanup_handlers();
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::printf("endor-pack %s\n", ENDOR_VERSION);
+    return 0;
+  }
+  // Subcommands see argv without the program name: argv[0] = "endor-pack <cmd>".
+  if (cmd == "convert") return endor::cli::run_convert(argc - 1, argv + 1);
+  if (cmd == "prune") return endor::cli::run_prune(argc - 1, argv + 1);
+  if (cmd == "inspect") return endor::cli::run_inspect(argc - 1, argv + 1);
+  if (cmd == "compare") return endor::cli::run_compare(argc - 1, argv + 1);
+  std::fprintf(stderr, "error: unknown command '%s' (convert, prune, inspect, compare; see endor-pack --help)\n",
+               cmd.c_str());
+  return 2;
+}

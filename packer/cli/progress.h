@@ -1,0 +1,25 @@
+// Progress on stderr for long work: one line rewritten in place on a terminal, a line every
+// 10 % (or 30 s) otherwise, so logs stay short.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "endor/packer.h"
+
+namespace endor::cli {
+
+class ProgressDisplay {
+ public:
+  ProgressDisplay();
+  ~ProgressDisplay();
+  void update(const PackProgress&);
+  void finish();  // ends the in-place line (if any)
+
+ private:
+  bool tty_ = false, open_line_ = false;
+  int last_decile_ = -1;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+}  // namespace endor::cli

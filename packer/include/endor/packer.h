@@ -1,0 +1,338 @@
+// endor_packer: reads a Hugging Face checkpoint (config.json + safetensors), prunes and
+// quantizes its decoder Linears, encodes every tensor and writes one .endor container; also
+// inspects containers and compares Endor against zstd. The `endor-pack` CLI is a thin shell
+// over this header.
+//
+// Errors: every function reports bad input by throwing endor::Error (format.h) whose what() is
+// one line naming the file and what is wrong. Nothing here calls exit(), prints, or installs
+// signal handlers (the CLI does; see PackCallbacks::on_temp_path).
+//
+// Tensor names inside a container are the canonical Hugging Face names WITH the `model.`
+// prefix, whatever the source used: OPT "model.decoder.layers.3.fc1.weight", Llama family
+// "model.layers.3.mlp.up_proj.weight", "lm_head.weight" (only when the head is untied).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "endor/format.h"
+
+namespace endor {
+
+// ==== safetensors ============================================================================
+
+enum class SafetensorsDType : uint8_t {
+  Bool, U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64, F8_E4M3, F8_E5M2
+};
+const char* to_string(SafetensorsDType);           // the file's spelling: "F16", "BF16", ...
+uint32_t dtype_bytes(SafetensorsDType);
+
+struct SafetensorsEntry {
+  std::string name;
+  SafetensorsDType dtype = SafetensorsDType::F32;
+  std::vector<uint64_t> shape;                      // [] = scalar (1 element)
+  uint64_t begin = 0, end = 0;                      // relative to the data buffer
+  uint64_t numel() const;
+};
+
+struct SafetensorsHeader {
+  uint64_t data_offset = 0;                         // 8 + header length: first buffer byte
+  std::vector<SafetensorsEntry> tensors;            // sorted by begin (they tile the buffer)
+  std::map<std::string, std::string> metadata;      // optional "__metadata__"
+  const SafetensorsEntry* find(const std::string& name) const;  // nullptr when absent
+};
+
+// Parses and validates a whole safetensors file image of n_bytes (header + data buffer) without
+// reading tensor data. Distrusts the file: header length <= 100 MB and inside the file, JSON
+// object starting with '{' (trailing spaces allowed), known dtypes, shapes and data_offsets
+// checked with overflow-safe arithmetic, end - begin == numel * dtype size, and the tensors
+// tile the buffer exactly (no holes, no overlap, no bytes after the last one).
+SafetensorsHeader parse_safetensors(const uint8_t* file, uint64_t n_bytes,
+                                    const std::string& path_for_errors);
+
+// A read-only memory-mapped safetensors file. Thread-safe for concurrent reads.
+class SafetensorsFile {
+ public:
+  static std::unique_ptr<SafetensorsFile> open(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const SafetensorsHeader& header() const { return header_; }
+  const uint8_t* data(const SafetensorsEntry& e) const { return base_ + header_.data_offset + e.begin; }
+  // Drops the mapped pages of a tensor from this process (madvise MADV_DONTNEED) so the
+  // resident set stays small while streaming; the data stays readable (re-faulted on access).
+  void release(const SafetensorsEntry&) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  SafetensorsHeader header_;
+  const uint8_t* base_ = nullptr;
+  uint64_t mapped_bytes_ = 0;
+};
+
+// Converts n source values of a float dtype (F16, BF16, F32, F64) to f32. Throws for others.
+void convert_to_f32(SafetensorsDType, const uint8_t* src, uint64_t n, float* out);
+
+// ==== Hugging Face checkpoint ================================================================
+
+enum class ModelFamily : uint8_t { Opt, Llama };    // Llama covers llama, mistral, qwen2
+
+// The dimensions config.json promises; used to check every tensor's shape.
+struct ModelShape {
+  ModelFamily family = ModelFamily::Llama;
+  std::string model_type;                           // config.json "model_type"
+  uint64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0;
+  uint64_t heads = 0, kv_heads = 0, head_dim = 0;
+  uint64_t word_embed_dim = 0;                      // OPT word_embed_proj_dim (== hidden otherwise)
+  uint64_t max_positions = 0;
+  bool tied_head = false;                           // tie_word_embeddings
+};
+// Reads the architecture and dimensions from config.json; unknown architectures are refused.
+ModelShape read_model_shape(const nlohmann::json& config, const std::string& path_for_errors);
+
+// Where a tensor belongs: the layer group of the container and whether it is prunable.
+struct TensorRole {
+  enum class Group : uint8_t { Embed, Layer, Head } group = Group::Head;
+  uint32_t layer = 0;       // Group::Layer only
+  bool prunable = false;    // a 2-D ".weight" inside a decoder block (a Linear)
+};
+TensorRole classify_tensor(const std::string& canonical_name, const std::vector<uint64_t>& shape);
+// "decoder.x" -> "model.decoder.x" (OPT), "layers.0.x" -> "model.layers.0.x" (Llama), ...
+std::string canonical_tensor_name(ModelFamily, const std::string& source_name);
+
+struct CheckpointTensor {
+  std::string name;                                 // canonical name
+  std::string source_name;                          // as spelled in the file
+  SafetensorsDType dtype = SafetensorsDType::F32;
+  std::vector<uint64_t> shape;
+  uint32_t shard = 0;                               // index into Checkpoint's shard files
+  const SafetensorsEntry* entry = nullptr;
+  TensorRole role;
+  uint64_t numel() const;
+  uint64_t rows() const;                            // shape[0] (1 for 0-/1-D)
+  uint64_t cols() const;                            // numel / rows
+  uint64_t source_bytes() const { return numel() * dtype_bytes(dtype); }
+};
+
+struct AuxFile {                                    // tokenizer files, carried verbatim
+  std::string name;                                 // file name inside the container
+  std::string path;                                 // on disk
+};
+
+// A Hugging Face checkpoint folder, memory-mapped. Tensors are in execution order: embed group,
+// layers 0..L-1, head group. Shapes are checked against config.json at open().
+class Checkpoint {
+ public:
+  static std::unique_ptr<Checkpoint> open(const std::string& dir);
+  ~Checkpoint();
+
+  const std::string& dir() const { return dir_; }
+  const nlohmann::json& config() const { return config_; }                 // verbatim
+  const nlohmann::json& generation_config() const { return generation_config_; }  // or null
+  const ModelShape& shape() const { return shape_; }
+  const std::vector<CheckpointTensor>& tensors() const { return tensors_; }
+  const std::vector<AuxFile>& files() const { return files_; }
+  // Tensors present in the source but deliberately not packed (e.g. a tied lm_head copy,
+  // rotary inv_freq buffers), with the reason.
+  const std::vector<std::string>& dropped() const { return dropped_; }
+  uint64_t source_bytes() const;                    // sum over tensors()
+  // Every file this checkpoint reads (config, index, shards, generation config, aux files).
+  std::vector<std::string> input_paths() const;
+
+  const uint8_t* bytes(const CheckpointTensor&) const;
+  // Rows [row_begin, row_end) of the tensor viewed as [rows, cols], as f32 (row-major).
+  void read_rows_f32(const CheckpointTensor&, uint64_t row_begin, uint64_t row_end, float* out) const;
+  void release(const CheckpointTensor&) const;      // see SafetensorsFile::release
+
+ private:
+  Checkpoint() = default;
+  std::string dir_;
+  nlohmann::json config_, generation_config_;
+  ModelShape shape_;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::vector<CheckpointTensor> tensors_;
+  std::vector<AuxFile> files_;
+  std::vector<std::string> dropped_;
+};
+
+// ==== pruning ================================================================================
+
+enum class PruneScope : uint8_t { Row, Matrix };
+
+struct PruneSpec {
+  std::string method = "magnitude";   // magnitude | wanda | sparsegpt (only magnitude so far)
+  double sparsity = 0.0;              // [0, 1); unstructured only
+  uint32_t n = 0, m = 0;              // N:M when m > 0 (zero N of every M)
+  PruneScope scope = PruneScope::Row;
+  bool structured() const { return m > 0; }
+  bool active() const { return structured() || sparsity > 0.0; }
+  std::string pattern() const;        // "unstructured" or "2:4"
+};
+
+// Zeroes entries of one weight W [rows = out, cols = in], row-major f32, in place. Calibrated
+// methods (later) will see the block's inputs through an extended interface; this one is all a
+// data-free method needs.
+class Pruner {
+ public:
+  virtual ~Pruner() = default;
+  virtual void prune(const std::string& tensor_name, float* w, uint64_t rows, uint64_t cols) = 0;
+};
+// Validates the spec (sparsity in [0,1), 0 < N < M, method known and implemented).
+std::unique_ptr<Pruner> make_pruner(const PruneSpec&);
+
+// The magnitude building blocks (NaN counts as the largest magnitude):
+// per row, zero the int(cols * sparsity) smallest |w| (stable: ties -> lower column first).
+void magnitude_prune_rows(float* w, uint64_t rows, uint64_t cols, double sparsity);
+// whole matrix: thresh = sorted(|W|)[int(numel * sparsity)], zero |w| <= thresh (wanda's
+// prune_magnitude). sparsity 0 prunes nothing here (the reference would zero the minimum).
+void magnitude_prune_matrix(float* w, uint64_t rows, uint64_t cols, double sparsity);
+// in each group of m consecutive columns of a row, zero the n smallest |w| (stable); cols must
+// be a multiple of m.
+void magnitude_prune_n_m(float* w, uint64_t rows, uint64_t cols, uint32_t n, uint32_t m);
+
+// ==== tier planning ==========================================================================
+
+// Parses "16G", "512M", "1.5T", "1024" (bytes), "64K", optional "B"/"iB" suffix; binary units.
+uint64_t parse_byte_size(const std::string& text);
+
+struct TierBudget {
+  std::optional<uint64_t> gpu_bytes, cpu_bytes;     // nullopt = unlimited
+};
+
+// Groups in execution order: "embed", "layers.0", ..., "head" (others are ignored and keep Cpu).
+// embed and head go to gpu first, then layers in order fill gpu, then cpu, then disk; once a
+// layer spills to a slower tier, every later layer stays at that tier or slower. A group goes
+// to a tier only if it fits in what is left there.
+std::vector<Tier> plan_tiers(const std::vector<std::string>& group_names,
+                             const std::vector<uint64_t>& group_bytes, const TierBudget&);
+
+// ==== packing ================================================================================
+
+enum class Quantization : uint8_t { None, Int8, Int4 };
+const char* to_string(Quantization);
+
+struct PackOptions {
+  std::string command = "convert";     // "convert" | "prune" (provenance)
+  std::optional<ValueType> dtype;      // F16/BF16/F32; nullopt = each tensor's source dtype
+  PruneSpec prune;                     // inactive = no pruning
+  Quantization quant = Quantization::None;
+  uint32_t group_size = kDefaultGroupSize;
+  std::string skip_regex;              // ECMAScript; matching names are neither pruned nor quantized
+  TierBudget budget;
+  std::string tool_version;            // for provenance
+};
+
+struct PackProgress {
+  std::string stage;                   // "pack", "compare", ...
+  std::string tensor;                  // current tensor name
+  uint64_t tensors_done = 0, tensors_total = 0;
+  uint64_t bytes_done = 0, bytes_total = 0;  // source bytes
+};
+
+struct PackCallbacks {
+  std::function<void(const PackProgress&)> on_progress;
+  // Called with the temporary output path as soon as it exists, and with "" once it is gone
+  // (renamed or removed). The CLI keeps it for its signal handler.
+  std::function<void(const std::string&)> on_temp_path;
+};
+
+struct PackSummary {
+  uint64_t tensors = 0, pruned_tensors = 0;
+  uint64_t source_bytes = 0, file_bytes = 0;
+  std::vector<std::string> dropped;
+};
+
+// What the packer does to one tensor under the options.
+struct TensorTreatment {
+  bool prune = false, quantize = false;
+  ValueType value_type = ValueType::F16;
+};
+TensorTreatment plan_treatment(const CheckpointTensor&, const PackOptions&);
+ValueType default_value_type(SafetensorsDType);   // F16/BF16/F32 as the source; F64 -> F32
+
+// One tensor encoded as pack writes it: the smaller of bitmap and dense for its value type
+// (ties -> dense), except that a tensor with zeros quantized to int4 is always bitmap (the
+// asymmetric int4 grid has no exact zero, and pruned zeros must decode as exactly 0).
+// Memory: dense tensors that need no pruning/quantization are converted in row chunks (or
+// borrowed straight from the source mapping when the dtype already matches); the others are
+// materialised once as f32 [rows, cols].
+struct PreparedTensor {
+  TensorInfo info;                     // name, shape, encoding, value type, group_size, nnz, dtype
+  std::vector<uint8_t> owned;
+  const uint8_t* data = nullptr;       // the blob: owned.data() or inside the source mapping
+  uint64_t n_bytes = 0;
+};
+PreparedTensor prepare_tensor(const Checkpoint&, const CheckpointTensor&, const TensorTreatment&,
+                              Pruner* pruner, const PackOptions&);
+// The encoding rule above, given the element count, stored values and value type.
+Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType, uint32_t group_size, uint64_t nnz);
+
+// Validates options, reads `source_dir`, writes `output_path` atomically (temp + rename).
+PackSummary pack_checkpoint(const std::string& source_dir, const std::string& output_path,
+                            const PackOptions&, const PackCallbacks& = {});
+
+// Provenance object written into the manifest.
+nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&);
+
+// ==== inspect ================================================================================
+
+// Per tensor: name, shape, encoding, value type, sparsity, bytes, ratio to dense in the source
+// dtype; totals per tier and overall; provenance. With verify, runs verify_all() first (throws
+// on the first bad group) and records "verified": true.
+nlohmann::json inspect_container(const ContainerReader&, bool verify);
+std::string render_inspect_text(const nlohmann::json& report);
+
+// ==== compare (Endor vs zstd) ================================================================
+
+struct CompareOptions {
+  std::vector<int> zstd_levels{1, 3, 19};
+  int n_threads = 0;                   // Endor multithreaded decode (0 = OpenMP default)
+  double min_time_s = 0.02;            // each speed is the best of repeats lasting at least this
+};
+
+struct CompareRow {
+  std::string name;
+  std::string encoding, value_type;
+  uint64_t numel = 0;
+  uint64_t dense_bytes = 0;            // the (pruned) tensor dense in its stored value type
+  uint64_t endor_bytes = 0;
+  std::vector<uint64_t> zstd_bytes;         // zstd(dense) per level
+  std::vector<uint64_t> endor_zstd_bytes;   // zstd(Endor blob) per level
+  double endor_mt_s = 0, endor_1t_s = 0;    // decode time to dense
+  std::vector<double> zstd_s;               // ZSTD_decompress time per level
+};
+
+struct CompareReport {
+  std::string input, description;      // what was compared (model, method, sparsity, dtype)
+  std::vector<int> levels;
+  int threads = 1;
+  std::vector<CompareRow> rows;
+  CompareRow total;                    // sums (times summed too)
+};
+
+// SRC = a checkpoint folder (packed in memory with `options`, nothing written) or a .endor file.
+CompareReport compare_sizes(const std::string& input, const PackOptions&, const CompareOptions&,
+                            const PackCallbacks& = {});
+std::string render_compare_table(const CompareReport&);
+std::string render_compare_csv(const CompareReport&);
+nlohmann::json compare_to_json(const CompareReport&);
+std::string render_compare_svg(const CompareReport&);
+
+// ==== output files ============================================================================
+
+// Writes `content` to "<path>.tmp-<pid>", fsyncs and renames it to `path`; removes the temp on
+// error. on_temp_path as in PackCallbacks.
+void write_file_atomic(const std::string& path, const std::string& content,
+                       const std::function<void(const std::string&)>& on_temp_path = {});
+
+}  // namespace endor

@@ -1,0 +1,240 @@
+// A Hugging Face checkpoint folder: config.json, one or many safetensors shards (memory-mapped),
+// generation_config.json and tokenizer files. Shapes are checked against config.json here, once.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "detail.h"
+#include "endor/packer.h"
+#include "model_rules.h"
+
+namespace endor {
+
+using packer_detail::fail;
+
+namespace {
+
+bool is_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+nlohmann::json read_json_file(const std::string& path, uint64_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open");
+  in.seekg(0, std::ios::end);
+  const std::streamoff n = in.tellg();
+  if (n < 0) fail(path, "cannot read");
+  if (uint64_t(n) > max_bytes) fail(path, "is " + std::to_string(n) + " bytes, larger than expected for this file");
+  in.seekg(0);
+  std::string text(size_t(n), '\0');
+  if (!in.read(text.data(), n)) fail(path, "cannot read");
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    std::string msg = e.what();
+    if (msg.size() > 160) msg = msg.substr(0, 157) + "...";
+    fail(path, "not valid JSON: " + msg);
+  }
+}
+
+std::string shape_string(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+bool is_float(SafetensorsDType t) {
+  return t == SafetensorsDType::F16 || t == SafetensorsDType::BF16 || t == SafetensorsDType::F32 ||
+         t == SafetensorsDType::F64;
+}
+
+// Tokenizer and related files carried into the container verbatim when present.
+const char* const kAuxFiles[] = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
+                                 "vocab.json",       "merges.txt",            "tokenizer.model",
+                                 "added_tokens.json", "chat_template.jinja"};
+
+}  // namespace
+
+uint64_t CheckpointTensor::numel() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+uint64_t CheckpointTensor::rows() const { return shape.size() >= 2 ? shape[0] : 1; }
+uint64_t CheckpointTensor::cols() const {
+  const uint64_t r = rows();
+  return r == 0 ? 0 : numel() / r;
+}
+
+Checkpoint::~Checkpoint() = default;
+
+std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) fail(dir, "no such checkpoint folder");
+  if (!S_ISDIR(st.st_mode)) fail(dir, "not a folder (expected a Hugging Face checkpoint with config.json and *.safetensors)");
+
+  std::unique_ptr<Checkpoint> ck(new Checkpoint());
+  ck->dir_ = dir;
+  const std::string config_path = dir + "/config.json";
+  if (!is_regular_file(config_path)) fail(dir, "no config.json in this folder (not a Hugging Face checkpoint?)");
+  ck->config_ = read_json_file(config_path, 16u << 20);
+  ck->shape_ = read_model_shape(ck->config_, config_path);
+  const std::string gen_path = dir + "/generation_config.json";
+  if (is_regular_file(gen_path)) {
+    ck->generation_config_ = read_json_file(gen_path, 16u << 20);
+    if (!ck->generation_config_.is_object()) fail(gen_path, "not a JSON object");
+  }
+
+  // Shards: the index names them; a lone model.safetensors otherwise.
+  std::vector<std::string> shard_names;
+  std::map<std::string, std::string> weight_map;  // tensor -> shard file (sharded only)
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  if (is_regular_file(index_path)) {
+    const nlohmann::json index = read_json_file(index_path, 64u << 20);
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      fail(index_path, "no \"weight_map\" object");
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) fail(index_path, "weight_map entry '" + it.key() + "' is not a file name");
+      const std::string file = it.value().get<std::string>();
+      if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+        fail(index_path, "weight_map entry '" + it.key() + "' names '" + file + "', not a file in this folder");
+      weight_map[it.key()] = file;
+      if (std::find(shard_names.begin(), shard_names.end(), file) == shard_names.end()) shard_names.push_back(file);
+    }
+    if (shard_names.empty()) fail(index_path, "weight_map is empty");
+    std::sort(shard_names.begin(), shard_names.end());
+  } else if (is_regular_file(dir + "/model.safetensors")) {
+    shard_names.push_back("model.safetensors");
+  } else {
+    fail(dir, "no model.safetensors or model.safetensors.index.json (only safetensors checkpoints are supported)");
+  }
+
+  // Every tensor of every shard, under its canonical name.
+  const ModelShape& ms = ck->shape_;
+  std::map<std::string, size_t> by_name;  // canonical name -> index in tensors_
+  for (uint32_t s = 0; s < shard_names.size(); ++s) {
+    const std::string path = dir + "/" + shard_names[s];
+    if (!is_regular_file(path)) fail(path, "shard named by model.safetensors.index.json is missing");
+    ck->shards_.push_back(SafetensorsFile::open(path));
+    for (const SafetensorsEntry& e : ck->shards_.back()->header().tensors) {
+      if (!weight_map.empty()) {
+        const auto w = weight_map.find(e.name);
+        if (w == weight_map.end() || w->second != shard_names[s]) continue;  // the index decides
+      }
+      const std::string name = canonical_tensor_name(ms.family, e.name);
+      if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) {
+        ck->dropped_.push_back(e.name + " (rotary buffer; the runtime recomputes it)");
+        continue;
+      }
+      if (name == "lm_head.weight" && ms.tied_head) {
+        ck->dropped_.push_back(e.name + " (tie_word_embeddings: the head is the embedding matrix)");
+        continue;
+      }
+      if (by_name.count(name)) fail(path, "tensor '" + e.name + "' appears twice in the checkpoint (as '" +
+                                              ck->tensors_[by_name[name]].source_name + "' too)");
+      if (!is_float(e.dtype))
+        fail(path, "tensor '" + e.name + "' has dtype " + to_string(e.dtype) +
+                       "; only F16, BF16, F32 (and F64) tensors can be packed");
+      for (uint64_t d : e.shape)
+        if (d == 0) fail(path, "tensor '" + e.name + "' has an empty shape " + shape_string(e.shape));
+      CheckpointTensor t;
+      t.name = name;
+      t.source_name = e.name;
+      t.dtype = e.dtype;
+      t.shape = e.shape.empty() ? std::vector<uint64_t>{1} : e.shape;  // a scalar is stored as [1]
+      t.shard = s;
+      t.entry = &e;
+      t.role = classify_tensor(name, t.shape);
+      by_name[name] = ck->tensors_.size();
+      ck->tensors_.push_back(std::move(t));
+    }
+  }
+  for (const auto& [tensor, file] : weight_map) {
+    const std::string name = canonical_tensor_name(ms.family, tensor);
+    bool found = by_name.count(name) > 0;
+    for (uint32_t s = 0; s < shard_names.size() && !found; ++s)
+      found = shard_names[s] == file && ck->shards_[s]->header().find(tensor) != nullptr;
+    if (!found) fail(dir + "/" + file, "tensor '" + tensor + "' listed in model.safetensors.index.json is not in this shard");
+  }
+
+  // Shapes against config.json.
+  std::map<std::string, const model_rules::TensorRule*> rule_of;
+  const std::vector<model_rules::TensorRule> rules = model_rules::rules(ms, ck->config_, config_path);
+  for (const model_rules::TensorRule& r : rules) rule_of[r.name] = &r;
+  const std::string dims = "model_type " + ms.model_type + ", hidden_size " + std::to_string(ms.hidden) +
+                           ", vocab_size " + std::to_string(ms.vocab) + ", " + std::to_string(ms.layers) + " layers";
+  for (const CheckpointTensor& t : ck->tensors_) {
+    const std::string where = dir + "/" + shard_names[t.shard];
+    if (t.role.group == TensorRole::Group::Layer && t.role.layer >= ms.layers)
+      fail(where, "tensor '" + t.source_name + "' belongs to layer " + std::to_string(t.role.layer) +
+                      " but config.json has num_hidden_layers " + std::to_string(ms.layers));
+    const auto r = rule_of.find(t.name);
+    std::vector<uint64_t> expected;
+    if (r != rule_of.end()) {
+      expected = r->second->shape;
+    } else if (t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0) {
+      // A Linear's bias has one entry per output row.
+      const auto w = by_name.find(t.name.substr(0, t.name.size() - 5) + ".weight");
+      if (w != by_name.end() && ck->tensors_[w->second].shape.size() == 2) expected = {ck->tensors_[w->second].shape[0]};
+    }
+    if (!expected.empty() && t.shape != expected)
+      fail(where, "tensor '" + t.source_name + "' has shape " + shape_string(t.shape) + " but config.json (" + dims +
+                      ") implies " + shape_string(expected));
+  }
+  for (const model_rules::TensorRule& r : rules)
+    if (r.required && !by_name.count(r.name)) {
+      std::string hint;
+      if (r.name == "lm_head.weight") hint = " (config.json says tie_word_embeddings is false)";
+      fail(dir, "tensor '" + r.name + "' is missing; config.json (" + dims + ") requires it" + hint);
+    }
+
+  // Execution order: embed group, layers 0..L-1, head group; inside a group attention before MLP.
+  const ModelFamily family = ms.family;
+  std::stable_sort(ck->tensors_.begin(), ck->tensors_.end(), [family](const CheckpointTensor& a, const CheckpointTensor& b) {
+    auto key = [family](const CheckpointTensor& t) {
+      const int g = t.role.group == TensorRole::Group::Embed ? 0 : t.role.group == TensorRole::Group::Layer ? 1 : 2;
+      return std::make_tuple(g, t.role.layer, model_rules::rank_in_group(family, t.name), t.name);
+    };
+    return key(a) < key(b);
+  });
+
+  for (const char* name : kAuxFiles) {
+    const std::string path = dir + "/" + name;
+    if (is_regular_file(path)) ck->files_.push_back({name, path});
+  }
+  return ck;
+}
+
+uint64_t Checkpoint::source_bytes() const {
+  uint64_t n = 0;
+  for (const CheckpointTensor& t : tensors_) n += t.source_bytes();
+  return n;
+}
+
+std::vector<std::string> Checkpoint::input_paths() const {
+  std::vector<std::string> paths = {dir_ + "/config.json"};
+  for (const char* name : {"/generation_config.json", "/model.safetensors.index.json"})
+    if (is_regular_file(dir_ + name)) paths.push_back(dir_ + name);
+  for (const auto& s : shards_) paths.push_back(s->path());
+  for (const AuxFile& f : files_) paths.push_back(f.path);
+  return paths;
+}
+
+const uint8_t* Checkpoint::bytes(const CheckpointTensor& t) const { return shards_.at(t.shard)->data(*t.entry); }
+
+void Checkpoint::read_rows_f32(const CheckpointTensor& t, uint64_t row_begin, uint64_t row_end, float* out) const {
+  if (row_begin > row_end || row_end > t.rows()) throw Error("read_rows_f32: rows out of range for " + t.name);
+  const uint64_t cols = t.cols();
+  convert_to_f32(t.dtype, bytes(t) + row_begin * cols * dtype_bytes(t.dtype), (row_end - row_begin) * cols, out);
+}
+
+void Checkpoint::release(const CheckpointTensor& t) const { shards_.at(t.shard)->release(*t.entry); }
+
+}  // namespace endor

@@ -1,0 +1,70 @@
+// Atomic text outputs (CSV, JSON, SVG): temp file + fsync + rename, never a partial file.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "detail.h"
+#include "endor/packer.h"
+
+namespace endor {
+
+namespace packer_detail {
+std::string human_bytes(uint64_t n) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(n);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+}  // namespace packer_detail
+
+void write_file_atomic(const std::string& path, const std::string& content,
+                       const std::function<void(const std::string&)>& on_temp_path) {
+  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
+  if (on_temp_path) on_temp_path(temp);  // before the file exists: a signal cannot leave it behind
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    if (on_temp_path) on_temp_path("");
+    packer_detail::fail(path, std::string("cannot create: ") + std::strerror(err));
+  }
+  auto abandon = [&](const std::string& what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(temp.c_str());
+    if (on_temp_path) on_temp_path("");
+    packer_detail::fail(path, what + ": " + std::strerror(err));
+  };
+  const char* p = content.data();
+  size_t left = content.size();
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) abandon("cannot write");
+    p += w;
+    left -= size_t(w);
+  }
+  if (::fsync(fd) != 0) abandon("cannot sync");
+  if (::close(fd) != 0) {
+    ::unlink(temp.c_str());
+    if (on_temp_path) on_temp_path("");
+    packer_detail::fail(path, std::string("cannot close: ") + std::strerror(errno));
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    if (on_temp_path) on_temp_path("");
+    packer_detail::fail(path, std::string("cannot rename the temporary file into place: ") + std::strerror(err));
+  }
+  if (on_temp_path) on_temp_path("");
+}
+
+}  // namespace endor

@@ -1,0 +1,353 @@
+// The pack pipeline: checkpoint tensor -> (f32 -> prune -> quantize) -> encode -> container,
+// one tensor at a time so memory stays bounded by the largest tensor.
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <regex>
+
+#include "detail.h"
+#include "endor/packer.h"
+
+namespace endor {
+
+using packer_detail::fail;
+
+namespace {
+
+// Rows per conversion chunk: about 4 Mi elements.
+uint64_t chunk_rows(uint64_t cols) { return std::max<uint64_t>(1, (uint64_t(4) << 20) / std::max<uint64_t>(1, cols)); }
+
+// Stored values of a source tensor as encode_tensor counts them (f32 value != ±0), from the raw bits.
+uint64_t count_nonzero(const Checkpoint& ck, const CheckpointTensor& t) {
+  const uint8_t* p = ck.bytes(t);
+  const uint64_t n = t.numel();
+  uint64_t nnz = 0;
+  switch (t.dtype) {
+    case SafetensorsDType::F16:
+    case SafetensorsDType::BF16:
+#pragma omp parallel for reduction(+ : nnz) schedule(static)
+      for (int64_t i = 0; i < int64_t(n); ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        nnz += (h & 0x7FFF) != 0;
+      }
+      return nnz;
+    case SafetensorsDType::F32:
+#pragma omp parallel for reduction(+ : nnz) schedule(static)
+      for (int64_t i = 0; i < int64_t(n); ++i) {
+        uint32_t b;
+        std::memcpy(&b, p + 4 * i, 4);
+        nnz += (b & 0x7FFFFFFFu) != 0;
+      }
+      return nnz;
+    default: {
+      std::vector<float> buf(n);
+      convert_to_f32(t.dtype, p, n, buf.data());
+      for (float x : buf) nnz += x != 0.0f;
+      return nnz;
+    }
+  }
+}
+
+bool same_bits(SafetensorsDType s, ValueType v) {
+  return (s == SafetensorsDType::F16 && v == ValueType::F16) || (s == SafetensorsDType::BF16 && v == ValueType::BF16) ||
+         (s == SafetensorsDType::F32 && v == ValueType::F32);
+}
+
+// Dense f16/bf16/f32 blob of a source tensor, converted in row chunks (bit-identical to
+// encode_tensor(Dense) of the f32 values).
+std::vector<uint8_t> convert_dense(const Checkpoint& ck, const CheckpointTensor& t, ValueType vt) {
+  const uint64_t rows = t.rows(), cols = t.cols(), step = chunk_rows(cols);
+  const uint32_t out_size = value_bits(vt) / 8;
+  std::vector<uint8_t> out(t.numel() * out_size);
+  const int64_t n_chunks = int64_t((rows + step - 1) / step);
+#pragma omp parallel
+  {
+    std::vector<float> f;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t ci = 0; ci < n_chunks; ++ci) {
+      const uint64_t r0 = uint64_t(ci) * step, r1 = std::min(rows, r0 + step), n = (r1 - r0) * cols;
+      uint8_t* dst = out.data() + r0 * cols * out_size;
+      if (same_bits(t.dtype, vt)) {
+        std::memcpy(dst, ck.bytes(t) + r0 * cols * out_size, n * out_size);
+        continue;
+      }
+      f.resize(n);
+      ck.read_rows_f32(t, r0, r1, f.data());
+      for (uint64_t i = 0; i < n; ++i) {
+        if (vt == ValueType::F32) {
+          std::memcpy(dst + 4 * i, &f[i], 4);
+        } else {
+          const uint16_t h = vt == ValueType::F16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
+          std::memcpy(dst + 2 * i, &h, 2);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> load_f32(const Checkpoint& ck, const CheckpointTensor& t) {
+  const uint64_t rows = t.rows(), cols = t.cols(), step = chunk_rows(cols);
+  std::vector<float> f(t.numel());
+  const int64_t n_chunks = int64_t((rows + step - 1) / step);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t ci = 0; ci < n_chunks; ++ci) {
+    const uint64_t r0 = uint64_t(ci) * step, r1 = std::min(rows, r0 + step);
+    ck.read_rows_f32(t, r0, r1, f.data() + r0 * cols);
+  }
+  return f;
+}
+
+std::string iso_utc_now() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string absolute_path(const std::string& p) {
+  char buf[PATH_MAX];
+  if (::realpath(p.c_str(), buf)) return buf;
+  return p;
+}
+
+std::string group_name(const TensorRole& r) {
+  switch (r.group) {
+    case TensorRole::Group::Embed: return "embed";
+    case TensorRole::Group::Layer: return "layers." + std::to_string(r.layer);
+    case TensorRole::Group::Head: return "head";
+  }
+  return "head";
+}
+
+void validate_options(const PackOptions& o) {
+  if (o.dtype && *o.dtype != ValueType::F16 && *o.dtype != ValueType::BF16 && *o.dtype != ValueType::F32)
+    throw Error(std::string("--dtype must be f16, bf16 or f32, got ") + to_string(*o.dtype));
+  if (o.quant == Quantization::Int4 && o.group_size == 0) throw Error("--group-size must be at least 1");
+  if (!o.skip_regex.empty()) {
+    try {
+      std::regex re(o.skip_regex);
+    } catch (const std::regex_error& e) {
+      throw Error("invalid --skip regex '" + o.skip_regex + "': " + e.what());
+    }
+  }
+}
+
+// Refuses an output path that is one of the input files (the rename would replace it).
+void check_output_is_not_input(const std::string& output, const Checkpoint& ck) {
+  struct stat out {};
+  if (::stat(output.c_str(), &out) != 0) return;
+  if (S_ISDIR(out.st_mode)) fail(output, "is a folder; give the output file name (e.g. model.endor)");
+  struct stat in {};
+  for (const std::string& p : ck.input_paths())
+    if (::stat(p.c_str(), &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)
+      fail(output, "is an input file of the checkpoint; choose another output path");
+  if (output.size() >= 12 && output.compare(output.size() - 12, 12, ".safetensors") == 0)
+    fail(output, "refusing to overwrite a .safetensors file; the output is an .endor container");
+}
+
+}  // namespace
+
+const char* to_string(Quantization q) {
+  switch (q) {
+    case Quantization::None: return "none";
+    case Quantization::Int8: return "int8";
+    case Quantization::Int4: return "int4";
+  }
+  return "?";
+}
+
+ValueType default_value_type(SafetensorsDType t) {
+  switch (t) {
+    case SafetensorsDType::F16: return ValueType::F16;
+    case SafetensorsDType::BF16: return ValueType::BF16;
+    case SafetensorsDType::F32:
+    case SafetensorsDType::F64: return ValueType::F32;
+    default: throw Error(std::string("dtype ") + to_string(t) + " has no Endor value type");
+  }
+}
+
+TensorTreatment plan_treatment(const CheckpointTensor& t, const PackOptions& o) {
+  TensorTreatment tr;
+  tr.value_type = o.dtype ? *o.dtype : default_value_type(t.dtype);
+  bool in_scope = t.role.prunable;
+  if (in_scope && !o.skip_regex.empty()) in_scope = !std::regex_search(t.name, std::regex(o.skip_regex));
+  tr.prune = in_scope && o.prune.active();
+  tr.quantize = in_scope && o.quant != Quantization::None;
+  if (tr.quantize) tr.value_type = o.quant == Quantization::Int8 ? ValueType::I8 : ValueType::I4;
+  return tr;
+}
+
+Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType vt, uint32_t group_size, uint64_t nnz) {
+  const uint32_t gs = vt == ValueType::I4 ? group_size : 0;
+  const TensorLayout dense = compute_layout(shape, Encoding::Dense, vt, gs, [&] {
+    uint64_t n = 1;
+    for (uint64_t d : shape) n *= d;
+    return n;
+  }());
+  if (nnz == dense.nnz) return Encoding::Dense;
+  if (nnz > UINT32_MAX) return Encoding::Dense;  // the bitmap index holds u32 counts
+  if (vt == ValueType::I4) return Encoding::Bitmap;  // keeps zeros exact
+  const TensorLayout bitmap = compute_layout(shape, Encoding::Bitmap, vt, gs, nnz);
+  return bitmap.total_bytes < dense.total_bytes ? Encoding::Bitmap : Encoding::Dense;
+}
+
+PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, const TensorTreatment& tr,
+                              Pruner* pruner, const PackOptions& o) {
+  PreparedTensor p;
+  p.info.name = t.name;
+  p.info.shape = t.shape;
+  p.info.value_type = tr.value_type;
+  p.info.group_size = tr.value_type == ValueType::I4 ? o.group_size : 0;
+  p.info.source_dtype = to_string(t.dtype);
+  const std::string where = ck.dir() + ": tensor '" + t.source_name + "'";
+  try {
+    if (!tr.prune && !tr.quantize) {
+      const uint64_t nnz = count_nonzero(ck, t);
+      if (choose_encoding(t.shape, tr.value_type, 0, nnz) == Encoding::Dense) {
+        p.info.encoding = Encoding::Dense;
+        p.info.nnz = t.numel();
+        if (same_bits(t.dtype, tr.value_type)) {
+          p.data = ck.bytes(t);  // borrowed from the mapping: no copy
+        } else {
+          p.owned = convert_dense(ck, t, tr.value_type);
+          p.data = p.owned.data();
+        }
+        p.n_bytes = t.numel() * (value_bits(tr.value_type) / 8);
+        return p;
+      }
+    }
+    std::vector<float> w = load_f32(ck, t);
+    ck.release(t);
+    if (tr.prune) {
+      if (!pruner) throw Error("no pruner given");
+      pruner->prune(t.name, w.data(), t.rows(), t.cols());
+    }
+    uint64_t nnz = 0;
+#pragma omp parallel for reduction(+ : nnz) schedule(static)
+    for (int64_t i = 0; i < int64_t(w.size()); ++i) nnz += w[size_t(i)] != 0.0f;
+    EncodeOptions eo;
+    eo.encoding = choose_encoding(t.shape, tr.value_type, p.info.group_size, nnz);
+    eo.value_type = tr.value_type;
+    eo.group_size = p.info.group_size == 0 ? kDefaultGroupSize : p.info.group_size;
+    EncodedTensor enc = encode_tensor(w.data(), t.shape, eo);
+    p.info.encoding = eo.encoding;
+    p.info.nnz = enc.layout.nnz;
+    p.owned = std::move(enc.bytes);
+    p.data = p.owned.data();
+    p.n_bytes = p.owned.size();
+    return p;
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    if (msg.find(ck.dir()) != std::string::npos) throw;
+    throw Error(where + ": " + msg);
+  }
+}
+
+nlohmann::json make_provenance(const std::string& source_dir, const PackOptions& o) {
+  nlohmann::json p;
+  p["source"] = absolute_path(source_dir);
+  p["tool"] = {{"name", "endor-pack"}, {"version", o.tool_version}};
+  p["created_utc"] = iso_utc_now();
+  p["command"] = o.command;
+  const bool pruned = o.prune.active();
+  p["method"] = pruned ? o.prune.method : "none";
+  p["sparsity"] = o.prune.structured() ? double(o.prune.n) / double(o.prune.m) : o.prune.sparsity;
+  p["pattern"] = o.prune.pattern();
+  p["scope"] = o.prune.structured() ? "n:m" : (o.prune.scope == PruneScope::Row ? "row" : "matrix");
+  p["quant"] = to_string(o.quant);
+  p["group_size"] = o.quant == Quantization::Int4 ? nlohmann::json(o.group_size) : nlohmann::json(nullptr);
+  p["dtype"] = o.dtype ? to_string(*o.dtype) : "source";
+  p["skip"] = o.skip_regex.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.skip_regex);
+  p["calibration"] = nullptr;
+  return p;
+}
+
+PackSummary pack_checkpoint(const std::string& source_dir, const std::string& output_path, const PackOptions& o,
+                            const PackCallbacks& cb) {
+  validate_options(o);
+  std::unique_ptr<Pruner> pruner;
+  if (o.command == "prune" || o.prune.active()) pruner = make_pruner(o.prune);
+  const std::unique_ptr<Checkpoint> ck = Checkpoint::open(source_dir);
+  check_output_is_not_input(output_path, *ck);
+
+  PackSummary summary;
+  summary.source_bytes = ck->source_bytes();
+  summary.dropped = ck->dropped();
+  PackProgress progress;
+  progress.stage = "pack";
+  progress.tensors_total = ck->tensors().size();
+  progress.bytes_total = summary.source_bytes;
+
+  // Clears the CLI's record of the temp path on every way out (the writer removes the file).
+  struct TempPathGuard {
+    const PackCallbacks& cb;
+    ~TempPathGuard() {
+      if (cb.on_temp_path) cb.on_temp_path("");
+    }
+  };
+  TempPathGuard guard{cb};
+  // Registered before the file exists, so a signal arriving meanwhile cannot leave it behind.
+  if (cb.on_temp_path) cb.on_temp_path(output_path + ".tmp-" + std::to_string(::getpid()));
+  ContainerWriter writer(output_path);
+  if (cb.on_temp_path) cb.on_temp_path(writer.temp_path());
+  if (cb.on_progress) cb.on_progress(progress);
+
+  std::string open_group;
+  for (const CheckpointTensor& t : ck->tensors()) {
+    const std::string g = group_name(t.role);
+    if (g != open_group) {
+      if (!open_group.empty()) writer.end_group();
+      writer.begin_group(g, Tier::Gpu);  // tiers are planned once sizes are known
+      open_group = g;
+    }
+    progress.tensor = t.name;
+    const TensorTreatment tr = plan_treatment(t, o);
+    PreparedTensor p = prepare_tensor(*ck, t, tr, pruner.get(), o);
+    writer.add_tensor(p.info, p.data, p.n_bytes);
+    ck->release(t);
+    summary.tensors += 1;
+    summary.pruned_tensors += tr.prune;
+    progress.tensors_done += 1;
+    progress.bytes_done += t.source_bytes();
+    if (cb.on_progress) cb.on_progress(progress);
+  }
+  if (!open_group.empty()) writer.end_group();
+
+  writer.begin_group("files", Tier::Cpu);
+  for (const AuxFile& f : ck->files()) {
+    std::ifstream in(f.path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) fail(f.path, "cannot read");
+    writer.add_file(f.name, bytes.data(), bytes.size());
+  }
+  writer.end_group();
+
+  std::vector<std::string> names;
+  std::vector<uint64_t> sizes;
+  for (const GroupInfo& g : writer.groups()) {
+    names.push_back(g.name);
+    sizes.push_back(g.size);
+  }
+  const std::vector<Tier> tiers = plan_tiers(names, sizes, o.budget);
+  for (size_t i = 0; i < writer.groups().size(); ++i)
+    if (writer.groups()[i].name != "files") writer.groups()[i].tier = tiers[i];
+
+  nlohmann::json provenance = make_provenance(source_dir, o);
+  if (!summary.dropped.empty()) provenance["dropped"] = summary.dropped;
+  writer.commit(ck->config(), ck->generation_config(), provenance);
+  struct stat st {};
+  if (::stat(output_path.c_str(), &st) == 0) summary.file_bytes = uint64_t(st.st_size);
+  return summary;
+}
+
+}  // namespace endor
