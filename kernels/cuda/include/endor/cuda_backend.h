@@ -1,0 +1,79 @@
+// The CUDA backend of endor/kernels.h (kernels/cuda/): weights stay device-resident in their
+// compressed form; linear() multiplies straight from it for decode-time token counts (fused
+// decode + GEMV) and decodes row panels into a dense 16-bit buffer for cuBLAS otherwise.
+// Built only when nvcc is found (ENDOR_HAVE_CUDA); link endor_kernels_cuda.
+//
+// Memory: Backend::alloc returns device memory; every float*/uint16_t* argument below is a device
+// pointer unless its name says host. Work is queued on the backend's compute stream; download(),
+// synchronize() and the cuda:: helpers that return host values wait for it.
+// Errors: CUDA/cuBLAS failures throw endor::Error naming the failed statement, file and line.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "endor/kernels.h"
+
+namespace endor {
+
+// True when the CUDA runtime sees at least one device. Otherwise false, and *why (when non-null)
+// says what the runtime reported ("cudaGetDeviceCount: no CUDA-capable device is detected").
+bool cuda_device_available(std::string* why = nullptr);
+
+namespace cuda {
+
+// How linear() multiplies by an encoded weight:
+//   Fused      — one warp per output row decodes the compressed row in registers and multiplies
+//                (each weight byte read once per 8 tokens). Decode-time token counts.
+//   DecodeGemm — decode row panels into a dense f16/bf16/f32 device buffer, then cublasGemmEx
+//                (dense f16/bf16/f32 weights are used in place, no decode). Prefill.
+enum class LinearPath : uint8_t { Auto, Fused, DecodeGemm };
+
+struct Options {
+  int device = 0;
+  LinearPath linear_path = LinearPath::Auto;
+  size_t fused_max_tokens = 8;     // Auto: T <= this takes Fused, larger T DecodeGemm
+  size_t gemm_panel_bytes = 0;     // DecodeGemm: cap of the decoded-panel buffer; 0 = 256 MiB
+};
+
+// ---- whole-tensor decode (benchmarks, tests) ------------------------------------------------
+// out[rows·cols] (device) = every element of a weight prepared by a CUDA backend, row-major:
+// f32 is bit-identical to the reference decoder (decode_rows_f32); f16/bf16 are that value
+// rounded to nearest even (a weight stored as f16/bf16 decodes to its own bits). Absent +0.
+void decode_to_f32(Backend& cuda_backend, const Weight& w, float* out);
+void decode_to_f16(Backend& cuda_backend, const Weight& w, uint16_t* out);
+void decode_to_bf16(Backend& cuda_backend, const Weight& w, uint16_t* out);
+
+// Raw device bytes (16-bit outputs, benchmark buffers); freed with the backend if not before.
+void* alloc_bytes(Backend& cuda_backend, size_t n_bytes);
+void free_bytes(Backend& cuda_backend, void* p);
+void download_bytes(Backend& cuda_backend, void* host_dst, const void* src, size_t n_bytes);
+
+// ---- measurement (benchmarks) ---------------------------------------------------------------
+struct DeviceInfo {
+  std::string name;
+  int sm_count = 0, cc_major = 0, cc_minor = 0;
+  size_t global_bytes = 0, l2_bytes = 0;
+};
+DeviceInfo device_info(Backend& cuda_backend);
+
+// Median device time in ms of `work` (which queues work on the backend, e.g. a linear() call),
+// over n_iters timed runs after one warm-up, each timed alone with events on the compute stream.
+// flush_l2: overwrite a buffer twice the L2 size before each run (outside the timed span), so
+// the work reads its inputs from device memory rather than from L2.
+double time_device_ms(Backend& cuda_backend, const std::function<void()>& work, int n_iters, bool flush_l2);
+
+// Device-to-device cudaMemcpy bandwidth over a buffer of `bytes` (0 = 1 GiB), counted as bytes
+// read + bytes written per second (the convention decode GB/s is reported in), best of a few runs.
+double measure_d2d_copy_gbps(Backend& cuda_backend, size_t bytes = 0);
+
+}  // namespace cuda
+
+// The CUDA backend on `device`. Throws endor::Error when there is no such device.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+std::unique_ptr<Backend> make_cuda_backend(const cuda::Options& options);
+
+}  // namespace endor

@@ -1,0 +1,77 @@
+// Internal to endor_kernels_cuda: what the host code (cuda_backend.cpp, linear.cpp) and the kernel
+// files (*.cu) share — plain structs and launch functions, so the .cu files never parse format.h.
+// Every launch function queues work on `stream`, checks the launch, and does not synchronize.
+// Shapes are those of endor/kernels.h; all pointers are device pointers unless named host_*.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace endor::cuda::detail {
+
+// Mirrors endor::ValueType (the host code maps one onto the other).
+enum class Values : uint8_t { F16, BF16, F32, I8, I4 };
+// Element type of a dense buffer the decode/convert kernels write.
+enum class Dense : uint8_t { F32, F16, BF16 };
+
+inline constexpr uint32_t kBlockCols = 4096;  // == endor::kIndexBlockCols (checked in linear.cpp)
+inline constexpr size_t kMaxFusedTokens = 8;  // tokens one fused-kernel launch multiplies at once
+inline constexpr uint32_t kMaxHeadDim = 256;  // attention kernel: 8 elements per lane of a warp
+
+// One weight's encoded sections in device memory: pointers into one device blob (SPEC §6.2),
+// null for sections the encoding does not have. prepare_weight checked rows, cols < 2^31.
+struct DeviceWeight {
+  Values values_type = Values::F32;
+  bool bitmap = false;
+  uint32_t rows = 0, cols = 0;
+  uint32_t words_per_row = 0;   // bitmap: ceil(cols/64) u64 words per row
+  uint32_t blocks_per_row = 0;  // bitmap: ceil(cols/4096) u32 index entries per row
+  uint32_t groups_per_row = 0;  // int4: ceil(cols/group_size)
+  uint32_t group_size = 0;      // int4
+  uint64_t nnz = 0;             // stored values
+  const uint64_t* bitmap_words = nullptr;  // [rows, words_per_row], bit c%64 of word c/64
+  const uint32_t* index = nullptr;         // [rows, blocks_per_row]: values before each block
+  const uint8_t* values = nullptr;         // nnz values, row-major (int4: two per byte, low first)
+  const float* row_scales = nullptr;       // int8: [rows]
+  const uint16_t* group_scales = nullptr;  // int4: f16 [rows, groups_per_row]
+  const uint16_t* group_mins = nullptr;    // int4: f16 [rows, groups_per_row]
+};
+
+// ---- weights (decode.cu, fused_linear.cu) ----
+// Decodes rows into a dense row-major buffer out[n_rows, cols] of element type `dense`: output row
+// i is weight row row_ids[i] when row_ids (device, validated ids) is non-null, else row_begin + i.
+void launch_decode_rows(const DeviceWeight& w, uint32_t row_begin, uint32_t n_rows, const int32_t* row_ids,
+                        Dense dense, void* out, cudaStream_t stream);
+// y[t, r] = Σ_c W[r, c]·x[t, c] (+ bias[r] when non-null) for t < n_tokens ≤ kMaxFusedTokens.
+// x: [n_tokens, cols], y: [n_tokens, rows].
+void launch_fused_linear(const DeviceWeight& w, const float* x, uint32_t n_tokens, const float* bias, float* y,
+                         cudaStream_t stream);
+// out[i] = x[i] rounded to nearest even in `dense` (f16 or bf16) for i < n.
+void launch_convert_f32(const float* x, size_t n, Dense dense, void* out, cudaStream_t stream);
+
+// ---- activations (ops.cu) ----
+void launch_layer_norm(const float* x, const float* gamma, const float* beta, float eps, size_t n_tokens,
+                       size_t dim, float* out, cudaStream_t stream);
+void launch_rms_norm(const float* x, const float* gamma, float eps, size_t n_tokens, size_t dim, float* out,
+                     cudaStream_t stream);
+void launch_add(float* x, const float* y, size_t n, cudaStream_t stream);
+void launch_scale(float* x, float s, size_t n, cudaStream_t stream);
+void launch_relu(float* x, size_t n, cudaStream_t stream);
+void launch_silu_mul(const float* gate, const float* up, size_t n, float* out, cudaStream_t stream);
+void launch_add_bias(float* x, const float* bias, size_t n_tokens, size_t dim, cudaStream_t stream);
+// positions: [n_tokens] int32, inv_freq: [rotary_dim/2] (both device copies of the host inputs).
+void launch_rope(float* x, size_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
+                 const int32_t* positions, const float* inv_freq, float attention_factor, cudaStream_t stream);
+
+// ---- attention (attention.cu) ----
+struct AttentionShape {
+  uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // head_dim ≤ kMaxHeadDim
+  float scale = 1.0f;
+  uint32_t sliding_window = 0;
+};
+void launch_attention(const float* q, const float* k_cache, const float* v_cache, size_t n_past, size_t n_tokens,
+                      const AttentionShape& shape, float* out, cudaStream_t stream);
+
+}  // namespace endor::cuda::detail

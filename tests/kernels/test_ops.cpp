@@ -1,0 +1,281 @@
+// Non-weight ops of the CPU backend against direct double-precision formulas, with derived
+// bounds (u = 2^-24 is the f32 unit roundoff; each bound names the roundings it covers).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernel_test_util.h"
+
+using namespace endor;
+using namespace endor::ktest;
+
+namespace {
+
+constexpr double u = kEpsF32;
+
+// Activations with a non-zero mean and a spread of magnitudes, as real hidden states have.
+std::vector<float> hidden_states(size_t n, uint32_t seed) {
+  std::vector<float> x = random_activations(n, seed, 3.0f);
+  for (size_t i = 0; i < n; ++i) x[i] += 0.5f;
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("rms_norm follows HF Llama: out = γ·(x·rsqrt(mean(x²)+eps))") {
+  auto b = make_cpu_backend();
+  for (size_t dim : {size_t(1), size_t(7), size_t(64), size_t(4097)})
+    for (size_t T : {size_t(1), size_t(3)}) {
+      const auto x = hidden_states(T * dim, uint32_t(dim + T));
+      const auto g = random_activations(dim, 9);
+      std::vector<float> out(T * dim);
+      const float eps = 1e-6f;
+      b->rms_norm(x.data(), g.data(), eps, T, dim, out.data());
+      size_t bad = 0;
+      for (size_t t = 0; t < T; ++t) {
+        double ss = 0;
+        for (size_t i = 0; i < dim; ++i) ss += double(x[t * dim + i]) * x[t * dim + i];
+        const double r = 1.0 / std::sqrt(ss / double(dim) + double(eps));
+        for (size_t i = 0; i < dim; ++i) {
+          const double ref = double(g[i]) * (double(x[t * dim + i]) * r);
+          // mean → f32 (1), + eps (1), sqrt (1), reciprocal (1), two products (2): 6u, +2 slack.
+          bad += !(std::fabs(out[t * dim + i] - ref) <= 8 * u * std::fabs(ref) + 1e-37);
+        }
+      }
+      CAPTURE(dim);
+      CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("layer_norm: (x − mean)·rstd·γ + β with the biased variance") {
+  auto b = make_cpu_backend();
+  for (size_t dim : {size_t(1), size_t(5), size_t(768), size_t(4097)}) {
+    const size_t T = 2;
+    const auto x = hidden_states(T * dim, uint32_t(dim));
+    const auto g = random_activations(dim, 1), beta = random_activations(dim, 2);
+    std::vector<float> out(T * dim);
+    const float eps = 1e-5f;
+    for (bool with_beta : {true, false}) {
+      b->layer_norm(x.data(), g.data(), with_beta ? beta.data() : nullptr, eps, T, dim, out.data());
+      size_t bad = 0;
+      for (size_t t = 0; t < T; ++t) {
+        double mean = 0, var = 0;
+        for (size_t i = 0; i < dim; ++i) mean += x[t * dim + i];
+        mean /= double(dim);
+        for (size_t i = 0; i < dim; ++i) var += (x[t * dim + i] - mean) * (x[t * dim + i] - mean);
+        const double rstd = 1.0 / std::sqrt(var / double(dim) + double(eps));
+        for (size_t i = 0; i < dim; ++i) {
+          const double centred = double(x[t * dim + i]) - mean;
+          const double ref = centred * rstd * g[i] + (with_beta ? beta[i] : 0.0);
+          // The f32 mean is off by u·|mean|; the subtraction, rstd (var→f32, +eps, sqrt, 1/x) and
+          // two products add 7u of |x − mean|; the β add u of |ref|.
+          const double tol = (8 * u * std::fabs(centred) + 2 * u * std::fabs(mean)) * rstd * std::fabs(g[i]) +
+                             2 * u * std::fabs(ref) + 1e-37;
+          bad += !(std::fabs(out[t * dim + i] - ref) <= tol);
+        }
+      }
+      CAPTURE(dim);
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("rope: half-split rotate_half with f32 angles pos·inv_freq, as HF computes them") {
+  auto b = make_cpu_backend();
+  for (uint32_t head_dim : {2u, 64u, 128u})
+    for (uint32_t rotary_dim : {head_dim, head_dim / 2}) {
+      if (rotary_dim % 2 != 0 || rotary_dim == 0) continue;
+      const uint32_t n_heads = 3, half = rotary_dim / 2;
+      std::vector<float> inv_freq(half);
+      for (uint32_t i = 0; i < half; ++i) inv_freq[i] = float(std::pow(10000.0, -2.0 * i / rotary_dim));
+      // Large positions make the f32 rounding of pos·inv_freq visible (~0.004 rad at 1e5).
+      const std::vector<int32_t> pos = {0, 1, 7, 4095, 100000, 131071};
+      const size_t T = pos.size();
+      const auto x0 = random_activations(T * n_heads * head_dim, head_dim);
+      auto x = x0;
+      RopeParams p;
+      p.head_dim = head_dim;
+      p.rotary_dim = rotary_dim;
+      p.inv_freq = inv_freq.data();
+      p.attention_factor = 0.75f;
+      b->rope(x.data(), T, n_heads, pos.data(), p);
+      size_t bad = 0;
+      for (size_t t = 0; t < T; ++t) {
+        for (uint32_t i = 0; i < half; ++i) {
+          const double angle = double(float(pos[t]) * inv_freq[i]);  // the f32 product, exactly
+          const double c = std::cos(angle) * 0.75, s = std::sin(angle) * 0.75;
+          for (uint32_t h = 0; h < n_heads; ++h) {
+            const size_t base = (t * n_heads + h) * head_dim;
+            const double x1 = x0[base + i], x2 = x0[base + i + half];
+            const double r1 = x1 * c - x2 * s, r2 = x2 * c + x1 * s;
+            // cos/sin in f32 (≤ 1 ulp each) and × factor (1), two products (1), one sum (1).
+            const double scale = std::fabs(x1) + std::fabs(x2);
+            bad += !(std::fabs(x[base + i] - r1) <= 6 * u * scale + 1e-37);
+            bad += !(std::fabs(x[base + i + half] - r2) <= 6 * u * scale + 1e-37);
+          }
+        }
+        for (uint32_t h = 0; h < n_heads; ++h)  // dims past rotary_dim pass through untouched
+          for (uint32_t d = rotary_dim; d < head_dim; ++d)
+            bad += x[(t * n_heads + h) * head_dim + d] != x0[(t * n_heads + h) * head_dim + d];
+      }
+      CAPTURE(head_dim);
+      CAPTURE(rotary_dim);
+      CHECK(bad == 0);
+    }
+  RopeParams odd;
+  odd.head_dim = 6;
+  odd.rotary_dim = 5;
+  std::vector<float> inv(3, 1.0f), x(6);
+  odd.inv_freq = inv.data();
+  const int32_t p0 = 0;
+  CHECK_THROWS_AS(b->rope(x.data(), 1, 1, &p0, odd), Error);
+}
+
+namespace {
+
+// Naive attention in double: for query t at position n_past + t, keys in (pos − window, pos].
+// Also returns, per output, the bound of the derived error (see the test).
+void reference_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                         size_t n_past, size_t T, const AttentionParams& p, std::vector<double>& out,
+                         std::vector<double>& tol) {
+  const size_t hd = p.head_dim, nh = p.n_heads, nkv = p.n_kv_heads, group = nh / nkv;
+  out.assign(T * nh * hd, 0.0);
+  tol.assign(T * nh * hd, 0.0);
+  for (size_t t = 0; t < T; ++t)
+    for (size_t h = 0; h < nh; ++h) {
+      const size_t pos = n_past + t, kvh = h / group;
+      const size_t lo = (p.sliding_window && pos + 1 > p.sliding_window) ? pos + 1 - p.sliding_window : 0;
+      std::vector<double> s, mag;
+      for (size_t j = lo; j <= pos; ++j) {
+        double d = 0, m = 0;
+        for (size_t i = 0; i < hd; ++i) {
+          d += double(q[(t * nh + h) * hd + i]) * k[(j * nkv + kvh) * hd + i];
+          m += std::fabs(double(q[(t * nh + h) * hd + i]) * k[(j * nkv + kvh) * hd + i]);
+        }
+        s.push_back(d * p.scale);
+        mag.push_back(m * std::fabs(p.scale));
+      }
+      const double mx = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double& e : s) sum += (e = std::exp(e - mx));
+      // Score error δ ≤ (hd/8 + 6)·u·Σ|q·k|·|scale| (8-lane dot, scale product); softmax adds
+      // exp (2u), the running sum ((n + 1)u) and the division (u): each weight p_j is off by at
+      // most p_j·(2δ + (n + 5)u), and the weighted sum of v another (n + 1)u of Σ p_j|v_j|.
+      const double delta = (double(hd) / 8 + 6) * u * *std::max_element(mag.begin(), mag.end());
+      const double n = double(s.size());
+      for (size_t i = 0; i < hd; ++i) {
+        double o = 0, a = 0;
+        for (size_t j = lo; j <= pos; ++j) {
+          const double pj = s[j - lo] / sum, vj = v[(j * nkv + kvh) * hd + i];
+          o += pj * vj;
+          a += pj * std::fabs(vj);
+        }
+        out[(t * nh + h) * hd + i] = o;
+        tol[(t * nh + h) * hd + i] = (2 * delta + (2 * n + 8) * u) * a + 1e-30;
+      }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("attention: causal GQA with and without a sliding window, decode and prefill") {
+  auto b = make_cpu_backend();
+  struct Case {
+    uint32_t nh, nkv, hd, window;
+    size_t n_past, T;
+  };
+  const Case cases[] = {{1, 1, 1, 0, 0, 1},   {4, 4, 8, 0, 0, 17},  {8, 2, 64, 0, 40, 1},
+                        {8, 2, 64, 0, 5, 8},  {6, 3, 16, 4, 0, 13}, {4, 1, 32, 16, 30, 3},
+                        {2, 1, 128, 1, 9, 2}, {3, 3, 7, 100, 3, 4}};
+  for (const Case& c : cases) {
+    AttentionParams p;
+    p.n_heads = c.nh;
+    p.n_kv_heads = c.nkv;
+    p.head_dim = c.hd;
+    p.scale = 1.0f / std::sqrt(float(c.hd));
+    p.sliding_window = c.window;
+    const size_t capacity = c.n_past + c.T + 3;  // rows past n_past + T must not be read
+    auto q = random_activations(c.T * c.nh * c.hd, 1, 2.0f);
+    auto k = random_activations(capacity * c.nkv * c.hd, 2, 2.0f);
+    auto v = random_activations(capacity * c.nkv * c.hd, 3);
+    for (size_t i = (c.n_past + c.T) * c.nkv * c.hd; i < k.size(); ++i) k[i] = v[i] = std::nanf("");
+    std::vector<float> out(c.T * c.nh * c.hd, 9.0f);
+    b->attention(q.data(), k.data(), v.data(), c.n_past, c.T, p, out.data());
+    std::vector<double> ref, tol;
+    reference_attention(q, k, v, c.n_past, c.T, p, ref, tol);
+    size_t bad = 0;
+    for (size_t i = 0; i < out.size(); ++i) bad += !(std::fabs(out[i] - ref[i]) <= tol[i]);
+    CAPTURE(c.nh);
+    CAPTURE(c.nkv);
+    CAPTURE(c.hd);
+    CAPTURE(c.window);
+    CAPTURE(c.n_past);
+    CAPTURE(c.T);
+    CHECK(bad == 0);
+  }
+  AttentionParams bad_heads;
+  bad_heads.n_heads = 3;
+  bad_heads.n_kv_heads = 2;
+  bad_heads.head_dim = 4;
+  std::vector<float> buf(64);
+  CHECK_THROWS_AS(b->attention(buf.data(), buf.data(), buf.data(), 0, 1, bad_heads, buf.data()), Error);
+}
+
+TEST_CASE("elementwise ops: add, scale, relu, add_bias exact; silu_mul within its roundings") {
+  auto b = make_cpu_backend();
+  const size_t n = 100003;  // above the parallel threshold, odd
+  const auto x0 = random_activations(n, 1, 4.0f), y = random_activations(n, 2);
+  auto x = x0;
+  b->add(x.data(), y.data(), n);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += x[i] != x0[i] + y[i];
+  b->scale(x.data(), 0.5f, n);
+  for (size_t i = 0; i < n; ++i) bad += x[i] != (x0[i] + y[i]) * 0.5f;
+  b->relu(x.data(), n);
+  for (size_t i = 0; i < n; ++i) bad += x[i] != std::max((x0[i] + y[i]) * 0.5f, 0.0f);
+  CHECK(bad == 0);
+
+  std::vector<float> out(n);
+  b->silu_mul(x0.data(), y.data(), n, out.data());
+  bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = x0[i], ref = g / (1.0 + std::exp(-g)) * y[i];
+    // exp (1u, plus its argument's sensitivity: none, −g is exact), +1, division, product: 5u.
+    bad += !(std::fabs(out[i] - ref) <= 6 * u * std::fabs(ref) + 1e-37);
+  }
+  CHECK(bad == 0);
+
+  const size_t T = 5, dim = 9;
+  auto z = random_activations(T * dim, 3);
+  const auto z0 = z, bias = random_activations(dim, 4);
+  b->add_bias(z.data(), bias.data(), T, dim);
+  bad = 0;
+  for (size_t t = 0; t < T; ++t)
+    for (size_t i = 0; i < dim; ++i) bad += z[t * dim + i] != z0[t * dim + i] + bias[i];
+  CHECK(bad == 0);
+}
+
+TEST_CASE("memory: alloc is zeroed, copies round-trip, foreign frees are refused") {
+  auto b = make_cpu_backend();
+  float* p = b->alloc(1000);
+  CHECK(std::all_of(p, p + 1000, [](float f) { return f == 0.0f; }));
+  const auto src = random_activations(1000, 5);
+  std::vector<float> back(1000);
+  b->upload(p, src.data(), 1000);
+  float* q = b->alloc(1000);
+  b->copy(q, p, 1000);
+  b->download(back.data(), q, 1000);
+  CHECK(back == src);
+  float foreign = 0;
+  CHECK_THROWS_AS(b->free(&foreign), Error);
+  b->free(p);
+  b->free(nullptr);
+  CHECK(b->name().find(cpu::simd_level()) != std::string::npos);
+  // q is released with the backend.
+}
+
+TEST_CASE("bandwidth probes report a positive rate") {
+  CHECK(cpu::measure_read_bandwidth_gbps(size_t(8) << 20, 2) > 0.0);
+  CHECK(cpu::measure_copy_bandwidth_gbps(size_t(8) << 20, 2) > 0.0);
+}
