@@ -1,0 +1,63 @@
+// The BPE model of tokenizer.json: vocab, ranked merges, and the merge loop of HF tokenizers
+// (lowest rank first, leftmost among equal ranks; unknown characters to byte-fallback tokens
+// <0xXX> or the unk token; ignore_merges; continuing_subword_prefix / end_of_word_suffix).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace endor {
+
+struct BpeConfig {
+  std::vector<std::pair<std::string, int64_t>> vocab;        // token -> id, file order
+  std::vector<std::pair<std::string, std::string>> merges;  // rank = index
+  std::optional<std::string> unk_token, continuing_subword_prefix, end_of_word_suffix;
+  bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
+};
+
+class BpeModel {
+ public:
+  // Throws TokenizerError naming `source` for ids out of range or merges referring to tokens
+  // absent from the vocab.
+  BpeModel(BpeConfig config, const std::string& source);
+  BpeModel(const BpeModel&) = delete;  // token_ids_ holds views into token_strings_
+  BpeModel& operator=(const BpeModel&) = delete;
+
+  // Per-encode() memo of piece -> ids (pieces repeat a lot in running text).
+  using Cache = std::unordered_map<std::string, std::vector<int32_t>>;
+  // Appends the ids of one pre-tokenized piece. Throws TokenizerError if a character has no
+  // token, no byte fallback and the unk token is missing from the vocab.
+  void tokenize(const std::string& piece, std::vector<int32_t>& out, Cache& cache) const;
+
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  // nullptr when the id has no token.
+  const std::string* id_to_token(int32_t id) const;
+  // One past the largest id.
+  size_t id_limit() const { return id_to_index_.size(); }
+  // Number of distinct tokens (HF's BPE get_vocab_size()).
+  size_t token_count() const { return token_ids_.size(); }
+
+ private:
+  struct MergeValue { uint32_t rank; int32_t new_id; };
+  static uint64_t pair_key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  void merge_word(std::string_view piece, std::vector<int32_t>& out) const;
+
+  std::vector<std::string> token_strings_;  // never modified after construction
+  std::vector<int32_t> id_to_index_;        // id -> index in token_strings_, -1 for gaps
+  std::unordered_map<std::string_view, int32_t> token_ids_;
+  std::unordered_map<uint64_t, MergeValue> merges_;
+  std::vector<int32_t> single_char_ids_;    // code point < 0x10000 -> id, when no prefix/suffix
+  int32_t byte_tokens_[256];                // <0xXX> ids for byte fallback, -1 if absent
+  std::optional<std::string> unk_token_, prefix_, suffix_;
+  bool fuse_unk_, byte_fallback_, ignore_merges_;
+  std::string source_;
+};
+
+}  // namespace endor
