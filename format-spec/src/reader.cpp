@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +63,30 @@ std::unique_ptr<ContainerReader> ContainerReader::open_bytes(const uint8_t* byte
   return r;
 }
 
+namespace {
+// Deepest nesting of arrays/objects in JSON text (strings skipped). Checked before parsing:
+// nlohmann's parser is iterative but copying or printing a value recurses, so a hostile
+// "[[[[...]]]]" manifest must be refused up front rather than overflow the stack later.
+int json_depth(const uint8_t* p, uint64_t n) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint8_t c = p[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // skip the escaped character
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+}  // namespace
+
 void ContainerReader::validate() {
   header_ = parse_header(base_, header_.file_bytes, path_);
   const uint8_t* manifest = base_ + header_.manifest_offset;
@@ -69,6 +94,8 @@ void ContainerReader::validate() {
   if (computed != header_.manifest_checksum)
     fail(path_, "manifest checksum mismatch (stored " + detail::hex16(header_.manifest_checksum) + ", computed " +
                     detail::hex16(computed) + ")");
+  if (json_depth(manifest, header_.manifest_bytes) > kMaxManifestDepth)
+    fail(path_, "manifest nests arrays/objects deeper than " + std::to_string(kMaxManifestDepth) + " levels");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(manifest, manifest + header_.manifest_bytes);
@@ -104,7 +131,10 @@ std::optional<std::string_view> ContainerReader::file(std::string_view name) con
 }
 
 bool ContainerReader::verify_group(size_t g) const {
-  const GroupInfo& group = manifest_.groups.at(g);
+  if (g >= manifest_.groups.size())
+    fail(path_, "verify_group(" + std::to_string(g) + "): there are " + std::to_string(manifest_.groups.size()) +
+                    " groups");
+  const GroupInfo& group = manifest_.groups[g];
   return XXH3_64bits(base_ + group.offset, group.size) == group.checksum;
 }
 

@@ -35,6 +35,7 @@ inline constexpr uint32_t kTensorAlignment = 64;    // every tensor/file blob in
 inline constexpr uint32_t kSectionAlignment = 16;   // sections inside a tensor blob
 inline constexpr uint32_t kIndexBlockCols = 4096;   // bitmap value-offset index granularity
 inline constexpr uint64_t kMaxManifestBytes = 64ull << 20;
+inline constexpr int kMaxManifestDepth = 64;        // nesting of JSON arrays/objects
 inline constexpr uint32_t kDefaultGroupSize = 128;  // int4 group of consecutive input columns
 inline constexpr size_t kMaxRank = 8;               // tensor shapes have 1..kMaxRank dimensions
 
