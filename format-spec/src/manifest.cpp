@@ -272,17 +272,20 @@ Manifest Manifest::from_json(const json& root, const Header& header, const std::
     m.files.push_back(std::move(info));
   }
 
-  // ---- per group: blobs listed in file order, disjoint, covering the group from first to last ----
+  // ---- tensors and files are each listed in file order (groups are, so each group's are too) ----
+  auto in_file_order = [&](const auto& items, const char* kind, const char* what) {
+    for (size_t k = 1; k < items.size(); ++k)
+      if (items[k].offset < items[k - 1].offset)
+        p.fail(std::string(kind) + " are not listed in file order (" + what + " '" + items[k].name + "' at " +
+               std::to_string(items[k].offset) + " follows '" + items[k - 1].name + "' at " +
+               std::to_string(items[k - 1].offset) + ")");
+  };
+  in_file_order(m.tensors, "tensors", "tensor");
+  in_file_order(m.files, "files", "file");
+
+  // ---- per group: blobs disjoint, covering the group from the first to the end of the last ----
   for (size_t g = 0; g < m.groups.size(); ++g) {
     const GroupInfo& group = m.groups[g];
-    auto in_file_order = [&](const std::vector<uint32_t>& idx, auto offset_of, const char* kind) {
-      for (size_t k = 1; k < idx.size(); ++k)
-        if (offset_of(idx[k]) <= offset_of(idx[k - 1]))
-          p.fail("group '" + group.name + "': " + kind + " are not listed in file order");
-    };
-    in_file_order(group.tensors, [&](uint32_t i) { return m.tensors[i].offset; }, "tensors");
-    in_file_order(group.files, [&](uint32_t i) { return m.files[i].offset; }, "files");
-
     std::vector<Blob>& b = blobs[g];
     std::sort(b.begin(), b.end(), [](const Blob& x, const Blob& y) {
       return x.offset != y.offset ? x.offset < y.offset : x.end < y.end;

@@ -126,6 +126,7 @@ TEST_CASE("container with no groups and an empty file is valid") {
     ContainerWriter w(path);
     w.begin_group("files", Tier::Cpu);
     w.add_file("empty.txt", "", 0);
+    w.add_file("empty2.txt", nullptr, 0);
     w.end_group();
     w.commit(nlohmann::json::object(), nlohmann::json::object(), nlohmann::json::object());
   }
@@ -133,6 +134,7 @@ TEST_CASE("container with no groups and an empty file is valid") {
   CHECK(r->manifest().groups.size() == 1);
   CHECK(r->manifest().groups[0].size == 0);
   CHECK(r->file("empty.txt")->empty());
+  CHECK(r->file("empty2.txt")->empty());
   CHECK_NOTHROW(r->verify_all());
 
   const std::string path2 = dir.file("nothing.endor");
