@@ -1,6 +1,8 @@
 // BPE model: table construction and the per-piece merge loop.
 #include "bpe.h"
 
+#include <algorithm>
+#include <functional>
 #include <queue>
 
 #include "endor/tokenizer.h"
@@ -25,6 +27,8 @@ BpeModel::BpeModel(BpeConfig config, const std::string& source)
       byte_fallback_(config.byte_fallback),
       ignore_merges_(config.ignore_merges),
       source_(source) {
+  // Vocab: token strings, id -> string, and string -> id (a repeated token keeps its last id,
+  // as a JSON object read into a map does).
   token_strings_.reserve(config.vocab.size());
   int64_t max_id = -1;
   for (auto& [token, id] : config.vocab) {
@@ -34,15 +38,28 @@ BpeModel::BpeModel(BpeConfig config, const std::string& source)
     token_strings_.push_back(std::move(token));
   }
   id_to_index_.assign(static_cast<size_t>(max_id + 1), -1);
-  token_ids_.reserve(token_strings_.size());
+  size_t capacity = 16;
+  while (capacity < 2 * token_strings_.size()) capacity *= 2;
+  token_slots_.assign(capacity, 0);
+  token_slot_ids_.assign(capacity, -1);
   for (size_t i = 0; i < token_strings_.size(); ++i) {
     auto id = static_cast<int32_t>(config.vocab[i].second);
-    token_ids_[token_strings_[i]] = id;  // a repeated token keeps its last id, as a JSON map does
+    const std::string& t = token_strings_[i];
+    size_t slot = hash_bytes(t) & (capacity - 1);
+    while (token_slots_[slot] != 0 && token_strings_[static_cast<size_t>(token_slots_[slot] - 1)] != t)
+      slot = (slot + 1) & (capacity - 1);
+    if (token_slots_[slot] == 0) ++token_count_;
+    token_slots_[slot] = static_cast<int32_t>(i + 1);
+    token_slot_ids_[slot] = id;
     if (id_to_index_[static_cast<size_t>(id)] < 0) id_to_index_[static_cast<size_t>(id)] = static_cast<int32_t>(i);
   }
 
+  // Merges: (left id, right id) -> (rank, merged id); a repeated pair keeps its last rank.
   const size_t prefix_len = prefix_ ? prefix_->size() : 0;
-  merges_.reserve(config.merges.size());
+  capacity = 16;
+  while (capacity < 2 * config.merges.size()) capacity *= 2;
+  merge_slots_.assign(capacity, MergeSlot{kEmptyKey, {0, 0}});
+  rank_new_id_.resize(config.merges.size());
   std::string joined;
   for (size_t rank = 0; rank < config.merges.size(); ++rank) {
     const auto& [a, b] = config.merges[rank];
@@ -57,7 +74,11 @@ BpeModel::BpeModel(BpeConfig config, const std::string& source)
     if (!merged)
       throw TokenizerError(source + ": merge " + std::to_string(rank) + " ('" + a + "' '" + b +
                            "') makes token '" + joined + "' that is not in the vocab");
-    merges_[pair_key(*ia, *ib)] = MergeValue{static_cast<uint32_t>(rank), *merged};  // last duplicate wins
+    uint64_t key = pair_key(*ia, *ib);
+    size_t slot = mix(key) & (capacity - 1);
+    while (merge_slots_[slot].key != kEmptyKey && merge_slots_[slot].key != key) slot = (slot + 1) & (capacity - 1);
+    merge_slots_[slot] = MergeSlot{key, MergeValue{static_cast<uint32_t>(rank), *merged}};
+    rank_new_id_[rank] = *merged;
   }
 
   for (unsigned b = 0; b < 256; ++b) {
@@ -66,28 +87,62 @@ BpeModel::BpeModel(BpeConfig config, const std::string& source)
   }
   if ((!prefix_ || prefix_->empty()) && (!suffix_ || suffix_->empty())) {
     single_char_ids_.assign(0x10000, -1);
-    for (const auto& [token, id] : token_ids_) {
+    for (const std::string& token : token_strings_) {
       size_t i = 0;
+      char32_t prev = 0;
+      while (i < token.size()) {
+        size_t start = i;
+        char32_t cp = unicode::decode_utf8(token, i);
+        if (start > 0) inner_bigrams_.push_back((uint64_t{prev} << 32) | cp);
+        prev = cp;
+      }
+      i = 0;
       if (token.empty()) continue;
       char32_t cp = unicode::decode_utf8(token, i);
-      if (i == token.size() && cp < 0x10000) single_char_ids_[cp] = id;
+      if (i == token.size() && cp < 0x10000 && cp != 0xFFFD) single_char_ids_[cp] = *token_to_id(token);
     }
     // decode_utf8 maps invalid bytes to U+FFFD; only the real U+FFFD token may claim it.
     auto fffd = token_to_id("\xEF\xBF\xBD");
     single_char_ids_[0xFFFD] = fffd ? *fffd : -1;
+    std::sort(inner_bigrams_.begin(), inner_bigrams_.end());
+    inner_bigrams_.erase(std::unique(inner_bigrams_.begin(), inner_bigrams_.end()), inner_bigrams_.end());
+    cut_long_pieces_ = true;
   }
 }
 
+uint64_t BpeModel::hash_bytes(std::string_view s) {
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a, then mixed
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
+  return mix(h);
+}
+
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto it = token_ids_.find(token);
-  if (it == token_ids_.end()) return std::nullopt;
-  return it->second;
+  size_t mask = token_slots_.size() - 1;
+  for (size_t slot = hash_bytes(token) & mask; token_slots_[slot] != 0; slot = (slot + 1) & mask)
+    if (token_strings_[static_cast<size_t>(token_slots_[slot] - 1)] == token) return token_slot_ids_[slot];
+  return std::nullopt;
+}
+
+const BpeModel::MergeValue* BpeModel::find_merge(int32_t a, int32_t b) const {
+  uint64_t key = pair_key(a, b);
+  size_t mask = merge_slots_.size() - 1;
+  for (size_t slot = mix(key) & mask; merge_slots_[slot].key != kEmptyKey; slot = (slot + 1) & mask)
+    if (merge_slots_[slot].key == key) return &merge_slots_[slot].value;
+  return nullptr;
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= id_to_index_.size() || id_to_index_[static_cast<size_t>(id)] < 0)
     return nullptr;
   return &token_strings_[static_cast<size_t>(id_to_index_[static_cast<size_t>(id)])];
+}
+
+std::optional<int32_t> BpeModel::single_char_id(std::string_view ch, char32_t cp) const {
+  if (!single_char_ids_.empty() && cp < 0x10000) {
+    if (single_char_ids_[cp] >= 0) return single_char_ids_[cp];
+    return std::nullopt;
+  }
+  return token_to_id(ch);
 }
 
 void BpeModel::tokenize(const std::string& piece, std::vector<int32_t>& out, Cache& cache) const {
@@ -114,6 +169,29 @@ void BpeModel::tokenize(const std::string& piece, std::vector<int32_t>& out, Cac
 }
 
 void BpeModel::merge_word(std::string_view w, std::vector<int32_t>& out) const {
+  if (!cut_long_pieces_ || w.size() <= kCutPiecesAbove) {
+    merge_part(w, out);
+    return;
+  }
+  size_t part_start = 0;
+  char32_t prev = 0;
+  bool prev_is_token = false;
+  for (size_t i = 0; i < w.size();) {
+    size_t start = i;
+    char32_t cp = unicode::decode_utf8(w, i);
+    bool is_token = single_char_id(w.substr(start, i - start), cp).has_value();
+    if (start > 0 && prev_is_token && is_token &&
+        !std::binary_search(inner_bigrams_.begin(), inner_bigrams_.end(), (uint64_t{prev} << 32) | cp)) {
+      merge_part(w.substr(part_start, start - part_start), out);
+      part_start = start;
+    }
+    prev = cp;
+    prev_is_token = is_token;
+  }
+  merge_part(w.substr(part_start), out);
+}
+
+void BpeModel::merge_part(std::string_view w, std::vector<int32_t>& out) const {
   struct Symbol { int32_t id; int32_t prev, next; bool removed; };
   std::vector<Symbol> symbols;
   symbols.reserve(w.size());
@@ -129,9 +207,9 @@ void BpeModel::merge_word(std::string_view w, std::vector<int32_t>& out) const {
     char32_t cp = unicode::decode_utf8(w, i);
     bool is_first = start == 0, is_last = i == w.size();
     std::optional<int32_t> id;
-    if (!single_char_ids_.empty() && cp < 0x10000) {
-      if (single_char_ids_[cp] >= 0) id = single_char_ids_[cp];
+    if (!single_char_ids_.empty()) {
       s.assign(w.substr(start, i - start));
+      id = single_char_id(s, cp);
     } else {
       s.clear();
       if (!is_first && prefix_) s += *prefix_;
@@ -164,35 +242,34 @@ void BpeModel::merge_word(std::string_view w, std::vector<int32_t>& out) const {
   if (symbols.empty()) return;
   symbols.back().next = -1;
 
-  struct Merge { uint32_t rank; int32_t pos; int32_t new_id; };
-  auto later = [](const Merge& x, const Merge& y) { return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos; };
-  std::priority_queue<Merge, std::vector<Merge>, decltype(later)> queue(later);
-  auto find = [&](int32_t a, int32_t b) -> const MergeValue* {
-    auto it = merges_.find(pair_key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
+  // Min-heap of (rank << 32 | position): lowest rank first, leftmost among equal ranks.
+  std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> queue;
+  auto push = [&](const MergeValue* m, int32_t pos) {
+    queue.push((uint64_t{m->rank} << 32) | static_cast<uint32_t>(pos));
   };
   for (size_t k = 0; k + 1 < symbols.size(); ++k)
-    if (const MergeValue* m = find(symbols[k].id, symbols[k + 1].id))
-      queue.push(Merge{m->rank, static_cast<int32_t>(k), m->new_id});
+    if (const MergeValue* m = find_merge(symbols[k].id, symbols[k + 1].id)) push(m, static_cast<int32_t>(k));
 
   while (!queue.empty()) {
-    Merge top = queue.top();
+    uint64_t top = queue.top();
     queue.pop();
-    Symbol& cur = symbols[static_cast<size_t>(top.pos)];
+    auto rank = static_cast<uint32_t>(top >> 32);
+    auto pos = static_cast<int32_t>(top & 0xFFFFFFFFu);
+    Symbol& cur = symbols[static_cast<size_t>(pos)];
     if (cur.removed || cur.next < 0) continue;
     Symbol& right = symbols[static_cast<size_t>(cur.next)];
-    const MergeValue* m = find(cur.id, right.id);
-    if (!m || m->new_id != top.new_id) continue;  // stale entry
-    cur.id = top.new_id;
+    // Stale entry unless the pair there now merges into the same token (HF's check).
+    const MergeValue* m = find_merge(cur.id, right.id);
+    int32_t new_id = rank_new_id_[rank];
+    if (!m || m->new_id != new_id) continue;
+    cur.id = new_id;
     right.removed = true;
     cur.next = right.next;
-    if (cur.next >= 0) symbols[static_cast<size_t>(cur.next)].prev = top.pos;
+    if (cur.next >= 0) symbols[static_cast<size_t>(cur.next)].prev = pos;
     if (cur.prev >= 0)
-      if (const MergeValue* p = find(symbols[static_cast<size_t>(cur.prev)].id, cur.id))
-        queue.push(Merge{p->rank, cur.prev, p->new_id});
+      if (const MergeValue* p = find_merge(symbols[static_cast<size_t>(cur.prev)].id, cur.id)) push(p, cur.prev);
     if (cur.next >= 0)
-      if (const MergeValue* n = find(cur.id, symbols[static_cast<size_t>(cur.next)].id))
-        queue.push(Merge{n->rank, top.pos, n->new_id});
+      if (const MergeValue* n = find_merge(cur.id, symbols[static_cast<size_t>(cur.next)].id)) push(n, pos);
   }
   for (const Symbol& sym : symbols)
     if (!sym.removed) out.push_back(sym.id);
