@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "symmetric.h"
 #include "endor/format.h"
 #include "endor/pruning.h"
 
@@ -33,8 +34,7 @@ void upper_cholesky_of_inverse(std::vector<float>& h, size_t n) {
   info = LAPACKE_spotri(LAPACK_COL_MAJOR, 'U', ln, h.data(), ln);
   if (info != 0) detail::fail(kFn, "the Hessian's Cholesky factor is singular (spotri info " + std::to_string(info) + ")");
   // Row-major view: the lower triangle holds H⁻¹; mirror it to make the full matrix.
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = i + 1; j < n; ++j) h[i * n + j] = h[j * n + i];
+  detail::mirror_triangle(h.data(), n, /*from_upper=*/false);
   info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'L', ln, h.data(), ln);
   if (info != 0)
     detail::fail(kFn, "the inverse Hessian is not numerically positive definite (Cholesky failed at column " +

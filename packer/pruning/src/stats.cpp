@@ -6,6 +6,7 @@
 #include <string>
 
 #include "checks.h"
+#include "symmetric.h"
 #include "endor/pruning.h"
 
 namespace endor::pruning {
@@ -60,8 +61,7 @@ void HessianAccumulator::add_batch(const float* x, size_t n_tokens, size_t n_in,
   // Upper triangle: H = keep·H + Xsᵀ·Xs (X is [n_tokens, n_in] row-major, so Xsᵀ·Xs is "Trans").
   const int n = int(n_in_), k = int(n_tokens);
   cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, n, k, 1.0f, scaled_.data(), n, keep, h_.data(), n);
-  for (size_t i = 0; i < n_in_; ++i)
-    for (size_t j = i + 1; j < n_in_; ++j) h_[j * n_in_ + i] = h_[i * n_in_ + j];
+  detail::mirror_triangle(h_.data(), n_in_, /*from_upper=*/true);
 }
 
 }  // namespace endor::pruning

@@ -1,7 +1,7 @@
 // Score-only pruning without weight updates: magnitude and Wanda (wanda lib/prune.py).
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <utility>
 #include <vector>
 
 #include "checks.h"
@@ -46,16 +46,14 @@ std::vector<uint8_t> mask_per_row(const std::vector<float>& score, size_t n_out,
   if (k == 0) return mask;
 #pragma omp parallel
   {
-    std::vector<uint32_t> order(n_in);
+    std::vector<std::pair<float, uint32_t>> order(n_in);  // (score, column): a total order
 #pragma omp for schedule(static)
     for (long long r = 0; r < (long long)n_out; ++r) {
       const float* s = &score[size_t(r) * n_in];
-      std::iota(order.begin(), order.end(), 0u);
+      for (uint32_t j = 0; j < n_in; ++j) order[j] = {s[j], j};
       // The first k of a stable sort == the k smallest under (score, column) order.
-      std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), [s](uint32_t a, uint32_t b) {
-        return s[a] < s[b] || (s[a] == s[b] && a < b);
-      });
-      for (size_t i = 0; i < k; ++i) mask[size_t(r) * n_in + order[i]] = 1;
+      std::nth_element(order.begin(), order.begin() + (k - 1), order.end());
+      for (size_t i = 0; i < k; ++i) mask[size_t(r) * n_in + order[i].second] = 1;
     }
   }
   return mask;
