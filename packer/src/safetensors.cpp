@@ -92,6 +92,8 @@ SafetensorsHeader parse_safetensors(const uint8_t* file, uint64_t n_bytes, const
   if (header_len < 2 || file[8] != '{')
     fail(where, "safetensors header is not a JSON object (must start with '{')");
 
+  // nlohmann::json stops at a NUL byte as if the text ended there; the format has none.
+  if (std::memchr(file + 8, '\0', header_len) != nullptr) fail(where, "safetensors header contains a NUL byte");
   // Duplicate keys are ambiguous (which entry is the tensor?): refuse them while parsing.
   std::set<std::string> top_keys;
   std::string duplicate;

@@ -117,7 +117,7 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
           score[r * count + i] = (x * x) / (d * d);
         }
       std::vector<float> sorted = score;
-      const size_t k = size_t(double(sorted.size()) * target.ratio);
+      const size_t k = std::min(size_t(double(sorted.size()) * target.ratio), sorted.size() - 1);
       std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end());
       const float thresh = sorted[k];
       for (size_t r = 0; r < n_out; ++r)

@@ -79,7 +79,7 @@ std::vector<uint8_t> magnitude_prune(float* w, size_t n_out, size_t n_in, const 
     mask = mask_per_row(score, n_out, n_in, target);
   } else {
     std::vector<float> sorted = score;
-    const size_t k = size_t(double(numel) * target.ratio);
+    const size_t k = std::min(size_t(double(numel) * target.ratio), numel - 1);
     std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end());
     const float thresh = sorted[k];
     mask.resize(numel);
