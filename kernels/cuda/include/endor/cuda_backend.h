@@ -67,7 +67,7 @@ DeviceInfo device_info(Backend& cuda_backend);
 double time_device_ms(Backend& cuda_backend, const std::function<void()>& work, int n_iters, bool flush_l2);
 
 // Device-to-device cudaMemcpy bandwidth over a buffer of `bytes` (0 = 1 GiB), counted as bytes
-// read + bytes written per second (the convention decode GB/s is reported in), best of a few runs.
+// read + bytes written per second (the convention decode GB/s is reported in), median of 5 runs.
 double measure_d2d_copy_gbps(Backend& cuda_backend, size_t bytes = 0);
 
 }  // namespace cuda

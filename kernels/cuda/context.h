@@ -1,0 +1,62 @@
+// Internal to endor_kernels_cuda: the state one CUDA backend owns — its device, a compute stream
+// and a copy stream, the cuBLAS handle, and grow-only device scratch buffers — plus linear().
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "endor/cuda_backend.h"
+#include "launch.h"
+
+namespace endor::cuda::detail {
+
+// Device memory that only grows, so steady-state calls allocate nothing.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  // At least `bytes` bytes (contents unspecified). Growing first waits for `stream`, so work
+  // queued there that still reads the old buffer finishes before it is freed.
+  void* ensure(size_t bytes, cudaStream_t stream);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct Context {
+  explicit Context(const Options& options);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // Makes this backend's device current on the calling thread (every public entry calls it).
+  void activate() const;
+
+  Options options;
+  cudaDeviceProp props{};
+  cudaStream_t compute = nullptr;  // every kernel, in call order
+  cudaStream_t copy = nullptr;     // weight uploads (prepare_weight)
+  cublasHandle_t cublas = nullptr; // bound to `compute`
+
+  DeviceBuffer panel;        // DecodeGemm: decoded rows of a weight [panel_rows, in], 16-bit or f32
+  DeviceBuffer activations;  // DecodeGemm: x converted to the GEMM's 16-bit type [T, in]
+  DeviceBuffer host_params;  // per-call copies of host inputs (token ids, positions, inv_freq)
+  DeviceBuffer bounce;       // copy() between overlapping ranges
+  DeviceBuffer l2_flush;     // time_device_ms(flush_l2)
+
+ private:
+  void release() noexcept;
+};
+
+// y[T, out] = x[T, in]·Wᵀ (+ bias[out]); the path per Options::linear_path (see cuda_backend.h).
+void linear(Context& ctx, const DeviceWeight& w, const float* x, size_t n_tokens, const float* bias, float* y);
+
+}  // namespace endor::cuda::detail

@@ -1,0 +1,479 @@
+// The CUDA Backend: device memory, device-resident compressed weights, and the kernels of
+// decode.cu / fused_linear.cu / ops.cu / attention.cu behind the Backend interface; plus the
+// cuda:: helpers of cuda_backend.h (whole-tensor decode, timing, copy bandwidth).
+#include "endor/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "context.h"
+#include "cuda_check.h"
+
+namespace endor {
+
+namespace cuda::detail {
+
+[[noreturn]] void throw_cuda_error(const char* library, const char* message, int code, const char* statement,
+                                   const char* file, int line) {
+  throw Error(std::string(library) + " error: " + message + " (code " + std::to_string(code) + ") in `" +
+              statement + "` at " + file + ":" + std::to_string(line));
+}
+
+}  // namespace cuda::detail
+
+bool cuda_device_available(std::string* why) {
+  int n = 0;
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  if (status != cudaSuccess) {
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
+    cudaGetLastError();  // clear the error so later calls start clean
+    return false;
+  }
+  if (n == 0) {
+    if (why) *why = "cudaGetDeviceCount: 0 devices";
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+using cuda::detail::Context;
+using cuda::detail::Dense;
+using cuda::detail::DeviceWeight;
+using cuda::detail::Values;
+
+Values values_of(ValueType t) {
+  switch (t) {
+    case ValueType::F16: return Values::F16;
+    case ValueType::BF16: return Values::BF16;
+    case ValueType::F32: return Values::F32;
+    case ValueType::I8: return Values::I8;
+    case ValueType::I4: return Values::I4;
+  }
+  throw Error("cuda backend: unknown value type");
+}
+
+bool same_layout(const TensorLayout& a, const TensorLayout& b) {
+  return a.encoding == b.encoding && a.value_type == b.value_type && a.rows == b.rows && a.cols == b.cols &&
+         a.nnz == b.nnz && a.group_size == b.group_size && a.words_per_row == b.words_per_row &&
+         a.blocks_per_row == b.blocks_per_row && a.groups_per_row == b.groups_per_row &&
+         a.bitmap_offset == b.bitmap_offset && a.bitmap_bytes == b.bitmap_bytes && a.index_offset == b.index_offset &&
+         a.index_bytes == b.index_bytes && a.values_offset == b.values_offset && a.values_bytes == b.values_bytes &&
+         a.scales_offset == b.scales_offset && a.scales_bytes == b.scales_bytes && a.mins_offset == b.mins_offset &&
+         a.mins_bytes == b.mins_bytes && a.total_bytes == b.total_bytes;
+}
+
+// Checks what the kernels rely on: a layout that is exactly the format's for its shape (so every
+// section lies inside the blob), 32-bit row/column counts, and index entries that never decrease
+// nor exceed nnz (O(rows·blocks)). Bitmap popcounts are validate_bitmap()'s job (the caller's).
+void check_weight(const TensorView& v) {
+  const TensorLayout& L = v.layout;
+  const std::string what = v.info ? "tensor " + v.info->name : std::string("weight");
+  if (!v.data) throw Error("cuda backend: " + what + " has no data");
+  if (L.rows == 0 || L.cols == 0) throw Error("cuda backend: " + what + " has an empty shape");
+  if (L.rows > uint64_t(INT32_MAX) || L.cols > uint64_t(INT32_MAX))
+    throw Error("cuda backend: " + what + " has more than 2^31-1 rows or columns");
+  if ((L.rows * ((L.cols + cuda::detail::kBlockCols - 1) / cuda::detail::kBlockCols)) > uint64_t(INT32_MAX))
+    throw Error("cuda backend: " + what + " has more than 2^31-1 column blocks");
+  TensorLayout expect;
+  try {
+    expect = compute_layout({L.rows, L.cols}, L.encoding, L.value_type, L.group_size, L.nnz);
+  } catch (const Error& e) {
+    throw Error("cuda backend: " + what + " has an invalid layout: " + e.what());
+  }
+  if (!same_layout(L, expect)) throw Error("cuda backend: " + what + " layout does not match its shape and encoding");
+  if (L.encoding != Encoding::Bitmap) return;
+  const uint64_t n = L.rows * L.blocks_per_row;
+  uint64_t prev = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    uint32_t e;
+    std::memcpy(&e, v.data + L.index_offset + 4 * i, 4);
+    if (e < prev || e > L.nnz)
+      throw Error("cuda backend: " + what + " bitmap index entry " + std::to_string(i) + " is out of order or past nnz");
+    prev = e;
+  }
+}
+
+class CudaWeight final : public Weight {
+ public:
+  CudaWeight(const TensorLayout& layout, int device) : layout_(layout), device_(device) {}
+  ~CudaWeight() override {
+    if (blob_) cudaFree(blob_);
+  }
+  CudaWeight(const CudaWeight&) = delete;
+  CudaWeight& operator=(const CudaWeight&) = delete;
+
+  const TensorLayout& layout() const override { return layout_; }
+  const DeviceWeight& device_weight() const { return dw_; }
+  int device() const { return device_; }
+
+  // Copies the blob to the device once (on `stream`, waited for) and points dw_ at its sections.
+  void upload(const uint8_t* host_blob, cudaStream_t stream) {
+    const TensorLayout& L = layout_;
+    CUDA_CHECK(cudaMalloc(&blob_, (L.total_bytes + 16 + 255) / 256 * 256));
+    CUDA_CHECK(cudaMemcpyAsync(blob_, host_blob, L.total_bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const uint8_t* base = static_cast<const uint8_t*>(blob_);
+    auto section = [&](uint64_t offset, uint64_t bytes) { return bytes ? base + offset : nullptr; };
+    dw_.values_type = values_of(L.value_type);
+    dw_.bitmap = L.encoding == Encoding::Bitmap;
+    dw_.rows = uint32_t(L.rows);
+    dw_.cols = uint32_t(L.cols);
+    dw_.words_per_row = uint32_t(L.words_per_row);
+    dw_.blocks_per_row = uint32_t(L.blocks_per_row);
+    dw_.groups_per_row = uint32_t(L.groups_per_row);
+    dw_.group_size = L.group_size;
+    dw_.nnz = L.nnz;
+    dw_.bitmap_words = reinterpret_cast<const uint64_t*>(section(L.bitmap_offset, L.bitmap_bytes));
+    dw_.index = reinterpret_cast<const uint32_t*>(section(L.index_offset, L.index_bytes));
+    dw_.values = section(L.values_offset, L.values_bytes);
+    if (L.value_type == ValueType::I8) dw_.row_scales = reinterpret_cast<const float*>(section(L.scales_offset, L.scales_bytes));
+    if (L.value_type == ValueType::I4) {
+      dw_.group_scales = reinterpret_cast<const uint16_t*>(section(L.scales_offset, L.scales_bytes));
+      dw_.group_mins = reinterpret_cast<const uint16_t*>(section(L.mins_offset, L.mins_bytes));
+    }
+  }
+
+ private:
+  TensorLayout layout_;
+  int device_;
+  void* blob_ = nullptr;
+  DeviceWeight dw_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const cuda::Options& options) : ctx_(options) {}
+  ~CudaBackend() override {
+    cudaSetDevice(ctx_.options.device);  // not activate(): a destructor must not throw
+    cudaStreamSynchronize(ctx_.compute);
+    for (float* p : live_) cudaFree(p);
+    for (void* p : live_bytes_) cudaFree(p);
+  }
+
+  Context& context() { return ctx_; }
+
+  std::string name() const override {
+    const cudaDeviceProp& p = ctx_.props;
+    return "cuda (" + std::string(p.name) + ", sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+           std::to_string(p.multiProcessorCount) + " SMs)";
+  }
+
+  // ---- memory ----
+  float* alloc(size_t n_floats) override {
+    return static_cast<float*>(alloc_bytes(std::max<size_t>(n_floats, 1) * sizeof(float), live_));
+  }
+  void free(float* p) override {
+    if (!p) return;
+    if (live_.erase(p) == 0) throw Error("cuda backend: free() of a pointer this backend did not allocate");
+    release(p);
+  }
+  void* alloc_raw(size_t n_bytes) { return alloc_bytes(n_bytes, live_bytes_); }
+  void free_raw(void* p) {
+    if (!p) return;
+    if (live_bytes_.erase(p) == 0) throw Error("cuda backend: free_bytes() of a pointer this backend did not allocate");
+    release(p);
+  }
+  void upload(float* dst, const float* host_src, size_t n) override {
+    ctx_.activate();
+    // From pageable memory the call returns once the source is staged: host_src is free to reuse.
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyHostToDevice, ctx_.compute));
+  }
+  void download(float* host_dst, const float* src, size_t n) override { download_raw(host_dst, src, n * sizeof(float)); }
+  void download_raw(void* host_dst, const void* src, size_t n_bytes) {
+    ctx_.activate();
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, n_bytes, cudaMemcpyDeviceToHost, ctx_.compute));
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.compute));
+  }
+  void copy(float* dst, const float* src, size_t n) override {
+    if (n == 0 || dst == src) return;
+    ctx_.activate();
+    const size_t bytes = n * sizeof(float);
+    if (dst < src + n && src < dst + n) {  // memmove semantics: overlapping ranges go through a bounce buffer
+      void* tmp = ctx_.bounce.ensure(bytes, ctx_.compute);
+      CUDA_CHECK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, ctx_.compute));
+      CUDA_CHECK(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, ctx_.compute));
+    } else {
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_.compute));
+    }
+  }
+  void synchronize() override {
+    ctx_.activate();
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.compute));
+  }
+
+  // ---- weights ----
+  std::unique_ptr<Weight> prepare_weight(const TensorView& view) override {
+    check_weight(view);
+    ctx_.activate();
+    auto w = std::make_unique<CudaWeight>(view.layout, ctx_.options.device);
+    w->upload(view.data, ctx_.copy);
+    return w;
+  }
+
+  void embed(const Weight& table, const int32_t* host_ids, size_t n_tokens, float* out) override {
+    const DeviceWeight& w = device_weight_of(table);
+    for (size_t t = 0; t < n_tokens; ++t)
+      if (host_ids[t] < 0 || uint64_t(host_ids[t]) >= w.rows)
+        throw Error("embed: token id " + std::to_string(host_ids[t]) + " outside [0, " + std::to_string(w.rows) + ")");
+    if (n_tokens == 0) return;
+    if (n_tokens * ((w.cols + cuda::detail::kBlockCols - 1) / cuda::detail::kBlockCols) > size_t(INT32_MAX))
+      throw Error("embed: " + std::to_string(n_tokens) + " tokens is more than one call takes");
+    const int32_t* ids = upload_params(host_ids, n_tokens);
+    cuda::detail::launch_decode_rows(w, 0, uint32_t(n_tokens), ids, Dense::F32, out, ctx_.compute);
+  }
+
+  void linear(const Weight& weight, const float* x, size_t n_tokens, const float* bias, float* y) override {
+    const DeviceWeight& w = device_weight_of(weight);
+    cuda::detail::linear(ctx_, w, x, n_tokens, bias, y);
+  }
+
+  // ---- elementwise and normalisation ----
+  void layer_norm(const float* x, const float* gamma, const float* beta, float eps, size_t n_tokens, size_t dim,
+                  float* out) override {
+    check_tokens("layer_norm", n_tokens, dim);
+    cuda::detail::launch_layer_norm(x, gamma, beta, eps, n_tokens, dim, out, ctx_.compute);
+  }
+  void rms_norm(const float* x, const float* gamma, float eps, size_t n_tokens, size_t dim, float* out) override {
+    check_tokens("rms_norm", n_tokens, dim);
+    cuda::detail::launch_rms_norm(x, gamma, eps, n_tokens, dim, out, ctx_.compute);
+  }
+  void add(float* x, const float* y, size_t n) override {
+    ctx_.activate();
+    cuda::detail::launch_add(x, y, n, ctx_.compute);
+  }
+  void scale(float* x, float s, size_t n) override {
+    ctx_.activate();
+    cuda::detail::launch_scale(x, s, n, ctx_.compute);
+  }
+  void relu(float* x, size_t n) override {
+    ctx_.activate();
+    cuda::detail::launch_relu(x, n, ctx_.compute);
+  }
+  void silu_mul(const float* gate, const float* up, size_t n, float* out) override {
+    ctx_.activate();
+    cuda::detail::launch_silu_mul(gate, up, n, out, ctx_.compute);
+  }
+  void add_bias(float* x, const float* bias, size_t n_tokens, size_t dim) override {
+    ctx_.activate();
+    cuda::detail::launch_add_bias(x, bias, n_tokens, dim, ctx_.compute);
+  }
+
+  // ---- attention ----
+  void rope(float* x, size_t n_tokens, uint32_t n_heads, const int32_t* host_positions, const RopeParams& p) override {
+    const uint32_t head_dim = p.head_dim;
+    const uint32_t rotary_dim = p.rotary_dim ? p.rotary_dim : p.head_dim;
+    if (head_dim == 0 || rotary_dim > head_dim || rotary_dim % 2 != 0)
+      throw Error("rope: rotary_dim " + std::to_string(rotary_dim) + " must be even and <= head_dim " +
+                  std::to_string(head_dim));
+    if (!p.inv_freq) throw Error("rope: inv_freq table is null");
+    if (n_tokens == 0 || n_heads == 0 || rotary_dim == 0) return;
+    ctx_.activate();
+    // One scratch upload: positions [n_tokens] int32, then inv_freq [rotary_dim/2] f32 (both 4 bytes).
+    const size_t half = rotary_dim / 2;
+    std::vector<uint32_t> host(n_tokens + half);
+    std::memcpy(host.data(), host_positions, n_tokens * 4);
+    std::memcpy(host.data() + n_tokens, p.inv_freq, half * 4);
+    const uint32_t* dev = upload_params(host.data(), host.size());
+    cuda::detail::launch_rope(x, n_tokens, n_heads, head_dim, rotary_dim, reinterpret_cast<const int32_t*>(dev),
+                              reinterpret_cast<const float*>(dev + n_tokens), p.attention_factor, ctx_.compute);
+  }
+
+  void attention(const float* q, const float* k_cache, const float* v_cache, size_t n_past, size_t n_tokens,
+                 const AttentionParams& p, float* out) override {
+    if (p.n_heads == 0 || p.n_kv_heads == 0 || p.head_dim == 0 || p.n_heads % p.n_kv_heads != 0)
+      throw Error("attention: n_heads " + std::to_string(p.n_heads) + " must be a positive multiple of n_kv_heads " +
+                  std::to_string(p.n_kv_heads) + " and head_dim must be positive");
+    if (p.head_dim > cuda::detail::kMaxHeadDim)
+      throw Error("attention: head_dim " + std::to_string(p.head_dim) + " exceeds the CUDA kernel's limit of " +
+                  std::to_string(cuda::detail::kMaxHeadDim));
+    if (n_tokens == 0) return;
+    if (n_tokens * p.n_heads > size_t(INT32_MAX))
+      throw Error("attention: " + std::to_string(n_tokens) + " queries is more than one call takes");
+    ctx_.activate();
+    cuda::detail::AttentionShape shape;
+    shape.n_heads = p.n_heads;
+    shape.n_kv_heads = p.n_kv_heads;
+    shape.head_dim = p.head_dim;
+    shape.scale = p.scale;
+    shape.sliding_window = p.sliding_window;
+    cuda::detail::launch_attention(q, k_cache, v_cache, n_past, n_tokens, shape, out, ctx_.compute);
+  }
+
+  const DeviceWeight& device_weight_of(const Weight& weight) {
+    const auto* cw = dynamic_cast<const CudaWeight*>(&weight);
+    if (!cw) throw Error("cuda backend: weight was prepared by another backend");
+    if (cw->device() != ctx_.options.device)
+      throw Error("cuda backend: weight lives on device " + std::to_string(cw->device()) + ", backend on " +
+                  std::to_string(ctx_.options.device));
+    ctx_.activate();
+    return cw->device_weight();
+  }
+
+ private:
+  template <typename Set>
+  void* alloc_bytes(size_t n_bytes, Set& live) {
+    ctx_.activate();
+    void* p = nullptr;
+    const size_t bytes = (std::max<size_t>(n_bytes, 1) + 255) / 256 * 256;
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw Error("cuda backend: out of device memory allocating " + std::to_string(bytes) + " bytes");
+    }
+    CUDA_CHECK(status);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx_.compute));  // ordered before any later work on compute
+    live.insert(static_cast<typename Set::value_type>(p));
+    return p;
+  }
+  void release(void* p) {
+    ctx_.activate();
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.compute));  // queued work may still use p
+    CUDA_CHECK(cudaFree(p));
+  }
+  void check_tokens(const char* op, size_t n_tokens, size_t dim) {
+    if (n_tokens > size_t(INT32_MAX)) throw Error(std::string(op) + ": too many tokens for one call");
+    if (n_tokens > 0 && dim == 0) throw Error(std::string(op) + ": dim must be positive");
+    ctx_.activate();
+  }
+  // Copies n 4-byte host values into the per-call parameter scratch (ordered on compute).
+  template <typename T>
+  const T* upload_params(const T* host, size_t n) {
+    static_assert(sizeof(T) == 4, "4-byte parameters");
+    void* dev = ctx_.host_params.ensure(n * 4, ctx_.compute);
+    CUDA_CHECK(cudaMemcpyAsync(dev, host, n * 4, cudaMemcpyHostToDevice, ctx_.compute));
+    return static_cast<const T*>(dev);
+  }
+
+  Context ctx_;
+  std::unordered_set<float*> live_;       // alloc(): freed with the backend
+  std::unordered_set<void*> live_bytes_;  // cuda::alloc_bytes()
+};
+
+CudaBackend& cuda_backend_of(Backend& b) {
+  auto* cb = dynamic_cast<CudaBackend*>(&b);
+  if (!cb) throw Error("cuda helpers need a backend made by make_cuda_backend, got " + b.name());
+  return *cb;
+}
+
+void decode_whole(Backend& backend, const Weight& weight, Dense dense, void* out) {
+  CudaBackend& b = cuda_backend_of(backend);
+  const DeviceWeight& w = b.device_weight_of(weight);
+  cuda::detail::launch_decode_rows(w, 0, w.rows, nullptr, dense, out, b.context().compute);
+}
+
+}  // namespace
+
+namespace cuda {
+
+void decode_to_f32(Backend& backend, const Weight& w, float* out) { decode_whole(backend, w, Dense::F32, out); }
+void decode_to_f16(Backend& backend, const Weight& w, uint16_t* out) { decode_whole(backend, w, Dense::F16, out); }
+void decode_to_bf16(Backend& backend, const Weight& w, uint16_t* out) { decode_whole(backend, w, Dense::BF16, out); }
+
+void* alloc_bytes(Backend& backend, size_t n_bytes) { return cuda_backend_of(backend).alloc_raw(n_bytes); }
+void free_bytes(Backend& backend, void* p) { cuda_backend_of(backend).free_raw(p); }
+void download_bytes(Backend& backend, void* host_dst, const void* src, size_t n_bytes) {
+  cuda_backend_of(backend).download_raw(host_dst, src, n_bytes);
+}
+
+DeviceInfo device_info(Backend& backend) {
+  const cudaDeviceProp& p = cuda_backend_of(backend).context().props;
+  DeviceInfo info;
+  info.name = p.name;
+  info.sm_count = p.multiProcessorCount;
+  info.cc_major = p.major;
+  info.cc_minor = p.minor;
+  info.global_bytes = p.totalGlobalMem;
+  info.l2_bytes = size_t(p.l2CacheSize);
+  return info;
+}
+
+namespace {
+
+// A pair of events on the compute stream, destroyed on every path out.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  EventPair() {
+    CUDA_CHECK(cudaEventCreate(&start));
+    const cudaError_t status = cudaEventCreate(&stop);
+    if (status != cudaSuccess) cudaEventDestroy(start);
+    CUDA_CHECK(status);
+  }
+  ~EventPair() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  float elapsed_ms() const {
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms;
+  }
+};
+
+}  // namespace
+
+double time_device_ms(Backend& backend, const std::function<void()>& work, int n_iters, bool flush_l2) {
+  CudaBackend& b = cuda_backend_of(backend);
+  Context& ctx = b.context();
+  ctx.activate();
+  const size_t flush_bytes = 2 * std::max<size_t>(size_t(ctx.props.l2CacheSize), size_t(1) << 20);
+  void* flush = flush_l2 ? ctx.l2_flush.ensure(flush_bytes, ctx.compute) : nullptr;
+  EventPair events;
+  work();  // warm-up: first-launch costs, cuBLAS heuristics, scratch growth
+  CUDA_CHECK(cudaStreamSynchronize(ctx.compute));
+  std::vector<double> times;
+  for (int i = 0; i < std::max(n_iters, 1); ++i) {
+    if (flush) CUDA_CHECK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes, ctx.compute));
+    CUDA_CHECK(cudaEventRecord(events.start, ctx.compute));
+    work();
+    CUDA_CHECK(cudaEventRecord(events.stop, ctx.compute));
+    times.push_back(events.elapsed_ms());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+double measure_d2d_copy_gbps(Backend& backend, size_t bytes) {
+  CudaBackend& b = cuda_backend_of(backend);
+  Context& ctx = b.context();
+  if (bytes == 0) bytes = size_t(1) << 30;
+  void* src = b.alloc_raw(bytes);
+  void* dst = nullptr;
+  double best_ms = 0.0;
+  try {
+    dst = b.alloc_raw(bytes);
+    best_ms = time_device_ms(
+        backend, [&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx.compute)); }, 5,
+        false);
+  } catch (...) {
+    b.free_raw(src);
+    if (dst) b.free_raw(dst);
+    throw;
+  }
+  b.free_raw(src);
+  b.free_raw(dst);
+  return 2.0 * double(bytes) / (best_ms * 1e-3) / 1e9;
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(const cuda::Options& options) {
+  std::string why;
+  if (!cuda_device_available(&why)) throw Error("cuda backend: no CUDA device (" + why + ")");
+  return std::make_unique<CudaBackend>(options);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  cuda::Options options;
+  options.device = device;
+  return make_cuda_backend(options);
+}
+
+}  // namespace endor
