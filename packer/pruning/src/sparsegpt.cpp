@@ -20,26 +20,36 @@ namespace {
 
 constexpr const char* kFn = "sparsegpt_prune";
 
+// The _work variants skip LAPACKE's NaN scan: the Hessian was checked finite on entry.
 // h [n, n] symmetric positive definite -> upper U with H⁻¹ = Uᵀ·U, computed as the reference
 // does: L = chol(H), H⁻¹ = cholesky_inverse(L), U = chol(H⁻¹, upper). LAPACK runs column-major:
 // a row-major symmetric buffer is the same matrix, and a column-major upper triangle is the
 // row-major lower one, hence the swapped 'U'/'L'. The strict lower triangle is zeroed.
 void upper_cholesky_of_inverse(std::vector<float>& h, size_t n) {
   const lapack_int ln = lapack_int(n);
-  lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', ln, h.data(), ln);
+  lapack_int info = LAPACKE_spotrf_work(LAPACK_COL_MAJOR, 'U', ln, h.data(), ln);
   if (info > 0)
     detail::fail(kFn, "the dampened Hessian is not positive definite (Cholesky failed at column " +
                           std::to_string(info) + "); use more calibration data or a larger percdamp");
   if (info < 0) detail::fail(kFn, "LAPACK spotrf rejected argument " + std::to_string(-info));
-  info = LAPACKE_spotri(LAPACK_COL_MAJOR, 'U', ln, h.data(), ln);
+  info = LAPACKE_spotri_work(LAPACK_COL_MAJOR, 'U', ln, h.data(), ln);
   if (info != 0) detail::fail(kFn, "the Hessian's Cholesky factor is singular (spotri info " + std::to_string(info) + ")");
   // Row-major view: the lower triangle holds H⁻¹; mirror it to make the full matrix.
   detail::mirror_triangle(h.data(), n, /*from_upper=*/false);
-  info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'L', ln, h.data(), ln);
+  info = LAPACKE_spotrf_work(LAPACK_COL_MAJOR, 'L', ln, h.data(), ln);
   if (info != 0)
     detail::fail(kFn, "the inverse Hessian is not numerically positive definite (Cholesky failed at column " +
                           std::to_string(info) + "); use a larger percdamp");
   for (size_t i = 1; i < n; ++i) std::fill(h.begin() + i * n, h.begin() + i * n + i, 0.0f);
+}
+
+// row[j] -= e·u_row[j] for j in [0, n): the in-block column update of one row. Cloned for AVX2
+// with a run-time dispatch (the baseline build is SSE2 only); multiply and subtract stay unfused.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target_clones("avx2", "default")))
+#endif
+void subtract_scaled(float* row, const float* u_row, float e, size_t n) {
+  for (size_t j = 0; j < n; ++j) row[j] -= e * u_row[j];
 }
 
 void check_options(const SparseGptOptions& o, size_t n_in) {
@@ -182,7 +192,7 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
         loss += l;
         row[c] = q;
         row_err[i] = e;
-        for (size_t j = c + 1; j < i2; ++j) row[j] -= e * u_row[j];
+        subtract_scaled(row + c + 1, u_row + c + 1, e, i2 - c - 1);
       }
       row_loss[r] += loss;
     }
