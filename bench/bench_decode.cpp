@@ -1,0 +1,261 @@
+// bench_decode: CPU prefill and decode speed of a Llama-shaped model (random weights, about 1B
+// parameters by default) stored dense f16 and as Endor 50 % sparse f16 / int8 / int4, against the
+// memory-bandwidth floor (bytes read per decoded token / measured read bandwidth).
+// Prints a table; never pass/fail. Files are written under --dir and deleted after each config.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "endor/runtime.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Shape {
+  uint64_t hidden, layers, intermediate, heads, kv_heads, vocab;
+  uint64_t head_dim() const { return hidden / heads; }
+};
+
+struct BenchConfig {
+  std::string name;
+  bool sparse;              // 50 % of each decoder Linear's row pruned by magnitude
+  endor::ValueType values;  // of the decoder Linears (others: dense f16)
+};
+
+// SplitMix64: a fast, seedable source for ~1e9 weights.
+struct SplitMix {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Approximately N(0, sigma²): the sum of four uniforms (Irwin–Hall), cheap and bounded.
+  float normal(float sigma) {
+    const uint64_t r = next();
+    float sum = 0;
+    for (int i = 0; i < 4; ++i) sum += float((r >> (16 * i)) & 0xffff) * (1.0f / 65536.0f);
+    return (sum - 2.0f) * 1.7320508f * sigma;
+  }
+};
+
+// Zeroes the floor(cols/2) smallest-|w| entries of every row (magnitude pruning per row).
+void prune_rows(std::vector<float>& w, uint64_t rows, uint64_t cols) {
+  std::vector<float> mags(cols);
+  const uint64_t n_prune = cols / 2;
+  for (uint64_t r = 0; r < rows; ++r) {
+    float* row = w.data() + r * cols;
+    for (uint64_t c = 0; c < cols; ++c) mags[c] = std::abs(row[c]);
+    std::nth_element(mags.begin(), mags.begin() + (n_prune - 1), mags.end());
+    const float thresh = mags[n_prune - 1];
+    uint64_t zeroed = 0;
+    for (uint64_t c = 0; c < cols && zeroed < n_prune; ++c)
+      if (std::abs(row[c]) <= thresh) {
+        row[c] = 0.0f;
+        ++zeroed;
+      }
+  }
+}
+
+void add_tensor(endor::ContainerWriter& w, const std::string& name, std::vector<uint64_t> shape,
+                SplitMix& rng, float sigma, float mean, bool prunable, const BenchConfig& cfg,
+                uint32_t group_size) {
+  uint64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
+  if (shape.size() == 1) std::swap(rows, cols);  // 1-D: rows = 1
+  std::vector<float> values(rows * cols);
+  for (float& v : values) v = mean + rng.normal(sigma);
+  endor::EncodeOptions eo;
+  eo.encoding = endor::Encoding::Dense;
+  eo.value_type = endor::ValueType::F16;
+  if (prunable && cfg.sparse) {
+    prune_rows(values, rows, cols);
+    eo.encoding = endor::Encoding::Bitmap;
+    eo.value_type = cfg.values;
+    eo.group_size = group_size;
+  }
+  const endor::EncodedTensor e = endor::encode_tensor(values.data(), shape, eo);
+  endor::TensorInfo info;
+  info.name = name;
+  info.shape = shape;
+  info.encoding = eo.encoding;
+  info.value_type = eo.value_type;
+  info.group_size = eo.value_type == endor::ValueType::I4 ? group_size : 0;
+  info.nnz = e.layout.nnz;
+  info.source_dtype = "F16";
+  w.add_tensor(info, e.bytes.data(), e.bytes.size());
+}
+
+void write_model(const std::string& path, const Shape& s, const BenchConfig& cfg, uint32_t group_size) {
+  const float sigma = 0.02f;
+  const uint64_t H = s.hidden, I = s.intermediate, V = s.vocab, q = s.heads * s.head_dim(),
+                 kv = s.kv_heads * s.head_dim();
+  endor::ContainerWriter w(path);
+  SplitMix rng{12345};
+  w.begin_group("embed", endor::Tier::Cpu);
+  add_tensor(w, "model.embed_tokens.weight", {V, H}, rng, sigma, 0, false, cfg, group_size);
+  w.end_group();
+  for (uint64_t l = 0; l < s.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    w.begin_group("layers." + std::to_string(l), endor::Tier::Cpu);
+    add_tensor(w, p + "input_layernorm.weight", {H}, rng, 0.05f, 1.0f, false, cfg, group_size);
+    add_tensor(w, p + "self_attn.q_proj.weight", {q, H}, rng, sigma, 0, true, cfg, group_size);
+    add_tensor(w, p + "self_attn.k_proj.weight", {kv, H}, rng, sigma, 0, true, cfg, group_size);
+    add_tensor(w, p + "self_attn.v_proj.weight", {kv, H}, rng, sigma, 0, true, cfg, group_size);
+    add_tensor(w, p + "self_attn.o_proj.weight", {H, q}, rng, sigma, 0, true, cfg, group_size);
+    add_tensor(w, p + "post_attention_layernorm.weight", {H}, rng, 0.05f, 1.0f, false, cfg, group_size);
+    add_tensor(w, p + "mlp.gate_proj.weight", {I, H}, rng, sigma, 0, true, cfg, group_size);
+    add_tensor(w, p + "mlp.up_proj.weight", {I, H}, rng, sigma, 0, true, cfg, group_size);
+    add_tensor(w, p + "mlp.down_proj.weight", {H, I}, rng, sigma, 0, true, cfg, group_size);
+    w.end_group();
+  }
+  w.begin_group("head", endor::Tier::Cpu);
+  add_tensor(w, "model.norm.weight", {H}, rng, 0.05f, 1.0f, false, cfg, group_size);
+  add_tensor(w, "lm_head.weight", {V, H}, rng, sigma, 0, false, cfg, group_size);
+  w.end_group();
+  const nlohmann::json config = {
+      {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", H},
+      {"intermediate_size", I}, {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
+      {"num_key_value_heads", s.kv_heads}, {"vocab_size", V}, {"max_position_embeddings", 2048},
+      {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0}, {"tie_word_embeddings", false},
+      {"bos_token_id", 1}, {"eos_token_id", 2}};
+  w.commit(config, nullptr, {{"tool", "bench_decode"}, {"config", cfg.name}});
+}
+
+struct Row {
+  std::string name;
+  double file_mb = 0, bytes_per_token_mb = 0, prefill_tps = 0, decode_tps = 0, floor_tps = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    cxxopts::Options options("bench_decode", "CPU decode speed vs the memory-bandwidth floor");
+    options.add_options()
+      ("dir", "folder for the temporary .endor files", cxxopts::value<std::string>()->default_value(""))
+      ("hidden", "hidden size", cxxopts::value<uint64_t>()->default_value("2048"))
+      ("layers", "decoder layers", cxxopts::value<uint64_t>()->default_value("16"))
+      ("intermediate", "MLP size", cxxopts::value<uint64_t>()->default_value("5632"))
+      ("heads", "attention heads", cxxopts::value<uint64_t>()->default_value("32"))
+      ("kv-heads", "key/value heads", cxxopts::value<uint64_t>()->default_value("32"))
+      ("vocab", "vocabulary", cxxopts::value<uint64_t>()->default_value("32000"))
+      ("prefill", "prompt tokens", cxxopts::value<size_t>()->default_value("64"))
+      ("decode", "decoded tokens", cxxopts::value<size_t>()->default_value("32"))
+      ("group-size", "int4 group size", cxxopts::value<uint32_t>()->default_value("128"))
+      ("threads", "CPU threads (0 = all)", cxxopts::value<int>()->default_value("0"))
+      ("configs", "comma-separated: dense_f16,f16_50,int8_50,int4_50",
+       cxxopts::value<std::string>()->default_value("dense_f16,f16_50,int8_50,int4_50"))
+      ("keep", "keep the .endor files")
+      ("h,help", "help");
+    auto args = options.parse(argc, argv);
+    if (args.count("help")) {
+      std::printf("%s\n", options.help().c_str());
+      return 0;
+    }
+    const Shape shape{args["hidden"].as<uint64_t>(), args["layers"].as<uint64_t>(),
+                      args["intermediate"].as<uint64_t>(), args["heads"].as<uint64_t>(),
+                      args["kv-heads"].as<uint64_t>(), args["vocab"].as<uint64_t>()};
+    const size_t n_prefill = args["prefill"].as<size_t>(), n_decode = args["decode"].as<size_t>();
+    const int threads = args["threads"].as<int>();
+    const uint32_t group_size = args["group-size"].as<uint32_t>();
+    std::string dir = args["dir"].as<std::string>();
+    if (dir.empty()) {
+      const char* t = std::getenv("TMPDIR");
+      dir = std::string(t && *t ? t : "/tmp") + "/endor-bench-" + std::to_string(::getpid());
+    }
+    std::filesystem::create_directories(dir);
+
+    const std::vector<BenchConfig> all = {{"dense_f16", false, endor::ValueType::F16},
+                                          {"f16_50", true, endor::ValueType::F16},
+                                          {"int8_50", true, endor::ValueType::I8},
+                                          {"int4_50", true, endor::ValueType::I4}};
+    std::vector<BenchConfig> chosen;
+    const std::string list = "," + args["configs"].as<std::string>() + ",";
+    for (const BenchConfig& c : all)
+      if (list.find("," + c.name + ",") != std::string::npos) chosen.push_back(c);
+
+    auto backend = endor::make_cpu_backend(threads);
+    const uint64_t n_params = shape.vocab * shape.hidden * 2 +
+        shape.layers * (2 * shape.hidden * shape.heads * shape.head_dim() +
+                        2 * shape.hidden * shape.kv_heads * shape.head_dim() +
+                        3 * shape.hidden * shape.intermediate);
+    std::printf("model: hidden %llu, layers %llu, intermediate %llu, heads %llu/%llu, vocab %llu: %.3g parameters\n",
+                (unsigned long long)shape.hidden, (unsigned long long)shape.layers,
+                (unsigned long long)shape.intermediate, (unsigned long long)shape.heads,
+                (unsigned long long)shape.kv_heads, (unsigned long long)shape.vocab, double(n_params));
+    std::printf("backend: %s; prefill %zu tokens, decode %zu tokens\n", backend->name().c_str(), n_prefill, n_decode);
+    std::fflush(stdout);
+    const double bw_gbps = endor::cpu::measure_read_bandwidth_gbps(0, threads);
+    std::printf("measured read bandwidth: %.2f GB/s\n\n", bw_gbps);
+
+    std::vector<Row> rows;
+    for (const BenchConfig& c : chosen) {
+      const std::string path = dir + "/" + c.name + ".endor";
+      const Clock::time_point t0 = Clock::now();
+      write_model(path, shape, c, group_size);
+      const double write_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      Row row;
+      row.name = c.name;
+      {
+        auto reader = endor::ContainerReader::open(path);
+        auto model = endor::load_model(*reader, *backend);
+        row.file_mb = reader->file_bytes() / 1e6;
+        row.bytes_per_token_mb = model->decode_bytes_per_token() / 1e6;
+        std::vector<int32_t> prompt(n_prefill);
+        SplitMix rng{7};
+        for (int32_t& id : prompt) id = int32_t(3 + rng.next() % (shape.vocab - 3));
+        endor::Sampler greedy(endor::SamplerOptions{});
+        endor::GenerationOptions go;
+        go.stop_at_eos = false;
+        go.max_new_tokens = 3;  // warm-up: pages resident, buffers allocated
+        endor::generate(*model, prompt, greedy, go, nullptr);
+        go.max_new_tokens = n_decode + 1;  // the first token comes from prefill
+        endor::GenerationStats best;
+        for (int rep = 0; rep < 2; ++rep) {
+          endor::GenerationStats st;
+          endor::generate(*model, prompt, greedy, go, nullptr, &st);
+          if (rep == 0 || st.prefill_ms < best.prefill_ms) {
+            best.prefill_ms = st.prefill_ms;
+            best.n_prompt = st.n_prompt;
+          }
+          if (rep == 0 || st.decode_tokens_per_s() > best.decode_tokens_per_s()) {
+            best.decode_ms = st.decode_ms;
+            best.n_decode_steps = st.n_decode_steps;
+          }
+        }
+        row.prefill_tps = best.prefill_tokens_per_s();
+        row.decode_tps = best.decode_tokens_per_s();
+        row.floor_tps = bw_gbps * 1e9 / double(model->decode_bytes_per_token());
+      }
+      if (!args.count("keep")) std::filesystem::remove(path);
+      std::printf("%-10s written in %.1f s, file %.1f MB: prefill %.1f tok/s, decode %.2f tok/s\n",
+                  c.name.c_str(), write_s, row.file_mb, row.prefill_tps, row.decode_tps);
+      std::fflush(stdout);
+      rows.push_back(row);
+    }
+    if (!args.count("keep")) std::filesystem::remove(dir);
+
+    const double dense_tps = !rows.empty() && rows[0].name == "dense_f16" ? rows[0].decode_tps : 0;
+    std::printf("\n| config | file MB | read/token MB | prefill tok/s | decode tok/s | floor tok/s | achieved/floor | decode vs dense |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const Row& r : rows) {
+      std::printf("| %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %s |\n", r.name.c_str(), r.file_mb,
+                  r.bytes_per_token_mb, r.prefill_tps, r.decode_tps, r.floor_tps, r.decode_tps / r.floor_tps,
+                  dense_tps > 0 ? (std::to_string(r.decode_tps / dense_tps).substr(0, 4) + "x").c_str() : "-");
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

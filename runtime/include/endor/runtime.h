@@ -1,0 +1,208 @@
+// The Endor runtime (libendor): open a .endor container, place its weights on a Backend, run the
+// OPT / Llama-family forward pass with a KV cache, sample, measure perplexity.
+//
+// Errors: everything here reports bad input (unknown architecture, missing tensor, shape that
+// disagrees with config.json, prompt longer than the context, ...) by throwing endor::Error
+// whose what() is one line naming the file and what is wrong. Nothing here calls exit().
+// Thread safety: a Model, its KvCaches and its Backend are used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "endor/format.h"
+#include "endor/kernels.h"
+
+namespace endor {
+
+// ---- model configuration (from the container's config.json) ----------------------------------
+enum class Architecture { Opt, Llama };  // Llama covers Llama 1/2/3, Mistral and Qwen2
+
+struct ModelConfig {
+  Architecture arch = Architecture::Llama;
+  std::string model_type;                  // "opt", "llama", "mistral", "qwen2"
+  uint32_t hidden = 0;                     // hidden_size
+  uint32_t n_layers = 0;
+  uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  uint32_t intermediate = 0;               // Llama intermediate_size / OPT ffn_dim
+  uint32_t vocab = 0;
+  uint32_t max_positions = 0;              // max_position_embeddings: the context length
+  float norm_eps = 1e-5f;
+  bool tie_word_embeddings = false;
+  std::vector<int32_t> eos_token_ids;      // empty when the config names none
+  int32_t bos_token_id = -1;               // -1 when the config names none
+
+  // OPT only.
+  bool pre_layer_norm = true;              // do_layer_norm_before
+  bool final_layer_norm = true;            // do_layer_norm_before && !_remove_final_layer_norm
+  bool opt_bias = true;                    // enable_bias
+  bool layer_norm_affine = true;           // layer_norm_elementwise_affine
+  uint32_t word_embed_dim = 0;             // word_embed_proj_dim (== hidden: no projections)
+
+  // Llama family only.
+  bool qkv_bias = false;                   // attention_bias, or Qwen2's q/k/v biases
+  bool o_bias = false;                     // attention_bias (Qwen2: none on o_proj)
+  bool mlp_bias = false;
+  std::vector<float> inv_freq;             // [head_dim/2], rope_scaling already applied
+  std::vector<uint32_t> sliding_window;    // [n_layers]; 0 = full attention in that layer
+};
+
+// Parses config.json (architectures[0] / model_type). Throws naming `path_for_errors` on an
+// unknown architecture, a missing or inconsistent field, or an unsupported option.
+ModelConfig parse_model_config(const nlohmann::json& config, const std::string& path_for_errors);
+
+// ---- backend choice ---------------------------------------------------------------------------
+// device: "cpu", "cuda" or "auto" (auto = the best available; cpu in this build). n_threads 0 =
+// the OpenMP default. Throws when the device is unknown or absent.
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads);
+
+// ---- KV cache -----------------------------------------------------------------------------------
+// Per layer, keys and values [capacity, n_kv_heads, head_dim] f32 in backend memory; rows
+// [0, n_past) are valid. Memory: 2 · n_layers · capacity · n_kv_heads · head_dim · 4 bytes.
+class KvCache {
+ public:
+  KvCache(Backend& backend, uint32_t n_layers, size_t capacity, uint32_t kv_dim);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  size_t capacity() const { return capacity_; }
+  size_t n_past() const { return n_past_; }
+  uint32_t kv_dim() const { return kv_dim_; }  // n_kv_heads · head_dim floats per row
+  float* keys(uint32_t layer) { return keys_[layer]; }
+  float* values(uint32_t layer) { return values_[layer]; }
+  void advance(size_t n_tokens) { n_past_ += n_tokens; }  // called by Model::forward
+  void clear() { n_past_ = 0; }                            // rows need no zeroing
+
+ private:
+  Backend& backend_;
+  size_t capacity_ = 0, n_past_ = 0;
+  uint32_t kv_dim_ = 0;
+  std::vector<float*> keys_, values_;
+};
+
+// ---- model --------------------------------------------------------------------------------------
+// Wall time and weight traffic of the forward passes since the last reset (profiling only:
+// per-layer times need a backend synchronize per layer, so they are off by default).
+struct ForwardProfile {
+  std::vector<double> layer_ms;  // [n_layers] summed over calls
+  double head_ms = 0;            // embedding + final norm + lm_head
+  uint64_t n_calls = 0;
+};
+
+// One architecture's forward pass over Backend ops. Weights stay in the mapped container (CPU) and
+// are grouped per transformer block by manifest group, so a streaming placement can swap a
+// block's weights in before it runs.
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return config_; }
+
+  // A cache able to hold `capacity` tokens (clamped to the context length).
+  std::unique_ptr<KvCache> make_cache(size_t capacity);
+
+  // Runs tokens ids[0..n) at positions [cache.n_past(), +n) and appends their keys/values.
+  // logits (host): all_logits ? [n, vocab] : [1, vocab] (the last token's). Throws when the
+  // positions pass the context length or the cache capacity, or an id is outside the vocab.
+  virtual void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
+                       std::vector<float>& logits) = 0;
+
+  // Encoded weight bytes one decoded token reads: every block's weights and biases, the final
+  // norm, the lm_head, and one embedding (and position) row.
+  uint64_t decode_bytes_per_token() const { return decode_bytes_per_token_; }
+
+  void set_profiling(bool on);
+  const ForwardProfile& profile() const { return profile_; }
+  void reset_profile();
+
+ protected:
+  Model(ModelConfig config, Backend& backend) : config_(std::move(config)), backend_(backend) {}
+  ModelConfig config_;
+  Backend& backend_;
+  uint64_t decode_bytes_per_token_ = 0;
+  bool profiling_ = false;
+  ForwardProfile profile_;
+};
+
+// Reads config.json from the container, checks every tensor the architecture needs (present,
+// shape agreeing with the config) and prepares them on `backend`. The reader and the backend
+// must outlive the model.
+std::unique_ptr<Model> load_model(const ContainerReader& container, Backend& backend);
+
+// ---- sampling ---------------------------------------------------------------------------------
+struct SamplerOptions {
+  float temperature = 0.0f;  // 0 = greedy argmax (ties -> lowest id)
+  uint32_t top_k = 0;        // 0 = off
+  float top_p = 1.0f;        // 1 = off; else keep the smallest prefix of the sorted distribution
+                             // whose probability mass reaches top_p
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplerOptions& options);
+  // logits [vocab] -> token id. Candidates are ordered by (logit desc, id asc), so top_k = 1
+  // equals greedy. Deterministic for a given seed and call sequence.
+  int32_t sample(const float* logits, size_t vocab);
+  const SamplerOptions& options() const { return options_; }
+
+ private:
+  SamplerOptions options_;
+  std::mt19937_64 rng_;
+  std::vector<uint32_t> order_;  // scratch
+  std::vector<double> probs_;    // scratch
+};
+
+// The sampler settings transformers' generate() would use for this generation_config.json
+// (do_sample false or absent -> greedy); `seed` is passed through.
+SamplerOptions default_sampler_options(const nlohmann::json& generation_config, uint64_t seed);
+
+// ---- generation ---------------------------------------------------------------------------------
+struct GenerationStats {
+  size_t n_prompt = 0, n_generated = 0;
+  size_t n_decode_steps = 0;             // forward passes of one token (n_generated - 1 or fewer)
+  double prefill_ms = 0, decode_ms = 0;  // prefill: forward + first sample; decode: the steps
+  double prefill_tokens_per_s() const { return prefill_ms > 0 ? n_prompt * 1e3 / prefill_ms : 0; }
+  double decode_tokens_per_s() const;    // over the decode steps (the first token comes from prefill)
+};
+
+struct GenerationOptions {
+  size_t max_new_tokens = 64;
+  bool stop_at_eos = true;  // stop after emitting one of config.eos_token_ids
+  // Called with the prompt's logits [n_prompt, vocab] when set (prefill then computes all rows).
+  std::function<void(const std::vector<float>&, size_t n_prompt)> on_prompt_logits;
+};
+
+// Prefills `prompt` into a fresh cache, then samples up to max_new_tokens, calling on_token with
+// each new id as soon as it is chosen. Stops early at EOS (when asked) or at the context end.
+// The model's profile is reset after prefill, so afterwards it covers the decode steps only.
+// Throws when the prompt is empty or longer than the context.
+std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, Sampler& sampler,
+                              const GenerationOptions& options,
+                              const std::function<void(int32_t)>& on_token,
+                              GenerationStats* stats = nullptr);
+
+// ---- perplexity (ALGORITHMS.md "Perplexity", the Wanda/SparseGPT convention) ---------------------
+struct PerplexityResult {
+  double perplexity = 0;
+  double mean_nll = 0;       // mean over windows of each window's mean cross-entropy (nats)
+  size_t n_windows = 0;
+  size_t window = 0;
+};
+// Cuts ids into non-overlapping windows of `window` tokens (tail dropped), no cache across
+// windows; per window the mean cross-entropy of logits[:-1] vs ids[1:]; ppl = exp(mean over
+// windows). Throws when fewer than `window` ids are given, window < 2, or window > the context.
+PerplexityResult perplexity(Model& model, const std::vector<int32_t>& ids, size_t window);
+
+// ---- files --------------------------------------------------------------------------------------
+// Writes a float32 .npy of shape [rows, cols] to "<path>.tmp-<pid>" then renames it to path.
+void write_npy_f32(const std::string& path, const float* data, size_t rows, size_t cols);
+
+}  // namespace endor

@@ -1,0 +1,177 @@
+// Llama-family forward pass (modeling_llama.py): Llama 1/2/3, Mistral and Qwen2 differ only by
+// config (GQA, head_dim, RoPE scaling, sliding windows, q/k/v/o/MLP biases).
+#include <cmath>
+
+#include "weights.h"
+
+namespace endor {
+namespace {
+
+// One decoder block; every pointer refers to the WeightStore (backend memory). Biases are null
+// when the config has none.
+struct LlamaLayer {
+  uint32_t group = 0;  // manifest group holding this block's tensors
+  const Weight *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // [nH·hd, H], [nKV·hd, H] ×2, [H, nH·hd]
+  const Weight *gate = nullptr, *up = nullptr, *down = nullptr;        // [I, H] ×2, [H, I]
+  float *attn_norm = nullptr, *mlp_norm = nullptr;                     // [H]
+  float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr, *o_bias = nullptr;
+  float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
+  AttentionParams attention;
+};
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(const ModelConfig& config, const ContainerReader& container, Backend& backend);
+  void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
+               std::vector<float>& logits) override;
+
+ private:
+  enum Slot { kX, kNormed, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits };
+  WeightStore store_;
+  ScratchBuffers scratch_;
+  const Weight* embed_ = nullptr;    // [V, H]
+  const Weight* lm_head_ = nullptr;  // [V, H] (the embedding when tied)
+  float* final_norm_ = nullptr;      // [H]
+  std::vector<LlamaLayer> layers_;
+  RopeParams rope_;
+  std::vector<int32_t> positions_;   // host, [n] of the current call
+};
+
+LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, Backend& backend)
+    : Model(c, backend), store_(container, backend), scratch_(backend) {
+  const uint64_t H = c.hidden, I = c.intermediate, V = c.vocab;
+  const uint64_t q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
+  uint64_t bytes = 0;
+  auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
+    bytes += store_.encoded_bytes(name);
+    return &store_.matrix(name, rows, cols);
+  };
+  auto vec = [&](const std::string& name, uint64_t n) {
+    bytes += store_.encoded_bytes(name);
+    return store_.vector(name, n);
+  };
+
+  embed_ = &store_.matrix("embed_tokens.weight", V, H);
+  bytes += store_.encoded_bytes("embed_tokens.weight") / V;  // one row per token
+  layers_.resize(c.n_layers);
+  for (uint32_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    LlamaLayer& L = layers_[i];
+    L.group = store_.group_of(p + "self_attn.q_proj.weight");
+    L.attn_norm = vec(p + "input_layernorm.weight", H);
+    L.q = matrix(p + "self_attn.q_proj.weight", q_dim, H);
+    L.k = matrix(p + "self_attn.k_proj.weight", kv_dim, H);
+    L.v = matrix(p + "self_attn.v_proj.weight", kv_dim, H);
+    L.o = matrix(p + "self_attn.o_proj.weight", H, q_dim);
+    if (c.qkv_bias) {
+      L.q_bias = vec(p + "self_attn.q_proj.bias", q_dim);
+      L.k_bias = vec(p + "self_attn.k_proj.bias", kv_dim);
+      L.v_bias = vec(p + "self_attn.v_proj.bias", kv_dim);
+    }
+    if (c.o_bias) L.o_bias = vec(p + "self_attn.o_proj.bias", H);
+    L.mlp_norm = vec(p + "post_attention_layernorm.weight", H);
+    L.gate = matrix(p + "mlp.gate_proj.weight", I, H);
+    L.up = matrix(p + "mlp.up_proj.weight", I, H);
+    L.down = matrix(p + "mlp.down_proj.weight", H, I);
+    if (c.mlp_bias) {
+      L.gate_bias = vec(p + "mlp.gate_proj.bias", I);
+      L.up_bias = vec(p + "mlp.up_proj.bias", I);
+      L.down_bias = vec(p + "mlp.down_proj.bias", H);
+    }
+    L.attention.n_heads = c.n_heads;
+    L.attention.n_kv_heads = c.n_kv_heads;
+    L.attention.head_dim = c.head_dim;
+    L.attention.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    L.attention.sliding_window = c.sliding_window.empty() ? 0 : c.sliding_window[i];
+  }
+  final_norm_ = vec("norm.weight", H);
+  if (c.tie_word_embeddings || !store_.has("lm_head.weight")) {
+    lm_head_ = embed_;
+    bytes += store_.encoded_bytes("embed_tokens.weight");
+  } else {
+    lm_head_ = matrix("lm_head.weight", V, H);
+  }
+  decode_bytes_per_token_ = bytes;
+
+  rope_.head_dim = rope_.rotary_dim = c.head_dim;
+  rope_.inv_freq = config_.inv_freq.data();  // config_ owns the vector for the model's lifetime
+  rope_.attention_factor = 1.0f;
+}
+
+void LlamaModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
+                         std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  check_forward_inputs(c, store_.path(), ids, n, cache);
+  const size_t H = c.hidden, I = c.intermediate, V = c.vocab;
+  const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
+  const size_t n_past = cache.n_past();
+  float* x = scratch_.get(kX, n * H);  // the residual stream [n, H]
+  float* h = scratch_.get(kNormed, n * H);
+  float* q = scratch_.get(kQ, n * q_dim);
+  float* attn = scratch_.get(kAttn, n * q_dim);
+  float* proj = scratch_.get(kProj, n * H);
+  float* gate = scratch_.get(kGate, n * I);
+  float* up = scratch_.get(kUp, n * I);
+  float* act = scratch_.get(kAct, n * I);
+  positions_.resize(n);
+  for (size_t t = 0; t < n; ++t) positions_[t] = static_cast<int32_t>(n_past + t);
+
+  const Clock::time_point t_start = Clock::now();
+  double layers_total_ms = 0;
+  backend_.embed(*embed_, ids, n, x);
+  for (uint32_t l = 0; l < c.n_layers; ++l) {
+    const LlamaLayer& L = layers_[l];
+    Clock::time_point t_layer;
+    if (profiling_) {
+      backend_.synchronize();
+      t_layer = Clock::now();
+    }
+    // New keys/values go straight into the cache rows [n_past, n_past + n).
+    float* k_new = cache.keys(l) + n_past * kv_dim;
+    float* v_new = cache.values(l) + n_past * kv_dim;
+    backend_.rms_norm(x, L.attn_norm, c.norm_eps, n, H, h);
+    backend_.linear(*L.q, h, n, L.q_bias, q);
+    backend_.linear(*L.k, h, n, L.k_bias, k_new);
+    backend_.linear(*L.v, h, n, L.v_bias, v_new);
+    backend_.rope(q, n, c.n_heads, positions_.data(), rope_);
+    backend_.rope(k_new, n, c.n_kv_heads, positions_.data(), rope_);
+    backend_.attention(q, cache.keys(l), cache.values(l), n_past, n, L.attention, attn);
+    backend_.linear(*L.o, attn, n, L.o_bias, proj);
+    backend_.add(x, proj, n * H);
+
+    backend_.rms_norm(x, L.mlp_norm, c.norm_eps, n, H, h);
+    backend_.linear(*L.gate, h, n, L.gate_bias, gate);
+    backend_.linear(*L.up, h, n, L.up_bias, up);
+    backend_.silu_mul(gate, up, n * I, act);
+    backend_.linear(*L.down, act, n, L.down_bias, proj);
+    backend_.add(x, proj, n * H);
+    if (profiling_) {
+      backend_.synchronize();
+      const double ms = ms_since(t_layer);
+      profile_.layer_ms[l] += ms;
+      layers_total_ms += ms;
+    }
+  }
+  cache.advance(n);
+
+  const size_t rows = all_logits ? n : 1;
+  const float* last = all_logits ? x : x + (n - 1) * H;
+  float* out = scratch_.get(kLogits, rows * V);
+  backend_.rms_norm(last, final_norm_, c.norm_eps, rows, H, h);
+  backend_.linear(*lm_head_, h, rows, nullptr, out);
+  logits.resize(rows * V);
+  backend_.download(logits.data(), out, rows * V);
+  if (profiling_) {
+    profile_.head_ms += ms_since(t_start) - layers_total_ms;
+    profile_.n_calls += 1;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Model> make_llama_model(const ModelConfig& config, const ContainerReader& container,
+                                        Backend& backend) {
+  return std::make_unique<LlamaModel>(config, container, backend);
+}
+
+}  // namespace endor

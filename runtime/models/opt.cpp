@@ -1,0 +1,217 @@
+// OPT forward pass (modeling_opt.py): learned positions (row p + 2), pre-LN (125m, 1.3b, ...) or
+// post-LN (350m) blocks, ReLU MLP, q pre-scaled by head_dim^-0.5, optional project_in/project_out
+// when word_embed_proj_dim differs from hidden_size, lm_head tied to the embedding.
+#include <cmath>
+#include <utility>
+
+#include "weights.h"
+
+namespace endor {
+namespace {
+
+// OPTLearnedPositionalEmbedding: token position p reads row p + 2 of embed_positions.
+constexpr int32_t kPositionOffset = 2;
+
+struct OptLayer {
+  uint32_t group = 0;  // manifest group holding this block's tensors
+  const Weight *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr;  // [H, H] each
+  const Weight *fc1 = nullptr, *fc2 = nullptr;                           // [F, H], [H, F]
+  float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr, *out_bias = nullptr;  // [H]
+  float *fc1_bias = nullptr, *fc2_bias = nullptr;                                     // [F], [H]
+  float *attn_ln_gamma = nullptr, *attn_ln_beta = nullptr;  // self_attn_layer_norm [H]
+  float *ffn_ln_gamma = nullptr, *ffn_ln_beta = nullptr;    // final_layer_norm [H]
+};
+
+class OptModel final : public Model {
+ public:
+  OptModel(const ModelConfig& config, const ContainerReader& container, Backend& backend);
+  void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
+               std::vector<float>& logits) override;
+
+ private:
+  enum Slot { kX, kNormed, kQ, kAttn, kProj, kFfn, kWordEmbed, kLogits };
+  WeightStore store_;
+  ScratchBuffers scratch_;
+  const Weight* embed_ = nullptr;        // [V, Dw]
+  const Weight* positions_table_ = nullptr;  // [max_pos + 2, H]
+  const Weight* project_in_ = nullptr;   // [H, Dw] or null
+  const Weight* project_out_ = nullptr;  // [Dw, H] or null
+  const Weight* lm_head_ = nullptr;      // [V, Dw] (the embedding when tied)
+  float *final_gamma_ = nullptr, *final_beta_ = nullptr;  // [H] or null (post-LN models)
+  std::vector<OptLayer> layers_;
+  AttentionParams attention_;
+  std::vector<int32_t> position_rows_;  // host, [n]
+};
+
+OptModel::OptModel(const ModelConfig& c, const ContainerReader& container, Backend& backend)
+    : Model(c, backend), store_(container, backend), scratch_(backend) {
+  const uint64_t H = c.hidden, F = c.intermediate, V = c.vocab, Dw = c.word_embed_dim;
+  uint64_t bytes = 0;
+  auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
+    bytes += store_.encoded_bytes(name);
+    return &store_.matrix(name, rows, cols);
+  };
+  auto vec = [&](const std::string& name, uint64_t n) {
+    bytes += store_.encoded_bytes(name);
+    return store_.vector(name, n);
+  };
+  float* ones = store_.constant(1.0f, H);
+  float* zeros = store_.constant(0.0f, H);
+  auto layer_norm = [&](const std::string& prefix, float*& gamma, float*& beta) {
+    if (c.layer_norm_affine) {
+      gamma = vec(prefix + ".weight", H);
+      beta = vec(prefix + ".bias", H);
+    } else {
+      gamma = ones;
+      beta = zeros;
+    }
+  };
+  auto bias = [&](const std::string& name, uint64_t n) { return c.opt_bias ? vec(name, n) : nullptr; };
+
+  embed_ = &store_.matrix("decoder.embed_tokens.weight", V, Dw);
+  bytes += store_.encoded_bytes("decoder.embed_tokens.weight") / V;
+  const uint64_t n_position_rows = uint64_t(c.max_positions) + kPositionOffset;
+  positions_table_ = &store_.matrix("decoder.embed_positions.weight", n_position_rows, H);
+  bytes += store_.encoded_bytes("decoder.embed_positions.weight") / n_position_rows;
+  if (Dw != H) {
+    project_in_ = matrix("decoder.project_in.weight", H, Dw);
+    project_out_ = matrix("decoder.project_out.weight", Dw, H);
+  }
+  layers_.resize(c.n_layers);
+  for (uint32_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = "decoder.layers." + std::to_string(i) + ".";
+    OptLayer& L = layers_[i];
+    L.group = store_.group_of(p + "self_attn.q_proj.weight");
+    L.q = matrix(p + "self_attn.q_proj.weight", H, H);
+    L.k = matrix(p + "self_attn.k_proj.weight", H, H);
+    L.v = matrix(p + "self_attn.v_proj.weight", H, H);
+    L.out = matrix(p + "self_attn.out_proj.weight", H, H);
+    L.q_bias = bias(p + "self_attn.q_proj.bias", H);
+    L.k_bias = bias(p + "self_attn.k_proj.bias", H);
+    L.v_bias = bias(p + "self_attn.v_proj.bias", H);
+    L.out_bias = bias(p + "self_attn.out_proj.bias", H);
+    layer_norm(p + "self_attn_layer_norm", L.attn_ln_gamma, L.attn_ln_beta);
+    L.fc1 = matrix(p + "fc1.weight", F, H);
+    L.fc2 = matrix(p + "fc2.weight", H, F);
+    L.fc1_bias = bias(p + "fc1.bias", F);
+    L.fc2_bias = bias(p + "fc2.bias", H);
+    layer_norm(p + "final_layer_norm", L.ffn_ln_gamma, L.ffn_ln_beta);
+  }
+  if (c.final_layer_norm) layer_norm("decoder.final_layer_norm", final_gamma_, final_beta_);
+  if (c.tie_word_embeddings || !store_.has("lm_head.weight")) {
+    lm_head_ = embed_;
+    bytes += store_.encoded_bytes("decoder.embed_tokens.weight");
+  } else {
+    lm_head_ = matrix("lm_head.weight", V, Dw);
+  }
+  decode_bytes_per_token_ = bytes;
+
+  attention_.n_heads = attention_.n_kv_heads = c.n_heads;
+  attention_.head_dim = c.head_dim;
+  attention_.scale = 1.0f;  // q is pre-scaled, as transformers does
+}
+
+void OptModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
+                       std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  check_forward_inputs(c, store_.path(), ids, n, cache);
+  const size_t H = c.hidden, F = c.intermediate, V = c.vocab, Dw = c.word_embed_dim;
+  const size_t n_past = cache.n_past();
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  float* x = scratch_.get(kX, n * H);  // the residual stream [n, H]
+  float* h = scratch_.get(kNormed, n * H);
+  float* q = scratch_.get(kQ, n * H);
+  float* attn = scratch_.get(kAttn, n * H);
+  float* proj = scratch_.get(kProj, n * H);
+  float* ffn = scratch_.get(kFfn, n * F);
+  float* word = scratch_.get(kWordEmbed, n * Dw);
+  position_rows_.resize(n);
+  for (size_t t = 0; t < n; ++t) position_rows_[t] = static_cast<int32_t>(n_past + t) + kPositionOffset;
+
+  const Clock::time_point t_start = Clock::now();
+  double layers_total_ms = 0;
+  if (project_in_) {
+    backend_.embed(*embed_, ids, n, word);
+    backend_.linear(*project_in_, word, n, nullptr, x);
+  } else {
+    backend_.embed(*embed_, ids, n, x);
+  }
+  backend_.embed(*positions_table_, position_rows_.data(), n, proj);
+  backend_.add(x, proj, n * H);
+
+  for (uint32_t l = 0; l < c.n_layers; ++l) {
+    const OptLayer& L = layers_[l];
+    Clock::time_point t_layer;
+    if (profiling_) {
+      backend_.synchronize();
+      t_layer = Clock::now();
+    }
+    float* k_new = cache.keys(l) + n_past * H;
+    float* v_new = cache.values(l) + n_past * H;
+    const float* in = x;
+    if (c.pre_layer_norm) {
+      backend_.layer_norm(x, L.attn_ln_gamma, L.attn_ln_beta, c.norm_eps, n, H, h);
+      in = h;
+    }
+    backend_.linear(*L.q, in, n, L.q_bias, q);
+    backend_.scale(q, q_scale, n * H);
+    backend_.linear(*L.k, in, n, L.k_bias, k_new);
+    backend_.linear(*L.v, in, n, L.v_bias, v_new);
+    backend_.attention(q, cache.keys(l), cache.values(l), n_past, n, attention_, attn);
+    backend_.linear(*L.out, attn, n, L.out_bias, proj);
+    backend_.add(x, proj, n * H);
+    if (!c.pre_layer_norm) {
+      backend_.layer_norm(x, L.attn_ln_gamma, L.attn_ln_beta, c.norm_eps, n, H, h);
+      std::swap(x, h);
+    }
+
+    in = x;
+    if (c.pre_layer_norm) {
+      backend_.layer_norm(x, L.ffn_ln_gamma, L.ffn_ln_beta, c.norm_eps, n, H, h);
+      in = h;
+    }
+    backend_.linear(*L.fc1, in, n, L.fc1_bias, ffn);
+    backend_.relu(ffn, n * F);
+    backend_.linear(*L.fc2, ffn, n, L.fc2_bias, proj);
+    backend_.add(x, proj, n * H);
+    if (!c.pre_layer_norm) {
+      backend_.layer_norm(x, L.ffn_ln_gamma, L.ffn_ln_beta, c.norm_eps, n, H, h);
+      std::swap(x, h);
+    }
+    if (profiling_) {
+      backend_.synchronize();
+      const double ms = ms_since(t_layer);
+      profile_.layer_ms[l] += ms;
+      layers_total_ms += ms;
+    }
+  }
+  cache.advance(n);
+
+  const size_t rows = all_logits ? n : 1;
+  const float* cur = all_logits ? x : x + (n - 1) * H;
+  if (final_gamma_) {
+    backend_.layer_norm(cur, final_gamma_, final_beta_, c.norm_eps, rows, H, h);
+    cur = h;
+  }
+  if (project_out_) {
+    backend_.linear(*project_out_, cur, rows, nullptr, word);
+    cur = word;
+  }
+  float* out = scratch_.get(kLogits, rows * V);
+  backend_.linear(*lm_head_, cur, rows, nullptr, out);
+  logits.resize(rows * V);
+  backend_.download(logits.data(), out, rows * V);
+  if (profiling_) {
+    profile_.head_ms += ms_since(t_start) - layers_total_ms;
+    profile_.n_calls += 1;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Model> make_opt_model(const ModelConfig& config, const ContainerReader& container,
+                                      Backend& backend) {
+  return std::make_unique<OptModel>(config, container, backend);
+}
+
+}  // namespace endor

@@ -1,0 +1,104 @@
+// Text generation (prefill + sampled decode) and perplexity over token ids.
+#include <algorithm>
+#include <cmath>
+
+#include "weights.h"
+
+namespace endor {
+
+double GenerationStats::decode_tokens_per_s() const {
+  return decode_ms > 0 ? n_decode_steps * 1e3 / decode_ms : 0;
+}
+
+std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, Sampler& sampler,
+                              const GenerationOptions& options,
+                              const std::function<void(int32_t)>& on_token,
+                              GenerationStats* stats) {
+  const ModelConfig& c = model.config();
+  if (prompt.empty()) throw Error("generate: the prompt has no tokens");
+  if (prompt.size() > c.max_positions)
+    throw Error("generate: the prompt has " + std::to_string(prompt.size()) +
+                " tokens, more than the context length " + std::to_string(c.max_positions) +
+                " (max_position_embeddings)");
+  GenerationStats local;
+  GenerationStats& st = stats ? *stats : local;
+  st = GenerationStats{};
+  st.n_prompt = prompt.size();
+
+  // The last sampled token is never fed back, hence the - 1.
+  const size_t capacity = prompt.size() + std::max<size_t>(options.max_new_tokens, 1) - 1;
+  std::unique_ptr<KvCache> cache = model.make_cache(capacity);
+  std::vector<float> logits;
+  std::vector<int32_t> out;
+  if (options.max_new_tokens == 0 && !options.on_prompt_logits) return out;
+
+  const bool all = static_cast<bool>(options.on_prompt_logits);
+  const Clock::time_point t0 = Clock::now();
+  model.forward(prompt.data(), prompt.size(), *cache, all, logits);
+  const double forward_ms = ms_since(t0);
+  if (all) options.on_prompt_logits(logits, prompt.size());  // not timed
+  if (options.max_new_tokens == 0) {
+    st.prefill_ms = forward_ms;
+    return out;
+  }
+  const Clock::time_point t1 = Clock::now();
+  const float* last = logits.data() + (all ? (prompt.size() - 1) * c.vocab : 0);
+  int32_t token = sampler.sample(last, c.vocab);
+  st.prefill_ms = forward_ms + ms_since(t1);
+  model.reset_profile();  // per-layer times below are decode-only
+
+  auto is_eos = [&](int32_t id) {
+    return std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end();
+  };
+  const Clock::time_point t_decode = Clock::now();
+  for (;;) {
+    out.push_back(token);
+    if (on_token) on_token(token);
+    if (out.size() >= options.max_new_tokens) break;
+    if (options.stop_at_eos && is_eos(token)) break;
+    if (cache->n_past() + 1 > std::min<size_t>(cache->capacity(), c.max_positions)) break;
+    model.forward(&token, 1, *cache, false, logits);
+    token = sampler.sample(logits.data(), c.vocab);
+    st.n_decode_steps += 1;
+  }
+  st.decode_ms = ms_since(t_decode);
+  st.n_generated = out.size();
+  return out;
+}
+
+PerplexityResult perplexity(Model& model, const std::vector<int32_t>& ids, size_t window) {
+  const ModelConfig& c = model.config();
+  if (window < 2) throw Error("perplexity: the window must hold at least 2 tokens");
+  if (window > c.max_positions)
+    throw Error("perplexity: window " + std::to_string(window) + " exceeds the context length " +
+                std::to_string(c.max_positions));
+  if (ids.size() < window)
+    throw Error("perplexity: " + std::to_string(ids.size()) + " tokens are fewer than one window of " +
+                std::to_string(window));
+  PerplexityResult r;
+  r.window = window;
+  r.n_windows = ids.size() / window;  // the tail is dropped
+  std::unique_ptr<KvCache> cache = model.make_cache(window);
+  std::vector<float> logits;
+  double sum_window_means = 0;
+  for (size_t w = 0; w < r.n_windows; ++w) {
+    const int32_t* chunk = ids.data() + w * window;
+    cache->clear();
+    model.forward(chunk, window, *cache, true, logits);
+    double nll = 0;
+    for (size_t t = 0; t + 1 < window; ++t) {
+      const float* row = logits.data() + t * c.vocab;
+      double top = row[0];
+      for (size_t v = 1; v < c.vocab; ++v) top = std::max<double>(top, row[v]);
+      double z = 0;
+      for (size_t v = 0; v < c.vocab; ++v) z += std::exp(row[v] - top);
+      nll += top + std::log(z) - row[chunk[t + 1]];
+    }
+    sum_window_means += nll / static_cast<double>(window - 1);
+  }
+  r.mean_nll = sum_window_means / static_cast<double>(r.n_windows);
+  r.perplexity = std::exp(r.mean_nll);
+  return r;
+}
+
+}  // namespace endor

@@ -1,0 +1,71 @@
+// Model plumbing shared by the architectures: loading by config, KV cache, profiling, backends.
+#include <algorithm>
+
+#include "weights.h"
+
+namespace endor {
+
+KvCache::KvCache(Backend& backend, uint32_t n_layers, size_t capacity, uint32_t kv_dim)
+    : backend_(backend), capacity_(capacity), kv_dim_(kv_dim) {
+  keys_.reserve(n_layers);
+  values_.reserve(n_layers);
+  try {
+    for (uint32_t l = 0; l < n_layers; ++l) {
+      keys_.push_back(backend_.alloc(capacity * kv_dim));
+      values_.push_back(backend_.alloc(capacity * kv_dim));
+    }
+  } catch (...) {
+    for (float* p : keys_) backend_.free(p);
+    for (float* p : values_) backend_.free(p);
+    throw;
+  }
+}
+
+KvCache::~KvCache() {
+  for (float* p : keys_) backend_.free(p);
+  for (float* p : values_) backend_.free(p);
+}
+
+std::unique_ptr<KvCache> Model::make_cache(size_t capacity) {
+  capacity = std::max<size_t>(1, std::min<size_t>(capacity, config_.max_positions));
+  return std::make_unique<KvCache>(backend_, config_.n_layers, capacity,
+                                   config_.n_kv_heads * config_.head_dim);
+}
+
+void Model::set_profiling(bool on) {
+  profiling_ = on;
+  reset_profile();
+}
+
+void Model::reset_profile() {
+  profile_ = ForwardProfile{};
+  profile_.layer_ms.assign(config_.n_layers, 0.0);
+}
+
+std::unique_ptr<Model> load_model(const ContainerReader& container, Backend& backend) {
+  const Manifest& m = container.manifest();
+  ModelConfig config = parse_model_config(m.config, container.path());
+  // generate() stops where transformers would: generation_config's eos ids take precedence.
+  if (m.generation_config.is_object() && m.generation_config.contains("eos_token_id")) {
+    const auto& g = m.generation_config["eos_token_id"];
+    if (g.is_number_integer() || g.is_array()) {
+      config.eos_token_ids.clear();
+      for (const auto& v : g.is_array() ? g : nlohmann::json::array({g}))
+        if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX)
+          config.eos_token_ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    }
+  }
+  std::unique_ptr<Model> model = config.arch == Architecture::Opt
+                                     ? make_opt_model(config, container, backend)
+                                     : make_llama_model(config, container, backend);
+  model->reset_profile();
+  return model;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads) {
+  if (device == "cpu" || device == "auto") return make_cpu_backend(n_threads);
+  if (device == "cuda") throw Error("this build/machine has no CUDA device (use --device cpu)");
+  throw Error("unknown device \"" + device + "\" (expected cpu, cuda or auto)");
+}
+
+}  // namespace endor

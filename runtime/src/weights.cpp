@@ -1,0 +1,121 @@
+// Tensor placement on a Backend (WeightStore), activation buffers, shared forward checks.
+#include "weights.h"
+
+#include <sstream>
+
+namespace endor {
+namespace {
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  std::ostringstream s;
+  s << '[';
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << ']';
+  return s.str();
+}
+
+}  // namespace
+
+WeightStore::WeightStore(const ContainerReader& container, Backend& backend)
+    : container_(container), backend_(backend) {}
+
+WeightStore::~WeightStore() {
+  for (float* p : buffers_) backend_.free(p);
+}
+
+const TensorInfo* WeightStore::find(const std::string& name) const {
+  const Manifest& m = container_.manifest();
+  if (const TensorInfo* t = m.find_tensor("model." + name)) return t;
+  return m.find_tensor(name);
+}
+
+const TensorInfo& WeightStore::require(const std::string& name,
+                                       const std::vector<uint64_t>& shape) const {
+  const TensorInfo* t = find(name);
+  if (!t) throw Error(path() + ": missing tensor \"model." + name + "\" (or \"" + name + "\")");
+  if (t->shape != shape)
+    throw Error(path() + ": tensor \"" + t->name + "\" has shape " + shape_text(t->shape) +
+                " but config.json implies " + shape_text(shape));
+  return *t;
+}
+
+const Weight& WeightStore::matrix(const std::string& name, uint64_t rows, uint64_t cols) {
+  const TensorInfo& info = require(name, {rows, cols});
+  auto it = matrices_.find(info.name);
+  if (it != matrices_.end()) return *it->second;
+  // Backend::prepare_weight asks the view to outlive the Weight: keep it in stable storage.
+  const TensorView& view = views_.emplace_back(container_.tensor(info));
+  // The kernels trust the bitmap index; check it once here (O(bitmap bytes), ~1/16 of f16 data).
+  validate_bitmap(view, path() + ": tensor \"" + info.name + "\"");
+  std::unique_ptr<Weight> w = backend_.prepare_weight(view);
+  const Weight* raw = w.get();
+  weights_by_group_[info.group].push_back(std::move(w));
+  matrices_[info.name] = raw;
+  return *raw;
+}
+
+float* WeightStore::vector(const std::string& name, uint64_t n) {
+  const TensorInfo& info = require(name, {n});
+  const TensorView view = container_.tensor(info);
+  validate_bitmap(view, path() + ": tensor \"" + info.name + "\"");
+  std::vector<float> host(n);
+  decode_rows_f32(view, 0, 1, host.data());
+  float* dst = backend_.alloc(n);
+  buffers_.push_back(dst);
+  backend_.upload(dst, host.data(), n);
+  return dst;
+}
+
+float* WeightStore::constant(float value, uint64_t n) {
+  std::vector<float> host(n, value);
+  float* dst = backend_.alloc(n);
+  buffers_.push_back(dst);
+  backend_.upload(dst, host.data(), n);
+  return dst;
+}
+
+uint64_t WeightStore::encoded_bytes(const std::string& name) const {
+  const TensorInfo* t = find(name);
+  return t ? t->size : 0;
+}
+
+uint32_t WeightStore::group_of(const std::string& name) const {
+  const TensorInfo* t = find(name);
+  return t ? t->group : 0;
+}
+
+ScratchBuffers::~ScratchBuffers() {
+  for (auto& s : slots_)
+    if (s.first) backend_.free(s.first);
+}
+
+float* ScratchBuffers::get(size_t slot, size_t n_floats) {
+  if (slot >= slots_.size()) slots_.resize(slot + 1, {nullptr, 0});
+  auto& s = slots_[slot];
+  if (s.second < n_floats) {
+    if (s.first) backend_.free(s.first);
+    s.first = nullptr;
+    s.second = 0;
+    s.first = backend_.alloc(n_floats);
+    s.second = n_floats;
+  }
+  return s.first;
+}
+
+void check_forward_inputs(const ModelConfig& config, const std::string& path, const int32_t* ids,
+                          size_t n, const KvCache& cache) {
+  if (n == 0) throw Error(path + ": forward pass over zero tokens");
+  const size_t end = cache.n_past() + n;
+  if (end > config.max_positions)
+    throw Error(path + ": " + std::to_string(end) + " tokens exceed the context length " +
+                std::to_string(config.max_positions) + " (max_position_embeddings)");
+  if (end > cache.capacity())
+    throw Error(path + ": " + std::to_string(end) + " tokens exceed the KV cache capacity " +
+                std::to_string(cache.capacity()));
+  for (size_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || static_cast<uint64_t>(ids[i]) >= config.vocab)
+      throw Error(path + ": token id " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
+                  std::to_string(config.vocab) + ")");
+}
+
+}  // namespace endor

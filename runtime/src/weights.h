@@ -1,0 +1,84 @@
+// Private to the runtime: placement of a container's tensors on a Backend, and reusable
+// activation buffers. The model files (runtime/models/*.cpp) build their layers from these.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "endor/runtime.h"
+
+namespace endor {
+
+// Tensors looked up by their Hugging Face name, with or without the "model." prefix. Matrices stay
+// encoded (Backend::prepare_weight: on the CPU a view into the mapping); 1-D tensors (norms,
+// biases) are decoded to f32 and uploaded. Placed tensors are kept per manifest group (the unit a
+// streaming placement moves), and their encoded sizes are recorded.
+class WeightStore {
+ public:
+  WeightStore(const ContainerReader& container, Backend& backend);
+  ~WeightStore();
+  WeightStore(const WeightStore&) = delete;
+  WeightStore& operator=(const WeightStore&) = delete;
+
+  const ContainerReader& container() const { return container_; }
+  const std::string& path() const { return container_.path(); }
+
+  // The stored name of `name` ("model." + name, else name); nullptr when neither exists.
+  const TensorInfo* find(const std::string& name) const;
+  bool has(const std::string& name) const { return find(name) != nullptr; }
+
+  // A [rows, cols] matrix; throws when absent or shaped otherwise.
+  const Weight& matrix(const std::string& name, uint64_t rows, uint64_t cols);
+  // A [n] vector as f32 in backend memory; throws when absent or shaped otherwise.
+  float* vector(const std::string& name, uint64_t n);
+  // `value` repeated n times in backend memory (e.g. the gamma of a LayerNorm without affine).
+  float* constant(float value, uint64_t n);
+
+  // Encoded bytes of the stored tensor (0 when absent) and the manifest group it lives in.
+  uint64_t encoded_bytes(const std::string& name) const;
+  uint32_t group_of(const std::string& name) const;
+
+ private:
+  const TensorInfo& require(const std::string& name, const std::vector<uint64_t>& shape) const;
+  const ContainerReader& container_;
+  Backend& backend_;
+  std::deque<TensorView> views_;  // stable addresses, one per placed matrix
+  std::map<uint32_t, std::vector<std::unique_ptr<Weight>>> weights_by_group_;
+  std::map<std::string, const Weight*> matrices_;  // by stored name: tied uses share one Weight
+  std::vector<float*> buffers_;                    // backend allocations owned here
+};
+
+// Activation buffers reused across forward calls; slot i grows to the largest size asked.
+class ScratchBuffers {
+ public:
+  explicit ScratchBuffers(Backend& backend) : backend_(backend) {}
+  ~ScratchBuffers();
+  ScratchBuffers(const ScratchBuffers&) = delete;
+  ScratchBuffers& operator=(const ScratchBuffers&) = delete;
+  float* get(size_t slot, size_t n_floats);
+
+ private:
+  Backend& backend_;
+  std::vector<std::pair<float*, size_t>> slots_;
+};
+
+using Clock = std::chrono::steady_clock;
+inline double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Shared checks of a forward call: ids inside the vocab, positions inside context and cache.
+void check_forward_inputs(const ModelConfig& config, const std::string& path, const int32_t* ids,
+                          size_t n, const KvCache& cache);
+
+std::unique_ptr<Model> make_opt_model(const ModelConfig& config, const ContainerReader& container,
+                                      Backend& backend);
+std::unique_ptr<Model> make_llama_model(const ModelConfig& config, const ContainerReader& container,
+                                        Backend& backend);
+
+}  // namespace endor

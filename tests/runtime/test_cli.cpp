@@ -1,0 +1,144 @@
+// endor-infer end to end: streamed greedy ids, --dump-logits, --stats, and one-line errors.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "endor/runtime.h"
+#include "runtime_test_util.h"
+
+using namespace endor;
+using endor::test::TempDir;
+
+namespace {
+
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  return s;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::istringstream in(text);
+  int32_t v;
+  while (in >> v) ids.push_back(v);
+  return ids;
+}
+
+bool one_error_line(const std::string& err) {
+  return err.rfind("error: ", 0) == 0 && err.find('\n') == err.size() - 1;
+}
+
+}  // namespace
+
+TEST_CASE("endor-infer --ids streams transformers' greedy ids and dumps the prompt's logits") {
+  TempDir dir;
+  const std::string fx = test::fixture_dir("llama-tiny");
+  const std::string model = dir.file("llama-tiny.endor");
+  REQUIRE(test::run_command(test::endor_pack() + " convert --dtype f32 " + fx + " -o " + model +
+                            " >/dev/null 2>&1") == 0);
+  const nlohmann::json ref = test::read_json(fx + "/reference.json");
+  const std::vector<int32_t> prompt = ref["prompts"][0]["ids"].get<std::vector<int32_t>>();
+  std::vector<int32_t> expected = ref["greedy"]["new_tokens"].get<std::vector<int32_t>>();
+  // The CLI stops after EOS (511 here), as transformers' generate() does by default.
+  const int32_t eos = ref["config"]["eos_token_id"].get<int32_t>();
+  auto eos_at = std::find(expected.begin(), expected.end(), eos);
+  if (eos_at != expected.end()) expected.erase(eos_at + 1, expected.end());
+
+  const std::string npy = dir.file("logits.npy");
+  const auto r = test::run_capture(test::endor_infer() + " " + model + " --ids \"" + join_ids(prompt) +
+                                       "\" -n 32 --temperature 0 --threads 1 --dump-logits " + npy + " --stats",
+                                   dir);
+  INFO("stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  CHECK(parse_ids(r.out) == expected);
+  CHECK(r.err.find("prefill: 8 tokens") != std::string::npos);
+  CHECK(r.err.find("decode: ") != std::string::npos);
+  CHECK(r.err.find("bytes read per token") != std::string::npos);
+  CHECK(r.err.find("time per layer") != std::string::npos);
+
+  const test::NpyMatrix got = test::read_npy_f32(npy);
+  const test::NpyMatrix want = test::read_npy_f32(fx + "/logits_orig_p0.npy");
+  REQUIRE(got.rows == want.rows);
+  REQUIRE(got.cols == want.cols);
+  float err = 0;
+  for (size_t i = 0; i < got.data.size(); ++i) err = std::max(err, std::abs(got.data[i] - want.data[i]));
+  CHECK(err < 1e-4f);  // same forward pass as test_models_vs_transformers (tolerance derived there)
+
+  // Sampling with a fixed seed is reproducible from the command line.
+  const std::string cmd = test::endor_infer() + " " + model + " --ids \"" + join_ids(prompt) +
+                          "\" -n 12 --temperature 0.9 --top-k 40 --top-p 0.95 --seed 7 --threads 1";
+  const auto a = test::run_capture(cmd, dir);
+  const auto b = test::run_capture(cmd, dir);
+  CHECK(a.status == 0);
+  CHECK(a.out == b.out);
+  CHECK(parse_ids(a.out).size() >= 1);
+}
+
+TEST_CASE("endor-infer errors are one line, exit 1 (2 for usage), and leave no output file") {
+  TempDir dir;
+  const nlohmann::json cfg = test::synthetic_llama_config();  // context 16, vocab 64
+  const std::string model = dir.file("m.endor");
+  test::write_synthetic_container(model, cfg, test::synthetic_llama_tensors(cfg), 4);
+  const std::string infer = test::endor_infer() + " --threads 1";
+  const std::string npy = dir.file("out.npy");
+
+  auto r = test::run_capture(infer + " " + dir.file("absent.endor") + " --ids 1", dir);
+  CHECK(r.status == 1);
+  CHECK(one_error_line(r.err));
+  CHECK(r.err.find("absent.endor") != std::string::npos);
+
+  r = test::run_capture(infer + " " + model + " -p hello", dir);
+  CHECK(r.status == 1);
+  CHECK(r.err == "error: text prompts need the tokenizer; use --ids\n");
+
+  r = test::run_capture(infer + " " + model + " --ids \"1 x 3\"", dir);
+  CHECK(r.status == 2);
+  CHECK(one_error_line(r.err));
+
+  r = test::run_capture(infer + " " + model, dir);
+  CHECK(r.status == 2);
+  CHECK(one_error_line(r.err));
+
+  r = test::run_capture(infer + " " + model + " --ids 1 --bogus", dir);
+  CHECK(r.status == 2);
+  CHECK(one_error_line(r.err));
+
+  r = test::run_capture(infer + " " + model + " --ids 1 --device cuda", dir);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("no CUDA device") != std::string::npos);
+
+  std::string seventeen;
+  for (int i = 0; i < 17; ++i) seventeen += "3 ";
+  r = test::run_capture(infer + " " + model + " --ids \"" + seventeen + "\" --dump-logits " + npy, dir);
+  CHECK(r.status == 1);
+  CHECK(one_error_line(r.err));
+  CHECK(r.err.find("context length 16") != std::string::npos);
+  CHECK_FALSE(test::file_exists(npy));
+
+  r = test::run_capture(infer + " " + model + " --ids \"1 64\" --dump-logits " + npy, dir);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("outside the vocabulary") != std::string::npos);
+  CHECK_FALSE(test::file_exists(npy));
+
+  // A truncated container: one line, exit 1, the file untouched.
+  const std::string bytes = test::read_text(model);
+  {
+    std::ofstream cut(dir.file("cut.endor"), std::ios::binary);
+    cut.write(bytes.data(), std::streamsize(bytes.size() / 2));
+  }
+  r = test::run_capture(infer + " " + dir.file("cut.endor") + " --ids 1", dir);
+  CHECK(r.status == 1);
+  CHECK(one_error_line(r.err));
+  CHECK(test::read_text(dir.file("cut.endor")).size() == bytes.size() / 2);
+
+  // A good run on the same file for contrast: -n tokens as ids, and the npy written.
+  r = test::run_capture(infer + " " + model + " --ids \"1 2 3\" -n 5 --temperature 0 --dump-logits " + npy, dir);
+  CHECK(r.status == 0);
+  CHECK(parse_ids(r.out).size() <= 5);
+  CHECK(test::read_npy_f32(npy).rows == 3);
+}
