@@ -2,6 +2,7 @@
 #include "context.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "cuda_check.h"
@@ -25,6 +26,38 @@ void* DeviceBuffer::ensure(size_t bytes, cudaStream_t stream) {
   CUDA_CHECK(cudaMalloc(&ptr_, rounded));
   bytes_ = rounded;
   return ptr_;
+}
+
+ParamStaging::~ParamStaging() {
+  for (Slot& s : slots_) {
+    if (s.copied) {
+      cudaEventSynchronize(s.copied);
+      cudaEventDestroy(s.copied);
+    }
+    if (s.pinned) cudaFreeHost(s.pinned);
+  }
+}
+
+void* ParamStaging::upload(const void* host, size_t bytes, cudaStream_t stream) {
+  Slot& slot = slots_[next_];
+  next_ = (next_ + 1) % kSlots;
+  if (slot.copied)
+    CUDA_CHECK(cudaEventSynchronize(slot.copied));  // the copy that last read this slot is done
+  else
+    CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
+  if (slot.bytes < bytes) {
+    if (slot.pinned) CUDA_CHECK(cudaFreeHost(slot.pinned));
+    slot.pinned = nullptr;
+    slot.bytes = 0;
+    const size_t rounded = (bytes + 4095) / 4096 * 4096;
+    CUDA_CHECK(cudaMallocHost(&slot.pinned, rounded));
+    slot.bytes = rounded;
+  }
+  std::memcpy(slot.pinned, host, bytes);
+  void* dev = device_.ensure(bytes, stream);
+  CUDA_CHECK(cudaMemcpyAsync(dev, slot.pinned, bytes, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaEventRecord(slot.copied, stream));
+  return dev;
 }
 
 Context::Context(const Options& opts) : options(opts) {

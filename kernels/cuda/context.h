@@ -31,6 +31,32 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Host inputs of a call (token ids, positions, inv_freq) reach the device through pinned host
+// slots used round-robin, each rewritten only after the copy that last read it has executed: the
+// caller's memory is free on return, and the host may run kSlots calls ahead of the GPU.
+class ParamStaging {
+ public:
+  ParamStaging() = default;
+  ~ParamStaging();
+  ParamStaging(const ParamStaging&) = delete;
+  ParamStaging& operator=(const ParamStaging&) = delete;
+
+  // Queues a copy of host[0, bytes) to device scratch on `stream` and returns the device copy,
+  // valid for work queued on `stream` until the next upload.
+  void* upload(const void* host, size_t bytes, cudaStream_t stream);
+
+ private:
+  static constexpr int kSlots = 8;
+  struct Slot {
+    void* pinned = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;  // recorded after the copy out of `pinned`
+  };
+  Slot slots_[kSlots];
+  int next_ = 0;
+  DeviceBuffer device_;  // one device copy suffices: the stream orders its reuse
+};
+
 struct Context {
   explicit Context(const Options& options);
   ~Context();
@@ -48,7 +74,7 @@ struct Context {
 
   DeviceBuffer panel;        // DecodeGemm: decoded rows of a weight [panel_rows, in], 16-bit or f32
   DeviceBuffer activations;  // DecodeGemm: x converted to the GEMM's 16-bit type [T, in]
-  DeviceBuffer host_params;  // per-call copies of host inputs (token ids, positions, inv_freq)
+  ParamStaging params;       // per-call copies of host inputs (token ids, positions, inv_freq)
   DeviceBuffer bounce;       // copy() between overlapping ranges
   DeviceBuffer l2_flush;     // time_device_ms(flush_l2)
 

@@ -180,8 +180,10 @@ class CudaBackend final : public Backend {
   }
   void upload(float* dst, const float* host_src, size_t n) override {
     ctx_.activate();
-    // From pageable memory the call returns once the source is staged: host_src is free to reuse.
+    // Returns when host_src may be reused, as the interface promises — also for a pinned source,
+    // whose copy would otherwise still be in flight. (Per-call inputs use ParamStaging instead.)
     CUDA_CHECK(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyHostToDevice, ctx_.compute));
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.compute));
   }
   void download(float* host_dst, const float* src, size_t n) override { download_raw(host_dst, src, n * sizeof(float)); }
   void download_raw(void* host_dst, const void* src, size_t n_bytes) {
@@ -326,7 +328,11 @@ class CudaBackend final : public Backend {
       throw Error("cuda backend: out of device memory allocating " + std::to_string(bytes) + " bytes");
     }
     CUDA_CHECK(status);
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx_.compute));  // ordered before any later work on compute
+    // Zeroed before return, so any stream (another backend's too) may use the memory at once.
+    const cudaError_t zeroed = cudaMemsetAsync(p, 0, bytes, ctx_.compute);
+    const cudaError_t synced = zeroed == cudaSuccess ? cudaStreamSynchronize(ctx_.compute) : zeroed;
+    if (synced != cudaSuccess) cudaFree(p);
+    CUDA_CHECK(synced);
     live.insert(static_cast<typename Set::value_type>(p));
     return p;
   }
@@ -340,13 +346,10 @@ class CudaBackend final : public Backend {
     if (n_tokens > 0 && dim == 0) throw Error(std::string(op) + ": dim must be positive");
     ctx_.activate();
   }
-  // Copies n 4-byte host values into the per-call parameter scratch (ordered on compute).
+  // Device copy of n host values for the next kernel on the compute stream (see ParamStaging).
   template <typename T>
   const T* upload_params(const T* host, size_t n) {
-    static_assert(sizeof(T) == 4, "4-byte parameters");
-    void* dev = ctx_.host_params.ensure(n * 4, ctx_.compute);
-    CUDA_CHECK(cudaMemcpyAsync(dev, host, n * 4, cudaMemcpyHostToDevice, ctx_.compute));
-    return static_cast<const T*>(dev);
+    return static_cast<const T*>(ctx_.params.upload(host, n * sizeof(T), ctx_.compute));
   }
 
   Context ctx_;

@@ -5,7 +5,9 @@
 //
 // Memory: Backend::alloc returns device memory; every float*/uint16_t* argument below is a device
 // pointer unless its name says host. Work is queued on the backend's compute stream; download(),
-// synchronize() and the cuda:: helpers that return host values wait for it.
+// synchronize() and the cuda:: helpers that return host values wait for it, and so do alloc()
+// (memory is zeroed on return) and upload() (host_src is reusable on return, pinned or not).
+// Host inputs of embed() and rope() go through pinned staging and need no wait.
 // Errors: CUDA/cuBLAS failures throw endor::Error naming the failed statement, file and line.
 #pragma once
 
