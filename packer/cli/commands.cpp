@@ -2,6 +2,7 @@
 #include "commands.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -231,6 +232,16 @@ std::vector<int> parse_levels(const std::string& text) {
   return levels;
 }
 
+// Fails early (before minutes of measuring) when an output cannot be created where asked.
+void check_output_folder(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error(path + ": cannot create: folder " + dir + " does not exist");
+  if (::access(dir.c_str(), W_OK) != 0) throw Error(path + ": cannot create: folder " + dir + " is not writable");
+}
+
 std::string default_output_name(std::string input, const char* ext) {
   while (input.size() > 1 && input.back() == '/') input.pop_back();
   const size_t slash = input.rfind('/');
@@ -320,6 +331,8 @@ int run_compare(int argc, char** argv) {
     const std::string csv = r.count("csv") ? r["csv"].as<std::string>() : default_output_name(input, "csv");
     const std::string json = r.count("json") ? r["json"].as<std::string>() : default_output_name(input, "json");
     const std::string svg = r.count("svg") ? r["svg"].as<std::string>() : default_output_name(input, "svg");
+
+    for (const std::string& path : {csv, json, svg}) check_output_folder(path);
 
     ProgressDisplay progress;
     PackCallbacks cb;

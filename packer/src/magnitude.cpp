@@ -44,6 +44,9 @@ void zero_smallest(float* row, uint64_t n, uint64_t k, std::vector<float>& scrat
   }
 }
 
+// Below this many elements a thread team costs more than it saves.
+constexpr uint64_t kParallelMin = 1 << 16;
+
 uint64_t prune_count(uint64_t n, double sparsity) { return uint64_t(double(n) * sparsity); }
 
 class MagnitudePruner final : public Pruner {
@@ -75,7 +78,7 @@ std::string PruneSpec::pattern() const {
 void magnitude_prune_rows(float* w, uint64_t rows, uint64_t cols, double sparsity) {
   const uint64_t k = prune_count(cols, sparsity);
   if (k == 0) return;
-#pragma omp parallel
+#pragma omp parallel if (rows * cols >= kParallelMin)
   {
     std::vector<float> scratch;
 #pragma omp for schedule(dynamic, 16)
@@ -92,7 +95,7 @@ void magnitude_prune_matrix(float* w, uint64_t rows, uint64_t cols, double spars
   std::nth_element(mags.begin(), mags.begin() + k, mags.end());
   const float thresh = mags[k];
   mags = std::vector<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (numel >= kParallelMin)
   for (int64_t i = 0; i < int64_t(numel); ++i)
     if (magnitude(w[i]) <= thresh) w[i] = 0.0f;
 }
@@ -101,7 +104,7 @@ void magnitude_prune_n_m(float* w, uint64_t rows, uint64_t cols, uint32_t n, uin
   if (m == 0 || n == 0) return;
   if (n >= m) throw Error("N:M pruning needs N < M, got " + std::to_string(n) + ":" + std::to_string(m));
   const uint64_t groups = cols / m;
-#pragma omp parallel
+#pragma omp parallel if (rows * cols >= kParallelMin)
   {
     std::vector<float> scratch;
 #pragma omp for schedule(dynamic, 16)

@@ -20,8 +20,11 @@ using packer_detail::fail;
 
 namespace {
 
-// Rows per conversion chunk: about 4 Mi elements.
-uint64_t chunk_rows(uint64_t cols) { return std::max<uint64_t>(1, (uint64_t(4) << 20) / std::max<uint64_t>(1, cols)); }
+// Below this many elements a thread team costs more than it saves.
+constexpr uint64_t kParallelMin = 1 << 16;
+
+// Rows per conversion chunk (the unit of parallel work): about 1 Mi elements.
+uint64_t chunk_rows(uint64_t cols) { return std::max<uint64_t>(1, (uint64_t(1) << 20) / std::max<uint64_t>(1, cols)); }
 
 // Stored values of a source tensor as encode_tensor counts them (f32 value != ±0), from the raw bits.
 uint64_t count_nonzero(const Checkpoint& ck, const CheckpointTensor& t) {
@@ -31,7 +34,7 @@ uint64_t count_nonzero(const Checkpoint& ck, const CheckpointTensor& t) {
   switch (t.dtype) {
     case SafetensorsDType::F16:
     case SafetensorsDType::BF16:
-#pragma omp parallel for reduction(+ : nnz) schedule(static)
+#pragma omp parallel for reduction(+ : nnz) schedule(static) if (n >= kParallelMin)
       for (int64_t i = 0; i < int64_t(n); ++i) {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
@@ -39,7 +42,7 @@ uint64_t count_nonzero(const Checkpoint& ck, const CheckpointTensor& t) {
       }
       return nnz;
     case SafetensorsDType::F32:
-#pragma omp parallel for reduction(+ : nnz) schedule(static)
+#pragma omp parallel for reduction(+ : nnz) schedule(static) if (n >= kParallelMin)
       for (int64_t i = 0; i < int64_t(n); ++i) {
         uint32_t b;
         std::memcpy(&b, p + 4 * i, 4);
@@ -67,7 +70,7 @@ std::vector<uint8_t> convert_dense(const Checkpoint& ck, const CheckpointTensor&
   const uint32_t out_size = value_bits(vt) / 8;
   std::vector<uint8_t> out(t.numel() * out_size);
   const int64_t n_chunks = int64_t((rows + step - 1) / step);
-#pragma omp parallel
+#pragma omp parallel if (n_chunks > 1)
   {
     std::vector<float> f;
 #pragma omp for schedule(dynamic, 1)
@@ -97,7 +100,7 @@ std::vector<float> load_f32(const Checkpoint& ck, const CheckpointTensor& t) {
   const uint64_t rows = t.rows(), cols = t.cols(), step = chunk_rows(cols);
   std::vector<float> f(t.numel());
   const int64_t n_chunks = int64_t((rows + step - 1) / step);
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (n_chunks > 1)
   for (int64_t ci = 0; ci < n_chunks; ++ci) {
     const uint64_t r0 = uint64_t(ci) * step, r1 = std::min(rows, r0 + step);
     ck.read_rows_f32(t, r0, r1, f.data() + r0 * cols);
@@ -233,7 +236,7 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
       pruner->prune(t.name, w.data(), t.rows(), t.cols());
     }
     uint64_t nnz = 0;
-#pragma omp parallel for reduction(+ : nnz) schedule(static)
+#pragma omp parallel for reduction(+ : nnz) schedule(static) if (w.size() >= kParallelMin)
     for (int64_t i = 0; i < int64_t(w.size()); ++i) nnz += w[size_t(i)] != 0.0f;
     EncodeOptions eo;
     eo.encoding = choose_encoding(t.shape, tr.value_type, p.info.group_size, nnz);

@@ -1,0 +1,321 @@
+// End-to-end runs of the built endor-pack binary on the transformers-made fixtures: commands,
+// exit codes, one-line errors, no leftover files, inputs untouched, Ctrl-C cleanup.
+#include <doctest/doctest.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "../packer/synthetic_checkpoint.h"
+
+extern char** environ;
+
+using endor::test::make_temp_dir;
+using endor::test::read_bytes;
+using endor::test::remove_tree;
+using endor::test::write_bytes;
+
+namespace {
+
+const std::string kBinary = std::string(ENDOR_BINARY_DIR) + "/packer/endor-pack";
+
+std::string fixture(const std::string& name) { return std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/models/" + name; }
+
+struct Run {
+  int exit_code = -1;  // -1 when killed by a signal
+  int signal = 0;
+  std::string out, err;
+};
+
+// Starts endor-pack with stdout/stderr redirected to files in `io_dir`, optionally in `cwd`.
+pid_t spawn(const std::vector<std::string>& args, const std::string& io_dir, const std::string& cwd = "") {
+  std::vector<std::string> argv_s = {kBinary};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, (io_dir + "/stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, (io_dir + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, kBinary.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE_MESSAGE(rc == 0, "cannot start " << kBinary);
+  return pid;
+}
+
+Run wait_for(pid_t pid, const std::string& io_dir) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  Run r;
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  r.out = read_bytes(io_dir + "/stdout");
+  r.err = read_bytes(io_dir + "/stderr");
+  return r;
+}
+
+// Runs endor-pack to completion; its stdout/stderr go through a private scratch folder.
+Run run(const std::vector<std::string>& args, const std::string& cwd = "") {
+  const std::string io = make_temp_dir("cli-io");
+  const Run r = wait_for(spawn(args, io, cwd), io);
+  remove_tree(io);
+  return r;
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Every file (recursively) with its bytes: the "hash" of a folder, exact.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const std::string& n : list_dir(dir)) {
+    const std::string p = dir + "/" + n;
+    struct stat st {};
+    ::stat(p.c_str(), &st);
+    if (S_ISDIR(st.st_mode)) {
+      for (const auto& [k, v] : snapshot(p)) files[n + "/" + k] = v;
+    } else {
+      files[n] = read_bytes(p);
+    }
+  }
+  return files;
+}
+
+// An error run: the expected exit code and exactly one line on stderr starting "error: ".
+void check_one_line_error(const Run& r, int code, const std::string& fragment) {
+  CAPTURE(r.err);
+  CHECK(r.exit_code == code);
+  CHECK(r.err.rfind("error: ", 0) == 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find(fragment) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("--help on the tool and on every command") {
+  const Run top = run({"--help"});
+  CHECK(top.exit_code == 0);
+  for (const char* cmd : {"convert", "prune", "inspect", "compare"}) CHECK(top.out.find(cmd) != std::string::npos);
+  CHECK(run({}).exit_code == 2);
+  CHECK(run({"frobnicate"}).exit_code == 2);
+  const std::map<std::string, std::vector<std::string>> expect = {
+      {"convert", {"--dtype", "--output", "--gpu-mem"}},
+      {"prune", {"--sparsity", "--method", "--pattern", "--scope", "--quant", "--group-size", "--skip", "--calib", "--cpu-mem"}},
+      {"inspect", {"--json", "--verify"}},
+      {"compare", {"--zstd-levels", "--csv", "--json", "--svg", "--sparsity"}}};
+  for (const auto& [cmd, options] : expect) {
+    CAPTURE(cmd);
+    const Run r = run({cmd, "--help"});
+    CHECK(r.exit_code == 0);
+    for (const std::string& o : options) CHECK(r.out.find(o) != std::string::npos);
+  }
+}
+
+TEST_CASE("convert, prune, inspect --verify on OPT and Llama fixtures; inputs untouched") {
+  const std::string dir = make_temp_dir("cli-pack");
+  for (const char* name : {"opt-tiny", "opt-noprefix", "llama-tiny", "llama-sharded", "qwen2-tiny"}) {
+    CAPTURE(name);
+    const auto before = snapshot(fixture(name));
+    const std::string dense = dir + "/" + name + ".dense.endor", pruned = dir + "/" + name + ".pruned.endor";
+    const Run c = run({"convert", fixture(name), "-o", dense, "--dtype", "f16"});
+    CHECK(c.exit_code == 0);
+    CHECK(c.out.find("wrote " + dense) != std::string::npos);
+    const Run p = run({"prune", fixture(name), "-o", pruned, "--sparsity", "0.5", "--quant", "int8"});
+    CHECK(p.exit_code == 0);
+
+    const Run iv = run({"inspect", pruned, "--verify"});
+    CHECK(iv.exit_code == 0);
+    CHECK(iv.out.find("verify: OK") != std::string::npos);
+    CHECK(iv.out.find("provenance:") != std::string::npos);
+    const Run ij = run({"inspect", pruned, "--json"});
+    REQUIRE(ij.exit_code == 0);
+    const nlohmann::json rep = nlohmann::json::parse(ij.out);
+    CHECK(rep["provenance"]["method"] == "magnitude");
+    CHECK(rep["provenance"]["quant"] == "int8");
+    int linears = 0;
+    for (const nlohmann::json& t : rep["tensors"]) {
+      const std::string n = t["name"];
+      if (n.find("layers.") == std::string::npos || t["shape"].size() != 2) {
+        CHECK(t["value_type"] != "int8");
+        continue;
+      }
+      ++linears;
+      CHECK(t["value_type"] == "int8");
+      CHECK(t["sparsity"].get<double>() >= 0.5);
+      CHECK(t["ratio"].get<double>() < 0.7);
+    }
+    CHECK(linears == 2 * (std::string(name).rfind("opt", 0) == 0 ? 6 : 7));
+    CHECK(rep["total"]["ratio"].get<double>() < 1.0);
+    CHECK(rep["files"][0]["name"] == "tokenizer.json");
+    const Run id = run({"inspect", dense, "--json"});
+    REQUIRE(id.exit_code == 0);
+    for (const nlohmann::json& t : nlohmann::json::parse(id.out)["tensors"]) CHECK(t["value_type"] == "f16");
+    CHECK(snapshot(fixture(name)) == before);
+  }
+  CHECK(list_dir(dir).size() == 10);  // nothing but the outputs
+  remove_tree(dir);
+}
+
+TEST_CASE("compare on a checkpoint (with prune options) and on a .endor file") {
+  const std::string dir = make_temp_dir("cli-compare");
+  const auto before = snapshot(fixture("opt-postln-proj"));
+  const Run r = run({"compare", fixture("opt-postln-proj"), "--sparsity", "0.5", "--zstd-levels", "1,3", "--min-time", "0",
+                     "--csv", dir + "/c.csv", "--json", dir + "/c.json", "--svg", dir + "/c.svg"});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("TOTAL") != std::string::npos);
+  CHECK(r.out.find("magnitude 50% unstructured") != std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(read_bytes(dir + "/c.json"));
+  const nlohmann::json& total = j["total"];
+  CHECK(total["endor_bytes"].get<uint64_t>() < total["dense_bytes"].get<uint64_t>());
+  REQUIRE(total["zstd"].size() == 2);
+  CHECK(total["zstd"][0]["level"] == 1);
+  CHECK(total["zstd"][1]["bytes"].get<uint64_t>() > 0);
+  CHECK(total["endor_mt_gbps"].get<double>() > 0);
+  CHECK(total["endor_1t_gbps"].get<double>() > 0);
+  CHECK(total["zstd"][0]["decode_gbps"].get<double>() > 0);
+  const std::string csv = read_bytes(dir + "/c.csv");
+  CHECK(csv.rfind("tensor,encoding,value_type,numel,dense_bytes,endor_bytes,zstd1_bytes,zstd3_bytes", 0) == 0);
+  CHECK(csv.find("\nTOTAL,") != std::string::npos);
+  CHECK(size_t(std::count(csv.begin(), csv.end(), '\n')) == j["tensors"].size() + 2);
+  const std::string svg = read_bytes(dir + "/c.svg");
+  CHECK(svg.rfind("<svg", 0) == 0);
+  CHECK(svg.find("zstd -3") != std::string::npos);
+  CHECK(svg.find("</svg>") != std::string::npos);
+  CHECK(snapshot(fixture("opt-postln-proj")) == before);
+
+  // A .endor file, default output names in the current folder.
+  REQUIRE(run({"prune", fixture("llama-tiny"), "-o", dir + "/m.endor", "--pattern", "2:4"}).exit_code == 0);
+  const Run f = run({"compare", dir + "/m.endor", "--zstd-levels", "1", "--min-time", "0"}, dir);
+  CAPTURE(f.err);
+  CHECK(f.exit_code == 0);
+  CHECK(f.out.find("magnitude 50% 2:4") != std::string::npos);
+  for (const char* ext : {"csv", "json", "svg"}) CHECK(read_bytes(dir + "/m.compare." + ext).size() > 100);
+  const Run bad = run({"compare", dir + "/m.endor", "--sparsity", "0.5"});
+  check_one_line_error(bad, 2, "apply when comparing a checkpoint");
+  check_one_line_error(run({"compare", dir + "/m.endor", "--zstd-levels", "1,x"}), 2, "--zstd-levels");
+  remove_tree(dir);
+}
+
+TEST_CASE("errors: one line, right exit code, no output or temporary file left") {
+  const std::string dir = make_temp_dir("cli-err");
+  const std::string out_dir = dir + "/out";
+  ::mkdir(out_dir.c_str(), 0755);
+  const std::string out = out_dir + "/x.endor";
+
+  check_one_line_error(run({"convert", dir + "/no-such-checkpoint", "-o", out}), 1, "no such checkpoint folder");
+  check_one_line_error(run({"convert", "-o", out}), 2, "missing SRC");
+  check_one_line_error(run({"convert", fixture("opt-tiny")}), 2, "missing -o");
+  check_one_line_error(run({"convert", fixture("opt-tiny"), "-o", out, "--dtype", "f8"}), 2, "--dtype");
+  check_one_line_error(run({"convert", fixture("opt-tiny"), "-o", out, "--bogus"}), 2, "bogus");
+  for (const char* s : {"1", "1.5", "-0.1", "abc", "nan"})
+    check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", s}), 2, "--sparsity");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out}), 2, "needs --sparsity");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--pattern", "2:4", "--sparsity", "0.3"}), 2,
+                       "contradicts --pattern 2:4");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--pattern", "4:2"}), 2, "0 < N < M");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--gpu-mem", "lots"}), 2,
+                       "invalid size");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--method", "wanda"}), 1,
+                       "not implemented yet: --method wanda needs calibration support (issue 6)");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--skip", "("}), 2, "--skip");
+
+  // Corrupt safetensors: a copy of a fixture with its data cut short.
+  const std::string corrupt = dir + "/corrupt";
+  REQUIRE(std::system(("cp -r '" + fixture("opt-tiny") + "' '" + corrupt + "'").c_str()) == 0);
+  const std::string st = read_bytes(corrupt + "/model.safetensors");
+  write_bytes(corrupt + "/model.safetensors", st.substr(0, st.size() - 100));
+  const auto corrupt_before = snapshot(corrupt);
+  check_one_line_error(run({"convert", corrupt, "-o", out}), 1, corrupt + "/model.safetensors: ");
+  write_bytes(corrupt + "/model.safetensors", std::string("\xff\xff\xff\xff\xff\xff\xff\xff{}", 10));
+  check_one_line_error(run({"prune", corrupt, "-o", out, "--sparsity", "0.5"}), 1, "100 MB limit");
+  write_bytes(corrupt + "/model.safetensors", st.substr(0, st.size() - 100));
+  CHECK(snapshot(corrupt) == corrupt_before);
+
+  // Truncated .endor given to inspect.
+  REQUIRE(run({"convert", fixture("llama-tiny"), "-o", dir + "/good.endor"}).exit_code == 0);
+  const std::string good = read_bytes(dir + "/good.endor");
+  write_bytes(dir + "/cut.endor", good.substr(0, good.size() / 2));
+  check_one_line_error(run({"inspect", dir + "/cut.endor"}), 1, dir + "/cut.endor");
+  check_one_line_error(run({"inspect", dir + "/cut.endor", "--verify"}), 1, dir + "/cut.endor");
+  check_one_line_error(run({"inspect", dir + "/none.endor"}), 1, dir + "/none.endor");
+  // A flipped data byte passes open but fails --verify.
+  std::string flipped = good;
+  flipped[8192 + 10] = char(flipped[8192 + 10] ^ 0x40);
+  write_bytes(dir + "/flip.endor", flipped);
+  CHECK(run({"inspect", dir + "/flip.endor"}).exit_code == 0);
+  check_one_line_error(run({"inspect", dir + "/flip.endor", "--verify"}), 1, dir + "/flip.endor");
+
+  // Unwritable output folder: one that does not exist, and (unless root) one without write permission.
+  check_one_line_error(run({"convert", fixture("opt-tiny"), "-o", dir + "/nowhere/x.endor"}), 1, "cannot create");
+  if (::geteuid() != 0) {
+    const std::string ro = dir + "/readonly";
+    ::mkdir(ro.c_str(), 0555);
+    check_one_line_error(run({"convert", fixture("opt-tiny"), "-o", ro + "/x.endor"}), 1, "cannot create");
+    CHECK(list_dir(ro).empty());
+  }
+  check_one_line_error(run({"compare", fixture("opt-tiny"), "--min-time", "0", "--zstd-levels", "1", "--csv",
+                            dir + "/nowhere/c.csv"}), 1, "cannot create");
+  CHECK(list_dir(out_dir).empty());
+  remove_tree(dir);
+}
+
+TEST_CASE("SIGINT during a pack leaves nothing behind") {
+  const std::string dir = make_temp_dir("cli-sigint");
+  endor::test::LlamaDims d;  // ~100 MB of f32: packing takes long enough to interrupt
+  d.vocab = 2048;
+  d.hidden = 1024;
+  d.intermediate = 2816;
+  d.layers = 2;
+  d.heads = 8;
+  d.kv_heads = 8;
+  d.dtype = "F32";
+  endor::test::write_llama_checkpoint(dir + "/big", d);
+  const auto before = snapshot(dir + "/big");
+  const std::string out_dir = dir + "/out";
+  ::mkdir(out_dir.c_str(), 0755);
+  const std::string io = dir + "/io";
+  ::mkdir(io.c_str(), 0755);
+  const pid_t pid = spawn({"prune", dir + "/big", "-o", out_dir + "/big.endor", "--sparsity", "0.5", "--scope", "matrix"}, io);
+  // Interrupt as soon as the temporary output exists.
+  bool saw_temp = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    if (!list_dir(out_dir).empty()) {
+      saw_temp = true;
+      break;
+    }
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) break;  // finished before we looked (should not happen)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  REQUIRE(saw_temp);
+  CHECK(list_dir(out_dir)[0].find("big.endor.tmp-") == 0);
+  ::kill(pid, SIGINT);
+  const Run r = wait_for(pid, io);
+  CHECK(r.signal == SIGINT);
+  CHECK(list_dir(out_dir).empty());
+  CHECK(snapshot(dir + "/big") == before);
+  remove_tree(dir);
+}
