@@ -3,6 +3,10 @@
 
 #include "weights.h"
 
+#ifdef ENDOR_RUNTIME_CUDA
+#include "endor/cuda_backend.h"
+#endif
+
 namespace endor {
 
 KvCache::KvCache(Backend& backend, uint32_t n_layers, size_t capacity, uint32_t kv_dim)
@@ -62,9 +66,27 @@ std::unique_ptr<Model> load_model(const ContainerReader& container, Backend& bac
   return model;
 }
 
+std::vector<std::string> available_devices() {
+  std::vector<std::string> devices = {"cpu"};
+#ifdef ENDOR_RUNTIME_CUDA
+  if (cuda_device_available()) devices.push_back("cuda");
+#endif
+  return devices;
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads) {
-  if (device == "cpu" || device == "auto") return make_cpu_backend(n_threads);
-  if (device == "cuda") throw Error("this build/machine has no CUDA device (use --device cpu)");
+  if (device == "cpu") return make_cpu_backend(n_threads);
+#ifdef ENDOR_RUNTIME_CUDA
+  if (device == "cuda" || device == "auto") {
+    std::string why;
+    if (cuda_device_available(&why)) return make_cuda_backend(0);
+    if (device == "cuda") throw Error("this machine has no CUDA device (" + why + "); use --device cpu");
+    return make_cpu_backend(n_threads);
+  }
+#else
+  if (device == "auto") return make_cpu_backend(n_threads);
+  if (device == "cuda") throw Error("this build has no CUDA device support (built without nvcc); use --device cpu");
+#endif
   throw Error("unknown device \"" + device + "\" (expected cpu, cuda or auto)");
 }
 

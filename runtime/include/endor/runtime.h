@@ -59,9 +59,11 @@ struct ModelConfig {
 ModelConfig parse_model_config(const nlohmann::json& config, const std::string& path_for_errors);
 
 // ---- backend choice ---------------------------------------------------------------------------
-// device: "cpu", "cuda" or "auto" (auto = the best available; cpu in this build). n_threads 0 =
-// the OpenMP default. Throws when the device is unknown or absent.
+// device: "cpu", "cuda" or "auto" (auto = cuda when available, else cpu). n_threads (CPU only):
+// 0 = the OpenMP default. Throws when the device is unknown or absent.
 std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads);
+// Devices make_backend can open here: {"cpu"}, plus "cuda" when built with CUDA and a device exists.
+std::vector<std::string> available_devices();
 
 // ---- KV cache -----------------------------------------------------------------------------------
 // Per layer, keys and values [capacity, n_kv_heads, head_dim] f32 in backend memory; rows
