@@ -33,7 +33,7 @@ void attention(Context& ctx, const float* q, const float* k_cache, const float* 
   const size_t kv_row = size_t(p.n_kv_heads) * hd;  // floats per cache position
   float* scores_all = ctx.attn_scratch.floats(size_t(ctx.n_threads) * n_ctx);
   const int64_t n_pairs = int64_t(n_tokens * n_heads);
-#pragma omp parallel num_threads(ctx.n_threads)
+#pragma omp parallel num_threads(threads_for(uint64_t(n_pairs) * n_ctx * hd, ctx.n_threads))
   {
     float* e = scores_all + size_t(omp_get_thread_num()) * n_ctx;
 #pragma omp for schedule(dynamic, 1)

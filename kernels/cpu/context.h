@@ -46,6 +46,9 @@ void linear(Context&, const TensorView& w, const float* x, size_t n_tokens, cons
 // y[t·ldy + n] = Σ_k x[t·k_dim + k]·a[n·k_dim + k] for n < n_rows, t < n_tokens (a GEMM x·aᵀ).
 void gemm_xat(Context&, const float* x, size_t n_tokens, size_t k_dim, const float* a, size_t n_rows,
               float* y, size_t ldy);
+// Threads worth waking for `work` scalar operations: below ~64K a parallel region's wake-up and
+// barrier cost more than they save (and on a loaded machine far more).
+inline int threads_for(uint64_t work, int n_threads) { return work < (uint64_t(1) << 16) ? 1 : n_threads; }
 // Rows per parallel task: enough tasks per thread to balance, enough rows to amortise.
 size_t rows_per_task(uint64_t rows, int n_threads, size_t min_rows = 4);
 

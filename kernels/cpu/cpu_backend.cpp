@@ -97,7 +97,7 @@ class CpuBackend final : public Backend {
         throw Error("embed: token id " + std::to_string(ids[t]) + " outside [0, " + std::to_string(rows) + ")");
     const cpu::detail::WeightKernels& k = *ctx_.kernels;
     const int64_t n = int64_t(n_tokens);
-#pragma omp parallel for num_threads(ctx_.n_threads) if (n_tokens * cols >= 65536)
+#pragma omp parallel for num_threads(cpu::detail::threads_for(n_tokens * cols, ctx_.n_threads))
     for (int64_t t = 0; t < n; ++t) k.decode_rows(v, uint64_t(ids[t]), uint64_t(ids[t]) + 1, out + size_t(t) * cols);
   }
 

@@ -41,7 +41,7 @@ void decode_f32(const TensorView& w, float* out, int n_threads, Isa isa) {
   const uint64_t rows = w.layout.rows, cols = w.layout.cols;
   const size_t chunk = detail::rows_per_task(rows, nt, 1);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(detail::threads_for(rows * cols, nt)) schedule(dynamic, 1)
   for (int64_t b = 0; b < n_chunks; ++b) {
     const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
     k.decode_rows(w, r0, r1, out + r0 * cols);
@@ -56,7 +56,7 @@ void decode_u16(const TensorView& w, uint16_t* out, int n_threads, Isa isa) {
   const uint64_t rows = w.layout.rows, cols = w.layout.cols;
   const size_t chunk = detail::rows_per_task(rows, nt, 1);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(detail::threads_for(rows * cols, nt)) schedule(dynamic, 1)
   for (int64_t b = 0; b < n_chunks; ++b) {
     const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
     for (uint64_t r = r0; r < r1; ++r) decode_row_u16(w, r, out + r * cols);

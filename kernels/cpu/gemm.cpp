@@ -73,7 +73,7 @@ void gemm_xat(Context& ctx, const float* x, size_t n_tokens, size_t k_dim, const
   if (ctx.onednn) {
     // oneDNN's OpenMP runtime sizes its team from the calling thread's nthreads-var.
     const int saved = omp_get_max_threads();
-    omp_set_num_threads(ctx.n_threads);
+    omp_set_num_threads(threads_for(n_rows * k_dim * n_tokens, ctx.n_threads));
     try {
       ctx.onednn->run(x, n_tokens, k_dim, a, n_rows, y, ldy);
     } catch (const dnnl::error& e) {
@@ -87,7 +87,7 @@ void gemm_xat(Context& ctx, const float* x, size_t n_tokens, size_t k_dim, const
   const size_t block = 16;
   const int64_t n_blocks = int64_t((n_rows + block - 1) / block);
   const WeightKernels& k = *ctx.kernels;
-#pragma omp parallel for num_threads(ctx.n_threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads_for(n_rows * k_dim * n_tokens, ctx.n_threads)) schedule(dynamic, 1)
   for (int64_t b = 0; b < n_blocks; ++b) {
     const size_t n0 = size_t(b) * block, nb = std::min(block, n_rows - n0);
     k.dense_dot(a + n0 * k_dim, k_dim, nb, k_dim, x, k_dim, n_tokens, y + n0, ldy);

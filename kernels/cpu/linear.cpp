@@ -23,7 +23,7 @@ void linear_fused(Context& ctx, const TensorView& w, const float* x, size_t n_to
   // Token blocks beyond kMaxFusedTokens re-read the weight; Auto never asks for that.
   for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
     const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
-#pragma omp parallel for num_threads(ctx.n_threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads_for(rows * cols * nt, ctx.n_threads)) schedule(dynamic, 1)
     for (int64_t b = 0; b < n_chunks; ++b) {
       const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
       k.dot_rows(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
@@ -37,7 +37,7 @@ void linear_row_decode(Context& ctx, const TensorView& w, const float* x, size_t
   const size_t chunk = rows_per_task(rows, ctx.n_threads, kRowDecodeRows);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
   const WeightKernels& k = *ctx.kernels;
-#pragma omp parallel num_threads(ctx.n_threads)
+#pragma omp parallel num_threads(threads_for(rows * cols * n_tokens, ctx.n_threads))
   {
     float* mine = scratch + size_t(omp_get_thread_num()) * kRowDecodeRows * cols;
 #pragma omp for schedule(dynamic, 1)
@@ -66,7 +66,7 @@ void linear_panel_gemm(Context& ctx, const TensorView& w, const float* x, size_t
     const uint64_t np = std::min(panel_rows, rows - p0);
     const size_t chunk = rows_per_task(np, ctx.n_threads);
     const int64_t n_chunks = int64_t((np + chunk - 1) / chunk);
-#pragma omp parallel for num_threads(ctx.n_threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads_for(np * cols, ctx.n_threads)) schedule(dynamic, 1)
     for (int64_t b = 0; b < n_chunks; ++b) {
       const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(np, r0 + chunk);
       k.decode_rows(w, p0 + r0, p0 + r1, panel + r0 * cols);
@@ -77,7 +77,7 @@ void linear_panel_gemm(Context& ctx, const TensorView& w, const float* x, size_t
 
 void add_bias_rows(Context& ctx, float* y, const float* bias, size_t n_tokens, size_t dim) {
   const int64_t n = int64_t(n_tokens);
-#pragma omp parallel for num_threads(ctx.n_threads) if (n_tokens * dim > 65536)
+#pragma omp parallel for num_threads(threads_for(n_tokens * dim, ctx.n_threads))
   for (int64_t t = 0; t < n; ++t)
     for (size_t i = 0; i < dim; ++i) y[size_t(t) * dim + i] += bias[i];
 }

@@ -2,11 +2,16 @@
 // -mf16c -mpopcnt; isa.cpp calls it only on CPUs that have them). No AVX-512.
 //
 // Bitmap rows are processed 8 columns (one bitmap byte m) at a time: the next popcount(m)
-// stored values are loaded as 8 lanes, moved to their columns with one permute whose indices
-// come from a 256-entry table (lane j takes value rank_j = popcount(m & (2^j − 1))), and the
-// absent lanes are cleared with a second table's mask. Weights are decoded exactly as the
-// reference decoder does (int4: q·s is exact, so fma(q, s, m) rounds once like q·s + m), then
-// multiplied in eight column lanes (c mod 8) per token.
+// stored values are moved to their columns (lane j takes value rank_j = popcount(m & (2^j − 1)))
+// by one shuffle whose control comes from a 256-entry table, and absent lanes become 0. Shuffle
+// port pressure decides the speed, so each value type uses the cheapest form:
+//   f32, f16   vpermps of the (converted) values, then a mask;
+//   bf16       vpshufb of the raw bytes into the high halves of the lanes (= the f32 value);
+//   int8       vpshufb of the bytes into the top byte of each lane (= q·2^24, the 2^-24 is
+//              folded into the row scale, exactly), absent lanes come out 0;
+//   int4       codes unpacked to bytes per 4096-column block, then vpshufb into the low byte.
+// Weights are decoded exactly as the reference decoder does (int4: q·s is exact, so fma(q, s, m)
+// rounds once like q·s + m), then multiplied in eight column lanes (c mod 8) per token.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,15 +25,31 @@ namespace {
 // ---- tables and small helpers ---------------------------------------------------------------
 
 struct ExpandTables {
-  alignas(32) int32_t perm[256][8];  // lane j <- stored value rank_j of the chunk
-  alignas(32) int32_t keep[256][8];  // all ones where column j is present, else 0
+  alignas(32) int32_t perm[256][8];     // vpermps: lane j <- stored value rank_j of the chunk
+  alignas(32) int32_t keep[256][8];     // all ones where column j is present, else 0
+  alignas(32) uint8_t bytes_top[256][32];   // vpshufb: value byte rank_j -> byte 3 of lane j
+  alignas(32) uint8_t bytes_low[256][32];   // vpshufb: value byte rank_j -> byte 0 of lane j
+  alignas(32) uint8_t halves_top[256][32];  // vpshufb: 16-bit value rank_j -> bytes 2-3 of lane j
   ExpandTables() {
     for (int m = 0; m < 256; ++m) {
       int rank = 0;
       for (int j = 0; j < 8; ++j) {
         const bool present = (m >> j) & 1;
-        perm[m][j] = present ? rank++ : 0;
+        perm[m][j] = present ? rank : 0;
         keep[m][j] = present ? -1 : 0;
+        // vpshufb indexes within each 128-bit half; the source is broadcast to both halves, so
+        // lane j (half j/4, bytes 4(j%4)..4(j%4)+3) may take any of the 16 source bytes.
+        uint8_t* top = &bytes_top[m][4 * j];
+        uint8_t* low = &bytes_low[m][4 * j];
+        uint8_t* hal = &halves_top[m][4 * j];
+        for (int b = 0; b < 4; ++b) top[b] = low[b] = hal[b] = 0x80;  // 0x80: write a zero byte
+        if (present) {
+          top[3] = uint8_t(rank);
+          low[0] = uint8_t(rank);
+          hal[2] = uint8_t(2 * rank);
+          hal[3] = uint8_t(2 * rank + 1);
+        }
+        rank += present;
       }
     }
   }
@@ -37,6 +58,22 @@ const ExpandTables& expand_tables() {
   static const ExpandTables tables;
   return tables;
 }
+
+inline __m256i shuffle_control(const uint8_t (&table)[256][32], unsigned m) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(table[m]));
+}
+// 8 bytes at p in both 128-bit halves (a load-port broadcast, no shuffle uop).
+inline __m256i broadcast8(const uint8_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return _mm256_set1_epi64x(v);
+}
+inline __m256i broadcast16(const uint8_t* p) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// int8 lanes carry q·2^24 (the byte in the top of the lane); 2^-24 joins the row scale.
+constexpr float kInt8LaneScale = 1.0f / 16777216.0f;
 
 // Values a chunk may load past its last stored value (8 lanes are always loaded).
 constexpr uint64_t kOverreadValues = 8;
@@ -77,15 +114,23 @@ inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8
 
 // ---- per-row value decoding -------------------------------------------------------------------
 
-// int4 scale/min of the group(s) under a chunk of one row. kAnyGroup: groups may change inside a
-// chunk (group_size % 8 != 0), so lanes are filled one by one; else one broadcast per group.
-template <bool kAnyGroup>
+// How often an int4 row's group can change: every word (group_size % 64 == 0: checked once per
+// 64 columns), every chunk (% 8 == 0), or inside a chunk (lanes filled one by one).
+enum GroupStep { kPerWord = 64, kPerChunk = 8, kPerLane = 1 };
+constexpr GroupStep group_step(uint32_t group_size) {
+  return group_size % 64 == 0 ? kPerWord : group_size % 8 == 0 ? kPerChunk : kPerLane;
+}
+
+// int4 scale/min of the group(s) under the current chunk of one row.
+template <GroupStep kStep>
 struct GroupParams {
   const uint16_t* scales;
   const uint16_t* mins;
   uint64_t group_size, cols;
   __m256 s = _mm256_setzero_ps(), m = _mm256_setzero_ps();
-  uint64_t next = 0;  // first column of the next group (kAnyGroup false)
+  uint64_t g = ~uint64_t(0);  // current group (none yet)
+  uint64_t next = 0;          // first column of group g + 1
+  float gs = 0.0f, gm = 0.0f; // group g's scale and min (kPerLane)
 
   GroupParams(const TensorView& w, uint64_t r)
       : scales(w.group_scales() + r * w.layout.groups_per_row),
@@ -93,20 +138,32 @@ struct GroupParams {
         group_size(w.layout.group_size),
         cols(w.layout.cols) {}
 
+  // Columns only grow along a row, so the group index advances without a division (a 64-bit
+  // div per group costs as much as the rest of the group's work).
   inline void at(uint64_t c0) {
-    if constexpr (!kAnyGroup) {
+    if constexpr (kStep != kPerLane) {
       if (c0 >= next) {
-        const uint64_t g = c0 / group_size;
+        do {
+          ++g;
+          next += group_size;
+        } while (c0 >= next);
         s = _mm256_set1_ps(half(scales[g]));
         m = _mm256_set1_ps(half(mins[g]));
-        next = (g + 1) * group_size;
       }
     } else {
       alignas(32) float sv[8], mv[8];
       for (int j = 0; j < 8; ++j) {
-        const uint64_t g = std::min(c0 + uint64_t(j), cols - 1) / group_size;
-        sv[j] = half(scales[g]);
-        mv[j] = half(mins[g]);
+        const uint64_t c = std::min(c0 + uint64_t(j), cols - 1);
+        if (c >= next) {
+          do {
+            ++g;
+            next += group_size;
+          } while (c >= next);
+          gs = half(scales[g]);
+          gm = half(mins[g]);
+        }
+        sv[j] = gs;
+        mv[j] = gm;
       }
       s = _mm256_load_ps(sv);
       m = _mm256_load_ps(mv);
@@ -117,59 +174,57 @@ struct GroupParams {
 // Everything a row needs to turn 8 stored values into 8 decoded weights. For int8 the lanes hold
 // the codes q (the row scale is applied by the caller: after the sum for dots, per element for
 // decode); for int4 the dequantized q·s + m.
-template <ValueType VT, bool kAnyGroup>
+template <ValueType VT, GroupStep kStep>
 struct RowDecoder {
-  GroupParams<kAnyGroup> group;
+  GroupParams<kStep> group;
   float row_scale = 1.0f;
 
   RowDecoder(const TensorView& w, uint64_t r) : group(init_group(w, r)) {
-    if constexpr (VT == ValueType::I8) row_scale = w.row_scales()[r];
+    if constexpr (VT == ValueType::I8) row_scale = w.row_scales()[r] * kInt8LaneScale;  // exact: a power of 2
   }
-  static GroupParams<kAnyGroup> init_group(const TensorView& w, uint64_t r) {
-    if constexpr (VT == ValueType::I4) return GroupParams<kAnyGroup>(w, r);
+  static GroupParams<kStep> init_group(const TensorView& w, uint64_t r) {
+    if constexpr (VT == ValueType::I4) return GroupParams<kStep>(w, r);
     TensorView none = w;  // int4 fields unused: point the group at the row's (empty) params
     none.layout.groups_per_row = 0;
     none.layout.group_size = 1;
-    return GroupParams<kAnyGroup>(none, 0);
+    return GroupParams<kStep>(none, 0);
   }
 
-  // 8 raw lanes starting at stored value k of `src` (codes for int types, floats otherwise).
-  static inline __m256i load_int(const uint8_t* src, uint64_t k) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + k));
-    if constexpr (VT == ValueType::I8) return _mm256_cvtepi8_epi32(b);
-    return _mm256_cvtepu8_epi32(b);  // int4 codes, already one per byte
-  }
-  static inline __m256 load_float(const uint8_t* src, uint64_t k) {
-    if constexpr (VT == ValueType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(src) + k);
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(src) + k));
-    if constexpr (VT == ValueType::F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));  // bf16
-  }
-
-  // Dense: the 8 stored values at k, for columns c0..c0+7.
-  inline __m256 dense(const uint8_t* src, uint64_t k, uint64_t c0) {
-    if constexpr (VT == ValueType::I8) {
-      return _mm256_cvtepi32_ps(load_int(src, k));
-    } else if constexpr (VT == ValueType::I4) {
-      group.at(c0);
-      return _mm256_fmadd_ps(_mm256_cvtepi32_ps(load_int(src, k)), group.s, group.m);
+  // Dense: the 8 stored values at k, for columns c0..c0+7 (int8: q·2^24).
+  inline __m256 dense(const ExpandTables& t, const uint8_t* src, uint64_t k, uint64_t c0) {
+    if constexpr (VT == ValueType::F32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(src) + k);
+    } else if constexpr (VT == ValueType::F16) {
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * k)));
+    } else if constexpr (VT == ValueType::BF16) {
+      return _mm256_castsi256_ps(_mm256_shuffle_epi8(broadcast16(src + 2 * k), shuffle_control(t.halves_top, 0xFF)));
+    } else if constexpr (VT == ValueType::I8) {
+      return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, 0xFF)));
     } else {
-      return load_float(src, k);
+      if constexpr (kStep != kPerWord) group.at(c0);
+      const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + k)));
+      return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), group.s, group.m);
     }
   }
 
   // Bitmap: chunk with mask byte m whose first stored value is k, at columns c0..c0+7.
   inline __m256 expand(const ExpandTables& t, unsigned m, const uint8_t* src, uint64_t k, uint64_t c0) {
-    const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.perm[m]));
-    const __m256 keep = _mm256_load_ps(reinterpret_cast<const float*>(t.keep[m]));
-    if constexpr (VT == ValueType::I8) {
-      return _mm256_and_ps(_mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(load_int(src, k), idx)), keep);
-    } else if constexpr (VT == ValueType::I4) {
-      group.at(c0);
-      const __m256 q = _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(load_int(src, k), idx));
-      return _mm256_and_ps(_mm256_fmadd_ps(q, group.s, group.m), keep);
+    if constexpr (VT == ValueType::F32 || VT == ValueType::F16) {
+      const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.perm[m]));
+      const __m256 keep = _mm256_load_ps(reinterpret_cast<const float*>(t.keep[m]));
+      const __m256 v = VT == ValueType::F32
+                           ? _mm256_loadu_ps(reinterpret_cast<const float*>(src) + k)
+                           : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * k)));
+      return _mm256_and_ps(_mm256_permutevar8x32_ps(v, idx), keep);
+    } else if constexpr (VT == ValueType::BF16) {
+      return _mm256_castsi256_ps(_mm256_shuffle_epi8(broadcast16(src + 2 * k), shuffle_control(t.halves_top, m)));
+    } else if constexpr (VT == ValueType::I8) {
+      return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, m)));
     } else {
-      return _mm256_and_ps(_mm256_permutevar8x32_ps(load_float(src, k), idx), keep);
+      if constexpr (kStep != kPerWord) group.at(c0);  // kPerWord: the walker calls at() per word
+      const __m256 q = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_low, m)));
+      const __m256 keep = _mm256_load_ps(reinterpret_cast<const float*>(t.keep[m]));
+      return _mm256_and_ps(_mm256_fmadd_ps(q, group.s, group.m), keep);
     }
   }
 
@@ -184,7 +239,7 @@ struct RowDecoder {
     } else if constexpr (VT == ValueType::BF16) {
       return bfloat_to_f32(load_u16(values + 2 * v));
     } else if constexpr (VT == ValueType::I8) {
-      return float(int8_t(values[v]));
+      return float(int8_t(values[v])) * 16777216.0f;  // q·2^24, as the vector lanes
     } else {
       const uint8_t byte = values[v / 2];
       const float q = float((v % 2 == 0) ? (byte & 0x0Fu) : (byte >> 4));
@@ -200,36 +255,36 @@ constexpr uint64_t value_bytes(ValueType vt) {
 
 // ---- per-token accumulators ---------------------------------------------------------------------
 
-// NT tokens, one 8-lane accumulator each; a single token gets two (alternating chunks) so the
-// FMA latency chain does not bound the loop.
+// NT tokens, each with A = accumulators_per_token(NT) 8-lane accumulators that chunks take in
+// turn (chunk parity P picks one), so the 4-cycle FMA latency does not bound small NT.
+constexpr int accumulators_per_token(int nt) { return nt <= 2 ? 4 : nt <= 4 ? 2 : 1; }
+
 template <int NT>
 struct Accumulators {
-  static constexpr int kN = NT == 1 ? 2 : NT;
-  __m256 a[kN];
+  static constexpr int kA = accumulators_per_token(NT);
+  __m256 a[NT][kA];
   const float* x;
   size_t xs;
 
   Accumulators(const float* x_, size_t xs_) : x(x_), xs(xs_) {
-    for (int i = 0; i < kN; ++i) a[i] = _mm256_setzero_ps();
+    for (int t = 0; t < NT; ++t)
+      for (int i = 0; i < kA; ++i) a[t][i] = _mm256_setzero_ps();
   }
   template <int P>
   inline void add(__m256 w, uint64_t c0) {
-    if constexpr (NT == 1) {
-      a[P] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + c0), a[P]);
-    } else {
-      for (int t = 0; t < NT; ++t) a[t] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + t * xs + c0), a[t]);
-    }
+    for (int t = 0; t < NT; ++t) a[t][P % kA] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + t * xs + c0), a[t][P % kA]);
   }
   // Partial chunk: only the first n lanes of x exist.
   inline void add_partial(__m256 w, uint64_t c0, uint64_t n) {
     const __m256i lanes = first_lanes(n);
-    for (int t = 0; t < NT; ++t) a[t] = _mm256_fmadd_ps(w, _mm256_maskload_ps(x + t * xs + c0, lanes), a[t]);
+    for (int t = 0; t < NT; ++t) a[t][0] = _mm256_fmadd_ps(w, _mm256_maskload_ps(x + t * xs + c0, lanes), a[t][0]);
   }
   inline void store(float* y, size_t ys, uint64_t r, float scale) {
-    if constexpr (NT == 1) {
-      y[r] = hsum(_mm256_add_ps(a[0], a[1])) * scale;
-    } else {
-      for (int t = 0; t < NT; ++t) y[t * ys + r] = hsum(a[t]) * scale;
+    for (int t = 0; t < NT; ++t) {
+      __m256 v = a[t][0];
+      if constexpr (kA == 4) v = _mm256_add_ps(_mm256_add_ps(a[t][0], a[t][1]), _mm256_add_ps(a[t][2], a[t][3]));
+      if constexpr (kA == 2) v = _mm256_add_ps(a[t][0], a[t][1]);
+      y[t * ys + r] = hsum(v) * scale;
     }
   }
 };
@@ -260,8 +315,8 @@ struct BlockScratch {
   alignas(32) uint8_t bytes[kIndexBlockCols * 4 + 64];
 };
 
-template <ValueType VT, bool kAnyGroup, typename Sink>
-inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAnyGroup>& dec, Sink& sink,
+template <ValueType VT, GroupStep kStep, typename Sink>
+inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kStep>& dec, Sink& sink,
                             BlockScratch& scratch) {
   const TensorLayout& L = w.layout;
   const ExpandTables& t = expand_tables();
@@ -297,18 +352,24 @@ inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAny
         } else {
           if (bits == 0) continue;
         }
-        // Eight chunks, unrolled in pairs so a single token alternates accumulators.
-        for (int j = 0; j < 8; j += 2) {
-          const unsigned m0 = unsigned(bits >> (8 * j)) & 0xFF, m1 = unsigned(bits >> (8 * j + 8)) & 0xFF;
+        if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(cbase);
+        // Eight chunks, unrolled in fours so consecutive chunks use different accumulators.
+        for (int j = 0; j < 8; j += 4) {
           const uint64_t c0 = cbase + 8 * uint64_t(j);
+          const unsigned m0 = unsigned(bits >> (8 * j)) & 0xFF, m1 = unsigned(bits >> (8 * j + 8)) & 0xFF;
+          const unsigned m2 = unsigned(bits >> (8 * j + 16)) & 0xFF, m3 = unsigned(bits >> (8 * j + 24)) & 0xFF;
+          const uint64_t k1 = k + uint64_t(_mm_popcnt_u32(m0)), k2 = k1 + uint64_t(_mm_popcnt_u32(m1));
+          const uint64_t k3 = k2 + uint64_t(_mm_popcnt_u32(m2));
           sink.template chunk<0>(dec.expand(t, m0, src, k, c0), c0);
-          k += uint64_t(_mm_popcnt_u32(m0));
-          sink.template chunk<1>(dec.expand(t, m1, src, k, c0 + 8), c0 + 8);
-          k += uint64_t(_mm_popcnt_u32(m1));
+          sink.template chunk<1>(dec.expand(t, m1, src, k1, c0 + 8), c0 + 8);
+          sink.template chunk<2>(dec.expand(t, m2, src, k2, c0 + 16), c0 + 16);
+          sink.template chunk<3>(dec.expand(t, m3, src, k3, c0 + 24), c0 + 24);
+          k = k3 + uint64_t(_mm_popcnt_u32(m3));
         }
       } else {
         // The row's last, partial word: bits past cols are ignored and x is not read there.
         const uint64_t bits = load_u64(words + 8 * wi) & last_word_mask(cols);
+        if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(cbase);
         for (uint64_t c0 = cbase; c0 < cols; c0 += 8) {
           const unsigned m = unsigned(bits >> (c0 - cbase)) & 0xFF;
           const __m256 v = dec.expand(t, m, src, k, c0);
@@ -321,9 +382,10 @@ inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAny
   }
 }
 
-template <ValueType VT, bool kAnyGroup, typename Sink>
-inline void walk_dense_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAnyGroup>& dec, Sink& sink,
+template <ValueType VT, GroupStep kStep, typename Sink>
+inline void walk_dense_row(const TensorView& w, uint64_t r, RowDecoder<VT, kStep>& dec, Sink& sink,
                            BlockScratch& scratch) {
+  const ExpandTables& t = expand_tables();
   const uint64_t cols = w.layout.cols;
   const uint8_t* values = w.values();
   constexpr uint64_t vb = value_bytes(VT);
@@ -343,11 +405,17 @@ inline void walk_dense_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAnyG
     }
     (void)vb;
     uint64_t c0 = s0;
-    for (; c0 + 16 <= s1; c0 += 16, k += 16) {
-      sink.template chunk<0>(dec.dense(src, k, c0), c0);
-      sink.template chunk<1>(dec.dense(src, k + 8, c0 + 8), c0 + 8);
+    for (; c0 + 32 <= s1; c0 += 32, k += 32) {
+      if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(c0);  // 32 | c0: one group
+      sink.template chunk<0>(dec.dense(t, src, k, c0), c0);
+      sink.template chunk<1>(dec.dense(t, src, k + 8, c0 + 8), c0 + 8);
+      sink.template chunk<2>(dec.dense(t, src, k + 16, c0 + 16), c0 + 16);
+      sink.template chunk<3>(dec.dense(t, src, k + 24, c0 + 24), c0 + 24);
     }
-    for (; c0 + 8 <= s1; c0 += 8, k += 8) sink.template chunk<0>(dec.dense(src, k, c0), c0);
+    for (; c0 + 8 <= s1; c0 += 8, k += 8) {
+      if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(c0);
+      sink.template chunk<0>(dec.dense(t, src, k, c0), c0);
+    }
     if (c0 < s1) {
       // Fewer than 8 columns left in the row: decode them one by one (no read past the row).
       alignas(32) float tail[8] = {};
@@ -357,8 +425,8 @@ inline void walk_dense_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAnyG
   }
 }
 
-template <ValueType VT, bool kAnyGroup, typename Sink>
-inline void walk_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAnyGroup>& dec, Sink& sink,
+template <ValueType VT, GroupStep kStep, typename Sink>
+inline void walk_row(const TensorView& w, uint64_t r, RowDecoder<VT, kStep>& dec, Sink& sink,
                      BlockScratch& scratch) {
   if (w.layout.encoding == Encoding::Bitmap) walk_bitmap_row(w, r, dec, sink, scratch);
   else walk_dense_row(w, r, dec, sink, scratch);
@@ -366,51 +434,54 @@ inline void walk_row(const TensorView& w, uint64_t r, RowDecoder<VT, kAnyGroup>&
 
 // ---- entry points ----------------------------------------------------------------------------
 
-template <ValueType VT, bool kAnyGroup, int NT>
+template <ValueType VT, GroupStep kStep, int NT>
 void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, float* y, size_t ys) {
   BlockScratch scratch;
   for (uint64_t r = r0; r < r1; ++r) {
-    RowDecoder<VT, kAnyGroup> dec(w, r);
+    RowDecoder<VT, kStep> dec(w, r);
     DotSink<NT> sink{Accumulators<NT>(x, xs)};
     walk_row(w, r, dec, sink, scratch);
     sink.acc.store(y, ys, r, dec.row_scale);
   }
 }
 
-template <ValueType VT, bool kAnyGroup>
+template <ValueType VT, GroupStep kStep>
 void dot_rows_vt(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, size_t nt, float* y,
                  size_t ys) {
   switch (nt) {
-    case 1: return dot_rows_t<VT, kAnyGroup, 1>(w, r0, r1, x, xs, y, ys);
-    case 2: return dot_rows_t<VT, kAnyGroup, 2>(w, r0, r1, x, xs, y, ys);
-    case 3: return dot_rows_t<VT, kAnyGroup, 3>(w, r0, r1, x, xs, y, ys);
-    case 4: return dot_rows_t<VT, kAnyGroup, 4>(w, r0, r1, x, xs, y, ys);
-    case 5: return dot_rows_t<VT, kAnyGroup, 5>(w, r0, r1, x, xs, y, ys);
-    case 6: return dot_rows_t<VT, kAnyGroup, 6>(w, r0, r1, x, xs, y, ys);
-    case 7: return dot_rows_t<VT, kAnyGroup, 7>(w, r0, r1, x, xs, y, ys);
-    default: return dot_rows_t<VT, kAnyGroup, 8>(w, r0, r1, x, xs, y, ys);
+    case 1: return dot_rows_t<VT, kStep, 1>(w, r0, r1, x, xs, y, ys);
+    case 2: return dot_rows_t<VT, kStep, 2>(w, r0, r1, x, xs, y, ys);
+    case 3: return dot_rows_t<VT, kStep, 3>(w, r0, r1, x, xs, y, ys);
+    case 4: return dot_rows_t<VT, kStep, 4>(w, r0, r1, x, xs, y, ys);
+    case 5: return dot_rows_t<VT, kStep, 5>(w, r0, r1, x, xs, y, ys);
+    case 6: return dot_rows_t<VT, kStep, 6>(w, r0, r1, x, xs, y, ys);
+    case 7: return dot_rows_t<VT, kStep, 7>(w, r0, r1, x, xs, y, ys);
+    default: return dot_rows_t<VT, kStep, 8>(w, r0, r1, x, xs, y, ys);
   }
 }
 
 void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, size_t nt, float* y,
               size_t ys) {
   switch (w.layout.value_type) {
-    case ValueType::F16: return dot_rows_vt<ValueType::F16, false>(w, r0, r1, x, xs, nt, y, ys);
-    case ValueType::BF16: return dot_rows_vt<ValueType::BF16, false>(w, r0, r1, x, xs, nt, y, ys);
-    case ValueType::F32: return dot_rows_vt<ValueType::F32, false>(w, r0, r1, x, xs, nt, y, ys);
-    case ValueType::I8: return dot_rows_vt<ValueType::I8, false>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::F16: return dot_rows_vt<ValueType::F16, kPerWord>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::BF16: return dot_rows_vt<ValueType::BF16, kPerWord>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::F32: return dot_rows_vt<ValueType::F32, kPerWord>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::I8: return dot_rows_vt<ValueType::I8, kPerWord>(w, r0, r1, x, xs, nt, y, ys);
     case ValueType::I4:
-      if (w.layout.group_size % 8 == 0) return dot_rows_vt<ValueType::I4, false>(w, r0, r1, x, xs, nt, y, ys);
-      return dot_rows_vt<ValueType::I4, true>(w, r0, r1, x, xs, nt, y, ys);
+      switch (group_step(w.layout.group_size)) {
+        case kPerWord: return dot_rows_vt<ValueType::I4, kPerWord>(w, r0, r1, x, xs, nt, y, ys);
+        case kPerChunk: return dot_rows_vt<ValueType::I4, kPerChunk>(w, r0, r1, x, xs, nt, y, ys);
+        case kPerLane: return dot_rows_vt<ValueType::I4, kPerLane>(w, r0, r1, x, xs, nt, y, ys);
+      }
   }
 }
 
-template <ValueType VT, bool kAnyGroup>
+template <ValueType VT, GroupStep kStep>
 void decode_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
   BlockScratch scratch;
   const uint64_t cols = w.layout.cols;
   for (uint64_t r = r0; r < r1; ++r) {
-    RowDecoder<VT, kAnyGroup> dec(w, r);
+    RowDecoder<VT, kStep> dec(w, r);
     StoreSink sink{out + (r - r0) * cols, _mm256_set1_ps(dec.row_scale)};
     walk_row(w, r, dec, sink, scratch);
   }
@@ -418,13 +489,16 @@ void decode_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
 
 void decode_rows(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
   switch (w.layout.value_type) {
-    case ValueType::F16: return decode_rows_t<ValueType::F16, false>(w, r0, r1, out);
-    case ValueType::BF16: return decode_rows_t<ValueType::BF16, false>(w, r0, r1, out);
-    case ValueType::F32: return decode_rows_t<ValueType::F32, false>(w, r0, r1, out);
-    case ValueType::I8: return decode_rows_t<ValueType::I8, false>(w, r0, r1, out);
+    case ValueType::F16: return decode_rows_t<ValueType::F16, kPerWord>(w, r0, r1, out);
+    case ValueType::BF16: return decode_rows_t<ValueType::BF16, kPerWord>(w, r0, r1, out);
+    case ValueType::F32: return decode_rows_t<ValueType::F32, kPerWord>(w, r0, r1, out);
+    case ValueType::I8: return decode_rows_t<ValueType::I8, kPerWord>(w, r0, r1, out);
     case ValueType::I4:
-      if (w.layout.group_size % 8 == 0) return decode_rows_t<ValueType::I4, false>(w, r0, r1, out);
-      return decode_rows_t<ValueType::I4, true>(w, r0, r1, out);
+      switch (group_step(w.layout.group_size)) {
+        case kPerWord: return decode_rows_t<ValueType::I4, kPerWord>(w, r0, r1, out);
+        case kPerChunk: return decode_rows_t<ValueType::I4, kPerChunk>(w, r0, r1, out);
+        case kPerLane: return decode_rows_t<ValueType::I4, kPerLane>(w, r0, r1, out);
+      }
   }
 }
 

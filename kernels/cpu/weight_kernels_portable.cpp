@@ -27,8 +27,7 @@ class RowValues {
     } else if constexpr (VT == ValueType::I8) {
       return float(int8_t(values_[v])) * row_scale_;
     } else {
-      const uint64_t g = c / w_.layout.group_size;
-      if (g != group_) load_group(g);
+      if (c >= group_end_ || c < group_begin_) load_group(c / w_.layout.group_size);  // one division per group
       const uint8_t byte = values_[v / 2];
       const uint32_t q = (v % 2 == 0) ? (byte & 0x0Fu) : (byte >> 4);  // even value: low nibble
       return float(q) * scale_ + min_;  // q·s is exact, so this is one rounding of q·s + m
@@ -40,13 +39,14 @@ class RowValues {
     const uint64_t p = r_ * w_.layout.groups_per_row + g;
     scale_ = half_to_f32(load_u16(w_.data + w_.layout.scales_offset + 2 * p));
     min_ = half_to_f32(load_u16(w_.data + w_.layout.mins_offset + 2 * p));
-    group_ = g;
+    group_begin_ = g * w_.layout.group_size;
+    group_end_ = group_begin_ + w_.layout.group_size;
   }
   const TensorView& w_;
   uint64_t r_;
   const uint8_t* values_;
   float row_scale_ = 0.0f;
-  uint64_t group_ = ~uint64_t(0);
+  uint64_t group_begin_ = 0, group_end_ = 0;  // columns of the cached int4 group
   float scale_ = 0.0f, min_ = 0.0f;
 };
 
