@@ -163,6 +163,17 @@ def lr_at(step, args):
     return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
+def add_legacy_config_keys(path):
+    """transformers 5 writes RoPE settings only as `rope_parameters`; add the flat `rope_theta`
+    that transformers 4.x and most other readers (Endor's runtime included) look for."""
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg["rope_theta"] = cfg["rope_parameters"]["rope_theta"]
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def export(model, args, step, tokens_seen, elapsed):
     """Writes the Hugging Face folder: config.json, generation_config.json, model.safetensors
     (weights rounded to f16). Training stays in f32 on a copy."""
@@ -172,6 +183,7 @@ def export(model, args, step, tokens_seen, elapsed):
     half.generation_config = GenerationConfig(bos_token_id=0, eos_token_id=1, pad_token_id=1,
                                               max_length=args.ctx)
     half.save_pretrained(args.out, safe_serialization=True)
+    add_legacy_config_keys(os.path.join(args.out, "config.json"))
     with open(os.path.join(args.work, "export.json"), "w") as f:
         json.dump({"step": step, "tokens": tokens_seen, "train_seconds": elapsed}, f)
 
