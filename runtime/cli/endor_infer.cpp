@@ -129,6 +129,9 @@ int run(int argc, char** argv) {
                   &st);
   if (n_printed) std::printf("\n");
   std::fflush(stdout);
+  if (st.stop == endor::StopReason::Context)
+    std::fprintf(stderr, "note: stopped at the context length %u (max_position_embeddings)\n",
+                 model->config().max_positions);
   if (stats) print_stats(*backend, *model, st, seed);
   return 0;
 }

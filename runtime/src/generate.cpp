@@ -55,8 +55,14 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
     out.push_back(token);
     if (on_token) on_token(token);
     if (out.size() >= options.max_new_tokens) break;
-    if (options.stop_at_eos && is_eos(token)) break;
-    if (cache->n_past() + 1 > std::min<size_t>(cache->capacity(), c.max_positions)) break;
+    if (options.stop_at_eos && is_eos(token)) {
+      st.stop = StopReason::Eos;
+      break;
+    }
+    if (cache->n_past() + 1 > std::min<size_t>(cache->capacity(), c.max_positions)) {
+      st.stop = StopReason::Context;
+      break;
+    }
     model.forward(&token, 1, *cache, false, logits);
     token = sampler.sample(logits.data(), c.vocab);
     st.n_decode_steps += 1;

@@ -172,6 +172,7 @@ TEST_CASE("the context length and the vocabulary are enforced") {
   const auto out = generate(*l.model, prompt, greedy, go, nullptr, &st);
   CHECK(out.size() == 3);  // tokens 15, 16 fed back; the 17th position would pass the context
   CHECK(st.n_decode_steps == 2);
+  CHECK(st.stop == StopReason::Context);
 }
 
 TEST_CASE("generate: greedy output equals step-by-step argmax; EOS stops; callbacks stream") {
@@ -210,8 +211,10 @@ TEST_CASE("generate: greedy output equals step-by-step argmax; EOS stops; callba
   Loaded e(dir.file("eos.endor"));
   GenerationOptions stop;
   stop.max_new_tokens = 8;
-  const auto stopped = generate(*e.model, prompt, greedy, stop, nullptr);
+  GenerationStats st;
+  const auto stopped = generate(*e.model, prompt, greedy, stop, nullptr, &st);
   CHECK(stopped == std::vector<int32_t>(out.begin(), out.begin() + 2));
+  CHECK(st.stop == StopReason::Eos);
 }
 
 TEST_CASE("perplexity: non-overlapping windows, tail dropped, exp of the mean of window means") {

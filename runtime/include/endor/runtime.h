@@ -167,7 +167,10 @@ class Sampler {
 SamplerOptions default_sampler_options(const nlohmann::json& generation_config, uint64_t seed);
 
 // ---- generation ---------------------------------------------------------------------------------
+enum class StopReason { MaxTokens, Eos, Context };
+
 struct GenerationStats {
+  StopReason stop = StopReason::MaxTokens;
   size_t n_prompt = 0, n_generated = 0;
   size_t n_decode_steps = 0;             // forward passes of one token (n_generated - 1 or fewer)
   double prefill_ms = 0, decode_ms = 0;  // prefill: forward + first sample; decode: the steps
