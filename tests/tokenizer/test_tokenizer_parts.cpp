@@ -116,4 +116,7 @@ TEST_CASE("regex: unsupported syntax is refused with a reason") {
     INFO(p);
     CHECK_THROWS_AS(Regex{p}, std::invalid_argument);
   }
+  CHECK_THROWS_AS(Regex{std::string(5000, '(') + "a" + std::string(5000, ')')}, std::invalid_argument);  // depth
+  CHECK_THROWS_AS(Regex{"((((a{200}){200}){200}){200})"}, std::invalid_argument);                       // size
+  CHECK_NOTHROW(Regex{std::string(50, '(') + "a" + std::string(50, ')')});
 }

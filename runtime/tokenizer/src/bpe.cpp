@@ -45,11 +45,14 @@ BpeModel::BpeModel(BpeConfig config, const std::string& source)
   for (size_t i = 0; i < token_strings_.size(); ++i) {
     auto id = static_cast<int32_t>(config.vocab[i].second);
     const std::string& t = token_strings_[i];
-    size_t slot = hash_bytes(t) & (capacity - 1);
-    while (token_slots_[slot] != 0 && token_strings_[static_cast<size_t>(token_slots_[slot] - 1)] != t)
+    uint64_t h = hash_bytes(t), tag = (h >> 32) << 32;
+    size_t slot = h & (capacity - 1);
+    while (token_slots_[slot] != 0 &&
+           ((token_slots_[slot] & ~0xFFFFFFFFull) != tag ||
+            token_strings_[static_cast<size_t>((token_slots_[slot] & 0xFFFFFFFFu) - 1)] != t))
       slot = (slot + 1) & (capacity - 1);
     if (token_slots_[slot] == 0) ++token_count_;
-    token_slots_[slot] = static_cast<int32_t>(i + 1);
+    token_slots_[slot] = tag | (i + 1);
     token_slot_ids_[slot] = id;
     if (id_to_index_[static_cast<size_t>(id)] < 0) id_to_index_[static_cast<size_t>(id)] = static_cast<int32_t>(i);
   }
@@ -118,8 +121,11 @@ uint64_t BpeModel::hash_bytes(std::string_view s) {
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
   size_t mask = token_slots_.size() - 1;
-  for (size_t slot = hash_bytes(token) & mask; token_slots_[slot] != 0; slot = (slot + 1) & mask)
-    if (token_strings_[static_cast<size_t>(token_slots_[slot] - 1)] == token) return token_slot_ids_[slot];
+  uint64_t h = hash_bytes(token), tag = (h >> 32) << 32;
+  for (size_t slot = h & mask; token_slots_[slot] != 0; slot = (slot + 1) & mask)
+    if ((token_slots_[slot] & ~0xFFFFFFFFull) == tag &&
+        token_strings_[static_cast<size_t>((token_slots_[slot] & 0xFFFFFFFFu) - 1)] == token)
+      return token_slot_ids_[slot];
   return std::nullopt;
 }
 

@@ -66,7 +66,9 @@ class BpeModel {
 
   std::vector<std::string> token_strings_;  // never modified after construction
   std::vector<int32_t> id_to_index_;        // id -> index in token_strings_, -1 for gaps
-  std::vector<int32_t> token_slots_;        // hash(token) -> index in token_strings_ + 1, 0 = empty
+  // hash(token) -> (hash tag << 32 | index in token_strings_ + 1), 0 = empty; the tag spares
+  // most string comparisons (and their cache misses) on probes.
+  std::vector<uint64_t> token_slots_;
   std::vector<int32_t> token_slot_ids_;     // id stored with each token_slots_ entry
   size_t token_count_ = 0;
   std::vector<MergeSlot> merge_slots_;      // hash(pair) -> merge

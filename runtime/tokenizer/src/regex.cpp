@@ -270,6 +270,7 @@ class Regex::Parser {
   }
 
   Node parse_group() {  // after '('
+    if (++depth_ > kMaxDepth) unsupported("groups nested deeper than " + std::to_string(kMaxDepth));
     bool saved_icase = icase_;
     Node result;
     if (peek() == '?') {
@@ -295,6 +296,7 @@ class Regex::Parser {
         }
         if (peek() == ')') {  // (?i): applies to the rest of the enclosing group
           ++i_;
+          --depth_;
           return Node{};
         }
         ++i_;  // ':'
@@ -305,6 +307,7 @@ class Regex::Parser {
     }
     expect(')', "to close a group");
     icase_ = saved_icase;
+    --depth_;
     return result;
   }
 
@@ -406,8 +409,10 @@ class Regex::Parser {
     return alt;
   }
 
+  static constexpr int kMaxDepth = 100;
   std::string_view p_;
   size_t i_ = 0;
+  int depth_ = 0;
   bool icase_ = false;
   std::vector<CharClass>& classes_;
 };
@@ -439,6 +444,7 @@ bool can_match_empty(const Regex::Node& n);
 }
 
 void Regex::emit_node(const Node& n, std::vector<std::pair<uint32_t, const Node*>>& lookaheads) {
+  if (program_.size() > 100000) unsupported("pattern compiles to more than 100000 instructions");
   auto pc = [&] { return static_cast<uint32_t>(program_.size()); };
   auto emit = [&](Inst in) { program_.push_back(in); return pc() - 1; };
   switch (n.kind) {

@@ -402,10 +402,10 @@ std::vector<int32_t> parse_ids(std::string_view text) {
     while (j < text.size() && !space(text[j])) ++j;
     std::string_view word = text.substr(i, j - i);
     int64_t v = 0;
-    bool ok = word.size() <= 10;
-    for (char c : word) {
-      if (c < '0' || c > '9') { ok = false; break; }
-      v = v * 10 + (c - '0');
+    bool ok = word.size() <= 10;  // at most 10 digits: v stays far below int64 overflow
+    for (size_t k = 0; ok && k < word.size(); ++k) {
+      if (word[k] < '0' || word[k] > '9') ok = false;
+      else v = v * 10 + (word[k] - '0');
     }
     if (!ok || v > std::numeric_limits<int32_t>::max())
       throw TokenizerError("token ids: '" + std::string(word.substr(0, 40)) + "' is not a token id (a non-negative 32-bit integer)");

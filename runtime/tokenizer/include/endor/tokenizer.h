@@ -3,8 +3,11 @@
 // decode and streaming decode, reproducing the `tokenizers` library (0.23) id for id.
 //
 // Errors: loading reports bad or unsupported input by throwing endor::TokenizerError (an
-// endor::Error) whose what() is one line naming the source and what is wrong. encode() and
-// decode() accept any bytes (invalid UTF-8 is decoded lossily, unknown ids are skipped).
+// endor::Error) whose what() is one line naming the source and what is wrong. encode() accepts
+// any bytes (invalid UTF-8 is first replaced by U+FFFD); decode() skips ids without a token and
+// returns valid UTF-8 (invalid byte sequences become U+FFFD, as HF's from_utf8_lossy).
+// Split regexes of the file run on a backtracking matcher, like Oniguruma in HF: a pattern
+// with catastrophic backtracking is as slow here as there.
 // Thread safety: a Tokenizer is immutable after loading; copies share the loaded tables and
 // encode()/decode() may run concurrently. A StreamingDecoder is single-threaded.
 #pragma once
