@@ -60,29 +60,58 @@ json parse_json(std::string_view text, const std::string& source) {
   }
 }
 
-BpeConfig bpe_config_from_json(const json& m, const std::string& source) {
-  BpeConfig c;
+// One merge, "a b" or ["a", "b"].
+void add_merge(const json& merge, BpeConfig& c, const std::string& source) {
+  size_t rank = c.merges.size();
+  if (merge.is_string()) {
+    const std::string& s = merge.get_ref<const std::string&>();
+    size_t sp = s.find(' ');
+    if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+      throw TokenizerError(source + ": merge " + std::to_string(rank) + " '" + s + "' is not two tokens separated by one space");
+    c.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+  } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+    c.merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
+  } else {
+    throw TokenizerError(source + ": merge " + std::to_string(rank) + " is neither \"a b\" nor [\"a\", \"b\"]");
+  }
+}
+
+// Parses a tokenizer.json, streaming model.vocab and model.merges straight into `bpe` (they
+// stay in the returned document as empty containers): building a JSON DOM of 150k vocab
+// entries and 280k merges and tearing it down took most of the loading time.
+json parse_tokenizer_json(std::string_view text, const std::string& source, BpeConfig& bpe) {
+  std::string root_key, model_key, token;
+  auto callback = [&](int depth, json::parse_event_t event, json& parsed) -> bool {
+    using E = json::parse_event_t;
+    if (event == E::key) {
+      if (depth == 1) root_key = parsed.get<std::string>();
+      else if (depth == 2 && root_key == "model") model_key = parsed.get<std::string>();
+      else if (depth == 3 && root_key == "model" && model_key == "vocab") token = parsed.get<std::string>();
+      return true;
+    }
+    if (depth != 3 || root_key != "model") return true;
+    if (model_key == "vocab" && event == E::value) {
+      if (!parsed.is_number_integer()) throw TokenizerError(source + ": vocab id of token '" + token + "' is not an integer");
+      bpe.vocab.emplace_back(std::move(token), parsed.get<int64_t>());
+      return false;
+    }
+    if (model_key == "merges" && (event == E::value || event == E::array_end || event == E::object_end)) {
+      add_merge(parsed, bpe, source);
+      return false;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), callback);
+  } catch (const json::parse_error& e) {
+    throw TokenizerError(source + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+// Completes `c` (vocab and merges already streamed in) from the model object `m`.
+BpeConfig bpe_config_from_json(const json& m, BpeConfig c, const std::string& source) {
   if (!m.contains("vocab") || !m.at("vocab").is_object()) throw TokenizerError(source + ": model has no 'vocab' object");
   if (!m.contains("merges") || !m.at("merges").is_array()) throw TokenizerError(source + ": model has no 'merges' array");
-  for (const auto& [token, id] : m.at("vocab").items()) {
-    if (!id.is_number_integer()) throw TokenizerError(source + ": vocab id of token '" + token + "' is not an integer");
-    c.vocab.emplace_back(token, id.get<int64_t>());
-  }
-  size_t rank = 0;
-  for (const json& merge : m.at("merges")) {
-    if (merge.is_string()) {  // "a b"
-      const std::string& s = merge.get_ref<const std::string&>();
-      size_t sp = s.find(' ');
-      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-        throw TokenizerError(source + ": merge " + std::to_string(rank) + " '" + s + "' is not two tokens separated by one space");
-      c.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {  // ["a", "b"]
-      c.merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
-    } else {
-      throw TokenizerError(source + ": merge " + std::to_string(rank) + " is neither \"a b\" nor [\"a\", \"b\"]");
-    }
-    ++rank;
-  }
   auto opt_string = [&](const char* key) -> std::optional<std::string> {
     if (!m.contains(key) || m.at(key).is_null()) return std::nullopt;
     return m.at(key).get<std::string>();
@@ -234,10 +263,11 @@ Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) 
 }
 
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source) {
-  json j = parse_json(text, source);
   auto impl = std::make_shared<Impl>();
   impl->source = source;
   try {
+    BpeConfig streamed;
+    json j = parse_tokenizer_json(text, source, streamed);
     if (!j.is_object() || !j.contains("model") || !j.at("model").is_object())
       throw TokenizerError(source + ": not a tokenizer.json (no 'model' object)");
     const json& m = j.at("model");
@@ -245,7 +275,7 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
     if (type != "BPE")
       throw TokenizerError(source + ": tokenizer model type '" + (type.empty() ? std::string("(none)") : type) +
                            "' is not supported (only BPE)");
-    impl->model = std::make_unique<BpeModel>(bpe_config_from_json(m, source), source);
+    impl->model = std::make_unique<BpeModel>(bpe_config_from_json(m, std::move(streamed), source), source);
     auto present = [&](const char* key) { return j.contains(key) && !j.at(key).is_null(); };
     if (present("normalizer")) impl->normalizer = Normalizer::from_json(j.at("normalizer"), source);
     if (present("pre_tokenizer")) impl->pre_tokenizer = PreTokenizer::from_json(j.at("pre_tokenizer"), source);
