@@ -156,6 +156,8 @@ int main(int argc, char** argv) {
       ("configs", "comma-separated: dense_f16,f16_50,int8_50,int4_50",
        cxxopts::value<std::string>()->default_value("dense_f16,f16_50,int8_50,int4_50"))
       ("keep", "keep the .endor files")
+      ("reuse", "use a .endor file already in --dir instead of writing it (with --keep: write now, measure later)")
+      ("write-only", "write the files and stop (implies --keep)")
       ("h,help", "help");
     auto args = options.parse(argc, argv);
     if (args.count("help")) {
@@ -195,15 +197,20 @@ int main(int argc, char** argv) {
                 (unsigned long long)shape.kv_heads, (unsigned long long)shape.vocab, double(n_params));
     std::printf("backend: %s; prefill %zu tokens, decode %zu tokens\n", backend->name().c_str(), n_prefill, n_decode);
     std::fflush(stdout);
-    const double bw_gbps = endor::cpu::measure_read_bandwidth_gbps(0, threads);
-    std::printf("measured read bandwidth: %.2f GB/s\n\n", bw_gbps);
+    const double bw_gbps =
+        args.count("write-only") ? 0.0 : endor::cpu::measure_read_bandwidth_gbps(0, threads);
+    if (bw_gbps > 0) std::printf("measured read bandwidth: %.2f GB/s\n\n", bw_gbps);
 
     std::vector<Row> rows;
     for (const BenchConfig& c : chosen) {
       const std::string path = dir + "/" + c.name + ".endor";
       const Clock::time_point t0 = Clock::now();
-      write_model(path, shape, c, group_size);
+      if (!(args.count("reuse") && std::filesystem::exists(path))) write_model(path, shape, c, group_size);
       const double write_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (args.count("write-only")) {
+        std::printf("%-10s written in %.1f s: %s\n", c.name.c_str(), write_s, path.c_str());
+        continue;
+      }
       Row row;
       row.name = c.name;
       {
@@ -237,12 +244,13 @@ int main(int argc, char** argv) {
         row.decode_tps = best.decode_tokens_per_s();
         row.floor_tps = bw_gbps * 1e9 / double(model->decode_bytes_per_token());
       }
-      if (!args.count("keep")) std::filesystem::remove(path);
+      if (!args.count("keep")) std::filesystem::remove(path);  // disk stays at one model
       std::printf("%-10s written in %.1f s, file %.1f MB: prefill %.1f tok/s, decode %.2f tok/s\n",
                   c.name.c_str(), write_s, row.file_mb, row.prefill_tps, row.decode_tps);
       std::fflush(stdout);
       rows.push_back(row);
     }
+    if (args.count("write-only")) return 0;
     if (!args.count("keep")) std::filesystem::remove(dir);
 
     const double dense_tps = !rows.empty() && rows[0].name == "dense_f16" ? rows[0].decode_tps : 0;
