@@ -111,6 +111,12 @@ TEST_CASE("regex: the GPT-2 and Llama-3 split patterns") {
   CHECK(matches(llama3, "I'M 12345 ok.\n  \n  x") == V{"I", "'M", " ", "123", "45", " ok", ".\n", "  \n", " ", " x"});
 }
 
+TEST_CASE("regex: catastrophic backtracking stops at the step budget") {
+  Regex bad("(?:a|a|aa)+b");
+  CHECK_THROWS_AS(bad.find_all(std::string(60, 'a')), Regex::BudgetExceeded);
+  CHECK(bad.find_all(std::string(10, 'a') + "b").size() == 1);
+}
+
 TEST_CASE("regex: unsupported syntax is refused with a reason") {
   for (const char* p : {"(?<=a)b", "^a", "a$", "\\bword", "(a)\\1", "a++", "[[:alpha:]]", "[a&&b]", "\\p{Greek}", "(?x)a", "(", "[ab", "a{3,2}", "(?i:é)", "(a*)*"}) {
     INFO(p);

@@ -536,7 +536,11 @@ void Decoder::apply(std::vector<std::string>& tokens, bool open_end) const {
       for (std::string& t : tokens) {
         if (regex) {
           std::string valid = unicode::to_valid_utf8(t);
-          t = replace_matches(valid, regex->find_all(valid), content);
+          try {
+            t = replace_matches(valid, regex->find_all(valid), content);
+          } catch (const Regex::BudgetExceeded&) {
+            throw TokenizerError("tokenizer decoder: a Replace pattern backtracks without bound on this text");
+          }
         } else {
           t = replace_matches(t, find_literal(t, pattern), content);
         }

@@ -544,10 +544,12 @@ inline size_t step_back(std::string_view text, size_t pos) {
 }
 }  // namespace
 
-bool Regex::run(uint32_t pc, std::string_view text, size_t pos, size_t& end, std::vector<Frame>& stack) const {
+bool Regex::run(uint32_t pc, std::string_view text, size_t pos, size_t& end, std::vector<Frame>& stack,
+                uint64_t& budget) const {
   const size_t base = stack.size();
   const size_t n = text.size();
   for (;;) {
+    if (budget-- == 0) throw BudgetExceeded();
     const Inst& in = program_[pc];
     bool ok = true;
     switch (in.op) {
@@ -579,7 +581,7 @@ bool Regex::run(uint32_t pc, std::string_view text, size_t pos, size_t& end, std
       case Op::Jump: pc = in.x; break;
       case Op::Look: {
         size_t ignored;
-        bool matched = run(in.x, text, pos, ignored, stack);
+        bool matched = run(in.x, text, pos, ignored, stack, budget);
         if (matched != in.greedy_or_negate) ++pc;
         else ok = false;
         break;
@@ -618,10 +620,11 @@ bool Regex::run(uint32_t pc, std::string_view text, size_t pos, size_t& end, std
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) const {
   std::vector<std::pair<size_t, size_t>> out;
   std::vector<Frame> stack;
+  uint64_t budget = 100000000ull + 1000ull * text.size();
   size_t pos = 0;
   while (pos <= text.size()) {  // an empty match may also sit at the very end
     size_t end;
-    if (run(0, text, pos, end, stack)) {
+    if (run(0, text, pos, end, stack, budget)) {
       out.emplace_back(pos, end);
       if (end > pos) { pos = end; continue; }
     }

@@ -29,7 +29,13 @@ class Regex {
 
   // Non-overlapping leftmost-first matches (start, end) in byte offsets, like Oniguruma's
   // find_iter: an empty match is reported and the search resumes one character later.
+  // Throws BudgetExceeded when a pathological pattern backtracks more than 10^8 + 1000 steps
+  // per byte of text (Oniguruma has a similar retry limit): bounded time on any input.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+  class BudgetExceeded : public std::runtime_error {
+   public:
+    BudgetExceeded() : std::runtime_error("regex backtracking budget exceeded") {}
+  };
 
   // A set of code points: the union of its items, complemented when `negated`.
   struct CharClass {
@@ -59,7 +65,8 @@ class Regex {
 
   uint32_t compile(const Node& node, std::vector<std::pair<uint32_t, const Node*>>& lookaheads);
   void emit_node(const Node& node, std::vector<std::pair<uint32_t, const Node*>>& lookaheads);
-  bool run(uint32_t pc, std::string_view text, size_t pos, size_t& end, std::vector<Frame>& stack) const;
+  bool run(uint32_t pc, std::string_view text, size_t pos, size_t& end, std::vector<Frame>& stack,
+           uint64_t& budget) const;
 
   std::vector<CharClass> classes_;
   std::vector<Inst> program_;

@@ -352,7 +352,11 @@ Tokenizer Tokenizer::from_vocab_merges_files(const std::string& vocab_path, cons
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
-  return impl_->encode(text, add_special_tokens);
+  try {
+    return impl_->encode(text, add_special_tokens);
+  } catch (const Regex::BudgetExceeded&) {
+    throw TokenizerError(impl_->source + ": a split pattern of this tokenizer backtracks without bound on this text");
+  }
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
