@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "endor/tokenizer.h"
@@ -233,6 +234,26 @@ TEST_CASE("a minimal tokenizer.json without normalizer, pre-tokenizer or decoder
   CHECK(tok.decode({2, 3}) == "ab c");                  // no decoder: tokens joined by spaces, as in HF
   CHECK_FALSE(tok.bos_id().has_value());
   CHECK(tok.vocab_size() == 4);
+}
+
+TEST_CASE("one Tokenizer encodes and decodes from several threads at once") {
+  const Tokenizer& qwen3 = family_tokenizer("qwen3");
+  const auto& cases = refs().at("families").at("qwen3").at("cases");
+  size_t bad[2] = {0, 0};
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      for (size_t i = t; i < cases.size(); i += 2) {
+        auto want = cases[i].at("ids").get<std::vector<int32_t>>();
+        if (qwen3.encode(cases[i].at("text").get<std::string>()) != want) ++bad[t];
+        if (qwen3.decode(want) != cases[i].at("decoded").get<std::string>()) ++bad[t];
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(bad[0] == 0);
+  CHECK(bad[1] == 0);
+  Tokenizer copy = qwen3;  // copies share the tables
+  CHECK(copy.encode("hello world") == qwen3.encode("hello world"));
 }
 
 TEST_CASE("format_ids and parse_ids") {
