@@ -96,7 +96,9 @@ int main(int argc, char** argv) {
     std::clock_t c0 = std::clock();
     endor::Tokenizer tok = endor::Tokenizer::from_json(json, file);
     double load = seconds_since(t0), load_cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    for (const auto& [name, text] : corpora) {
+    for (const auto& corpus : corpora) {
+      const std::string& name = corpus.first;
+      const std::string& text = corpus.second;  // (no structured binding: lambdas below capture it)
       double mb = static_cast<double>(text.size()) / 1e6;
       std::vector<int32_t> ids;
       Timing enc = best_of(3, [&] { ids = tok.encode(text); });
