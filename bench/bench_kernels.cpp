@@ -257,6 +257,42 @@ int main(int argc, char** argv) try {
                   f1 / n * 1e9, bytes / f1 * 1e-9, f8 / n / 8 * 1e9, dec / n * 1e9, fp / n * 1e9);
     }
     std::printf("\n");
+
+    // Path cost per token count, one thread, CPU time: where prefill should leave the fused path.
+    const uint64_t prow = 512;
+    const std::vector<float> pw = random_sparse(prow, cols, 0.5, 8);
+    auto one_row = backend_with(1, cpu::LinearPath::RowDecode);
+    auto one_panel = backend_with(1, cpu::LinearPath::PanelGemm);
+    auto one_builtin = backend_with(1, cpu::LinearPath::PanelGemm, cpu::Isa::Auto, cpu::GemmImpl::Builtin);
+    std::printf("## Single-thread path cost vs token count (thread CPU time, %llu x %llu, 50 %% sparse)\n\n",
+                (unsigned long long)prow, (unsigned long long)cols);
+    std::printf("ns per weight element per token; panel = decode to f32 + %s; builtin = own GEMM.\n\n",
+                cpu::have_onednn() ? "oneDNN matmul" : "built-in GEMM");
+    std::printf("| weight | T | fused | row-decode | panel | builtin |\n|---|---:|---:|---:|---:|---:|\n");
+    for (ValueType vt : {ValueType::I4, ValueType::F16}) {
+      EncodeOptions opt;
+      opt.encoding = Encoding::Bitmap;
+      opt.value_type = vt;
+      opt.group_size = vt == ValueType::I4 ? 128 : 0;
+      const EncodedTensor enc = encode_tensor(pw.data(), {prow, cols}, opt);
+      TensorView v;
+      v.layout = enc.layout;
+      v.data = enc.bytes.data();
+      auto pwt = one_avx2->prepare_weight(v);
+      for (size_t T : {size_t(1), size_t(4), size_t(8), size_t(16), size_t(32), size_t(64), size_t(256)}) {
+        std::vector<float> xs(T * cols), ys(T * prow);
+        for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::cos(float(i));
+        const double per = double(prow * cols * T) * 1e-9;
+        auto cost = [&](Backend& b) {
+          return cpu_seconds_per_call([&] { b.linear(*pwt, xs.data(), T, nullptr, ys.data()); }, 0.02, 3) / per;
+        };
+        const double f = T <= 64 ? cost(*one_avx2) : -1;
+        std::printf("| bitmap %s | %zu | %s | %.3f | %.3f | %.3f |\n", to_string(vt), T,
+                    f < 0 ? "-" : std::to_string(f).substr(0, 5).c_str(), cost(*one_row), cost(*one_panel),
+                    cost(*one_builtin));
+      }
+    }
+    std::printf("\n");
   }
   if (args.compute_only) return 0;
 
