@@ -291,6 +291,30 @@ def main():
         vtok = Tokenizer.from_str(json.dumps(j))
         families[name] = {"tokenizer": "bytebpe/tokenizer.json", "patch": patch, "cases": cases_for(vtok, small)}
 
+    # Real vocabularies with the pipelines other releases of these families ship: Llama-2 as
+    # converted with legacy=False (Metaspace pre-tokenizer, prepend "first", no normalizer), and
+    # Llama-3 as Meta ships it (Sequence[ByteLevel, TemplateProcessing] adding <|begin_of_text|>).
+    real_variants = {
+        "llama2-metaspace": ("llama2", {
+            "normalizer": None,
+            "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
+                {"type": "ByteFallback"}, {"type": "Fuse"}]}}),
+        "llama3-bos": ("llama3", {
+            "post_processor": {"type": "Sequence", "processors": [
+                {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+                {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                 "pair": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                 "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [128000], "tokens": ["<|begin_of_text|>"]}}}]}}),
+    }
+    for name, (family, patch) in real_variants.items():
+        with open(os.path.join(args.shared, family, "tokenizer.json"), encoding="utf-8") as f:
+            j = json.load(f)
+        j.update(patch)
+        vtok = Tokenizer.from_str(json.dumps(j))
+        families[name] = {"tokenizer": f"{family}.tokenizer.json.zst", "patch": patch, "cases": cases_for(vtok, small)}
+
     wtok = train_wordbpe(os.path.join(args.out, "wordbpe"))
     families["wordbpe"] = {"tokenizer": "wordbpe/tokenizer.json", "patch": None, "cases": cases_for(wtok, small)}
 

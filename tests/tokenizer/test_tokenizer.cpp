@@ -93,6 +93,14 @@ TEST_CASE("added-token flags, NFC + Replace normalizer, RobertaProcessing match 
 TEST_CASE("ByteLevel add_prefix_space, NFD + Strip normalizer, template BOS+EOS match HF") { check_family("bytebpe-prefix"); }
 TEST_CASE("Split behaviors, Digits and regex Replace match HF") { check_family("bytebpe-splits"); }
 TEST_CASE("WhitespaceSplit, inverted/removed splits, Replace/Strip decoders match HF") { check_family("bytebpe-splits2"); }
+TEST_CASE("llama2 vocab with a Metaspace pre-tokenizer (prepend first) and Metaspace decoder matches HF") {
+  check_family("llama2-metaspace");
+}
+TEST_CASE("llama3 with Meta's Sequence[ByteLevel, TemplateProcessing] post-processor matches HF") {
+  check_family("llama3-bos");
+  CHECK(family_tokenizer("llama3-bos").adds_bos());
+  CHECK(family_tokenizer("llama3-bos").bos_id() == 128000);
+}
 TEST_CASE("Metaspace BPE with unk, fuse_unk, subword prefix and word suffix matches HF") { check_family("wordbpe"); }
 
 TEST_CASE("vocab.json + merges.txt loads the same tokenizer as its tokenizer.json") {
