@@ -135,7 +135,8 @@ TEST_CASE("--help on the tool and on every command") {
 TEST_CASE("convert, prune, inspect --verify on OPT and Llama fixtures; inputs untouched") {
   const std::string dir = make_temp_dir("cli-pack");
   for (const char* name : {"opt-tiny", "opt-noprefix", "llama-tiny", "llama-sharded", "qwen2-tiny"}) {
-    CAPTURE(name);
+    const std::string name_s = name;
+    CAPTURE(name_s);
     const auto before = snapshot(fixture(name));
     const std::string dense = dir + "/" + name + ".dense.endor", pruned = dir + "/" + name + ".pruned.endor";
     const Run c = run({"convert", fixture(name), "-o", dense, "--dtype", "f16"});

@@ -108,7 +108,8 @@ PackOptions prune_options(double sparsity) {
 TEST_CASE("every fixture opens: canonical names, execution order, shapes, files") {
   for (const char* name : {"opt-tiny", "opt-noprefix", "opt-postln-proj", "llama-tiny", "llama-gqa-bf16", "llama3-rope",
                            "mistral-tiny", "qwen2-tiny", "llama-sharded"}) {
-    CAPTURE(name);
+    const std::string name_s = name;
+    CAPTURE(name_s);
     const auto ck = Checkpoint::open(fixture(name));
     const auto& ts = ck->tensors();
     REQUIRE(!ts.empty());
@@ -231,12 +232,14 @@ TEST_CASE("sharded checkpoint: the index decides, shards are validated") {
 TEST_CASE("prune 50% per row matches the fixtures' reference variants bit for bit") {
   // variant_weights/mag50.safetensors: transformers-side pruning + f16/int8/int4 (group 32).
   for (const char* name : {"llama-tiny", "qwen2-tiny", "opt-postln-proj"}) {
-    CAPTURE(name);
+    const std::string name_s = name;
+    CAPTURE(name_s);
     const std::string ref = fixture(name) + "/variant_weights/mag50.safetensors";
     const auto ref_file = SafetensorsFile::open(ref);
     const std::string dir = make_temp_dir("variants");
     for (const char* variant : {"mag50_f16", "mag50_int8", "mag50_int4"}) {
-      CAPTURE(variant);
+      const std::string variant_s = variant;
+      CAPTURE(variant_s);
       PackOptions o = prune_options(0.5);
       o.dtype = ValueType::F16;
       if (std::string(variant) == "mag50_int8") o.quant = Quantization::Int8;
@@ -352,12 +355,14 @@ TEST_CASE("container carries config verbatim, generation config, tokenizer files
 
 TEST_CASE("size formula: f16/bf16 at 50% is 9/16 of the pruned Linears plus the rest, within 2%") {
   for (const char* dtype : {"F16", "BF16"}) {
-    CAPTURE(dtype);
+    const std::string dtype_s = dtype;
+    CAPTURE(dtype_s);
     const std::string dir = make_temp_dir("size");
     endor::test::LlamaDims d;
     d.vocab = 256;
     d.hidden = 512;
     d.intermediate = 1024;
+    d.layers = 1;  // keeps the sanitizer build quick; index/padding overheads stay under 2 %
     d.heads = 8;
     d.kv_heads = 4;
     d.dtype = dtype;
@@ -386,10 +391,10 @@ TEST_CASE("size formula: f16/bf16 at 50% is 9/16 of the pruned Linears plus the 
         rows_below_half += std::count(w.begin() + long(row * cols), w.begin() + long((row + 1) * cols), 0.0f) < long(cols / 2);
       CHECK(rows_below_half == 0);
     }
-    CHECK(linears == 14);
+    CHECK(linears == 7);
     const double expected = 9.0 / 16.0 * double(linear_dense) + double(other) + 5000.0;
     const double actual = double(r->file_bytes());
-    CAPTURE(actual / expected);
+    MESSAGE("file bytes / (9/16 linear + other + files) = " << actual / expected);
     CHECK(std::fabs(actual / expected - 1.0) < 0.02);
     // The data region is exactly the blobs laid out by the alignment rules.
     uint64_t cursor = r->header().data_offset;
