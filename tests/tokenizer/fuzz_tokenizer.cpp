@@ -39,13 +39,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       size_t nul = rest.find('\0');
       if (nul == std::string::npos || nul > 64) return 0;
       try {
-        endor::Regex re(rest.substr(0, nul));
+        endor::tok::Regex re(rest.substr(0, nul));
         std::string text = rest.substr(nul + 1, 256);
-        if (!endor::unicode::is_valid_utf8(text)) return 0;
+        if (!endor::tok::unicode::is_valid_utf8(text)) return 0;
         for (auto [b, e] : re.find_all(text))
           if (b > e || e > text.size()) __builtin_trap();
       } catch (const std::invalid_argument&) {
-      } catch (const endor::Regex::BudgetExceeded&) {
+      } catch (const endor::tok::Regex::BudgetExceeded&) {
       }
       break;
     }
@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const endor::Tokenizer& tok = fixture();
       auto ids = tok.encode(rest);
       std::string back = tok.decode(ids);
-      if (endor::unicode::is_valid_utf8(rest) && back != rest) __builtin_trap();  // byte-level round trip
+      if (endor::tok::unicode::is_valid_utf8(rest) && back != rest) __builtin_trap();  // byte-level round trip
       try {
         (void)tok.decode(endor::parse_ids(rest));
       } catch (const endor::TokenizerError&) {

@@ -8,8 +8,8 @@
 #include "regex.h"
 #include "unicode.h"
 
-using endor::Regex;
-namespace u = endor::unicode;
+using endor::tok::Regex;
+namespace u = endor::tok::unicode;
 
 namespace {
 // The pieces a regex cuts out of `text`.

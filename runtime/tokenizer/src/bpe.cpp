@@ -8,7 +8,7 @@
 #include "endor/tokenizer.h"
 #include "unicode.h"
 
-namespace endor {
+namespace endor::tok {
 namespace {
 constexpr int64_t kMaxId = int64_t{1} << 24;  // refuse absurd ids instead of allocating for them
 constexpr size_t kMaxCachedPiece = 256;        // as HF: longer pieces are not memoized
@@ -281,4 +281,4 @@ void BpeModel::merge_part(std::string_view w, std::vector<int32_t>& out) const {
     if (!sym.removed) out.push_back(sym.id);
 }
 
-}  // namespace endor
+}  // namespace endor::tok

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace endor {
+namespace endor::tok {
 
 struct BpeConfig {
   std::vector<std::pair<std::string, int64_t>> vocab;        // token -> id, file order
@@ -82,4 +82,4 @@ class BpeModel {
   std::string source_;
 };
 
-}  // namespace endor
+}  // namespace endor::tok

@@ -6,7 +6,7 @@
 #include "endor/tokenizer.h"
 #include "unicode.h"
 
-namespace endor {
+namespace endor::tok {
 namespace {
 
 using nlohmann::json;
@@ -602,4 +602,4 @@ void Decoder::apply(std::vector<std::string>& tokens, bool open_end) const {
   }
 }
 
-}  // namespace endor
+}  // namespace endor::tok

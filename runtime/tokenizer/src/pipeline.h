@@ -15,7 +15,7 @@
 
 #include "regex.h"
 
-namespace endor {
+namespace endor::tok {
 
 // ---- added tokens ---------------------------------------------------------------------------
 struct AddedToken {
@@ -114,4 +114,4 @@ struct Decoder {
   void apply(std::vector<std::string>& tokens, bool open_end) const;
 };
 
-}  // namespace endor
+}  // namespace endor::tok

@@ -3,7 +3,7 @@
 
 #include <cctype>
 
-namespace endor {
+namespace endor::tok {
 
 using unicode::Category;
 using unicode::CategoryMask;
@@ -634,4 +634,4 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
   return out;
 }
 
-}  // namespace endor
+}  // namespace endor::tok

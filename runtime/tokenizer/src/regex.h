@@ -20,7 +20,7 @@
 
 #include "unicode.h"
 
-namespace endor {
+namespace endor::tok {
 
 class Regex {
  public:
@@ -72,4 +72,4 @@ class Regex {
   std::vector<Inst> program_;
 };
 
-}  // namespace endor
+}  // namespace endor::tok

@@ -17,6 +17,7 @@
 namespace endor {
 
 using nlohmann::json;
+using namespace tok;  // the internal stages (regex.h, bpe.h, pipeline.h, unicode.h)
 
 struct Tokenizer::Impl {
   std::string source;

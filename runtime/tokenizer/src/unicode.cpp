@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-namespace endor::unicode {
+namespace endor::tok::unicode {
 namespace {
 
 struct CodepointValue { uint32_t cp; uint8_t value; };
@@ -236,4 +236,4 @@ size_t complete_utf8_prefix(std::string_view s) {
 std::string nfc(std::string_view text) { return normalize(text, true); }
 std::string nfd(std::string_view text) { return normalize(text, false); }
 
-}  // namespace endor::unicode
+}  // namespace endor::tok::unicode

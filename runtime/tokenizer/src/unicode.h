@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace endor::unicode {
+namespace endor::tok::unicode {
 
 // General categories in the order of the generated table (Cn = unassigned).
 enum class Category : uint8_t {
@@ -45,4 +45,4 @@ bool is_valid_utf8(std::string_view bytes);
 std::string nfc(std::string_view text);
 std::string nfd(std::string_view text);
 
-}  // namespace endor::unicode
+}  // namespace endor::tok::unicode
