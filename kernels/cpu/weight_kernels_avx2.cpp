@@ -24,23 +24,33 @@ namespace {
 
 // ---- tables and small helpers ---------------------------------------------------------------
 
+// A chunk's shuffle control and its keep mask share one 64-byte entry: one index computation,
+// one cache line per chunk.
+struct alignas(64) PermuteEntry {
+  int32_t perm[8];  // vpermps: lane j <- stored value rank_j of the chunk
+  int32_t keep[8];  // all ones where column j is present, else 0
+};
+struct alignas(64) CodeEntry {
+  uint8_t ctl[32];  // vpshufb: code byte rank_j -> byte 0 of lane j (zero elsewhere)
+  int32_t keep[8];
+};
+
 struct ExpandTables {
-  alignas(32) int32_t perm[256][8];     // vpermps: lane j <- stored value rank_j of the chunk
-  alignas(32) int32_t keep[256][8];     // all ones where column j is present, else 0
-  alignas(32) uint8_t bytes_top[256][32];   // vpshufb: value byte rank_j -> byte 3 of lane j
-  alignas(32) uint8_t bytes_low[256][32];   // vpshufb: value byte rank_j -> byte 0 of lane j
-  alignas(32) uint8_t halves_top[256][32];  // vpshufb: 16-bit value rank_j -> bytes 2-3 of lane j
+  PermuteEntry permute[256];                // f32, f16
+  CodeEntry codes[256];                     // int4 codes (one per byte after unpacking)
+  alignas(32) uint8_t bytes_top[256][32];   // int8: value byte rank_j -> byte 3 of lane j
+  alignas(32) uint8_t halves_top[256][32];  // bf16: 16-bit value rank_j -> bytes 2-3 of lane j
   ExpandTables() {
     for (int m = 0; m < 256; ++m) {
       int rank = 0;
       for (int j = 0; j < 8; ++j) {
         const bool present = (m >> j) & 1;
-        perm[m][j] = present ? rank : 0;
-        keep[m][j] = present ? -1 : 0;
+        permute[m].perm[j] = present ? rank : 0;
+        permute[m].keep[j] = codes[m].keep[j] = present ? -1 : 0;
         // vpshufb indexes within each 128-bit half; the source is broadcast to both halves, so
         // lane j (half j/4, bytes 4(j%4)..4(j%4)+3) may take any of the 16 source bytes.
         uint8_t* top = &bytes_top[m][4 * j];
-        uint8_t* low = &bytes_low[m][4 * j];
+        uint8_t* low = &codes[m].ctl[4 * j];
         uint8_t* hal = &halves_top[m][4 * j];
         for (int b = 0; b < 4; ++b) top[b] = low[b] = hal[b] = 0x80;  // 0x80: write a zero byte
         if (present) {
@@ -207,11 +217,22 @@ struct RowDecoder {
     }
   }
 
+  // Dense int4 read in place: the 8 codes in the 4 bytes at `bytes`.
+  inline __m256 dense_nibbles(const uint8_t* bytes, uint64_t c0) {
+    if constexpr (kStep != kPerWord) group.at(c0);
+    int32_t packed;
+    std::memcpy(&packed, bytes, 4);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);  // low nibble first
+    const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(packed), shifts), _mm256_set1_epi32(0x0F));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), group.s, group.m);
+  }
+
   // Bitmap: chunk with mask byte m whose first stored value is k, at columns c0..c0+7.
   inline __m256 expand(const ExpandTables& t, unsigned m, const uint8_t* src, uint64_t k, uint64_t c0) {
     if constexpr (VT == ValueType::F32 || VT == ValueType::F16) {
-      const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.perm[m]));
-      const __m256 keep = _mm256_load_ps(reinterpret_cast<const float*>(t.keep[m]));
+      const PermuteEntry& e = t.permute[m];
+      const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(e.perm));
+      const __m256 keep = _mm256_load_ps(reinterpret_cast<const float*>(e.keep));
       const __m256 v = VT == ValueType::F32
                            ? _mm256_loadu_ps(reinterpret_cast<const float*>(src) + k)
                            : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * k)));
@@ -222,8 +243,10 @@ struct RowDecoder {
       return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, m)));
     } else {
       if constexpr (kStep != kPerWord) group.at(c0);  // kPerWord: the walker calls at() per word
-      const __m256 q = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_low, m)));
-      const __m256 keep = _mm256_load_ps(reinterpret_cast<const float*>(t.keep[m]));
+      const CodeEntry& e = t.codes[m];
+      const __m256i ctl = _mm256_load_si256(reinterpret_cast<const __m256i*>(e.ctl));
+      const __m256 q = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), ctl));
+      const __m256 keep = _mm256_load_ps(reinterpret_cast<const float*>(e.keep));
       return _mm256_and_ps(_mm256_fmadd_ps(q, group.s, group.m), keep);
     }
   }
@@ -354,10 +377,11 @@ inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kSte
         }
         if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(cbase);
         // Eight chunks, unrolled in fours so consecutive chunks use different accumulators.
+        // Mask bytes are loaded from memory (one load each) rather than shifted out of `bits`.
+        const uint8_t* mb = words + 8 * wi;
         for (int j = 0; j < 8; j += 4) {
           const uint64_t c0 = cbase + 8 * uint64_t(j);
-          const unsigned m0 = unsigned(bits >> (8 * j)) & 0xFF, m1 = unsigned(bits >> (8 * j + 8)) & 0xFF;
-          const unsigned m2 = unsigned(bits >> (8 * j + 16)) & 0xFF, m3 = unsigned(bits >> (8 * j + 24)) & 0xFF;
+          const unsigned m0 = mb[j], m1 = mb[j + 1], m2 = mb[j + 2], m3 = mb[j + 3];
           const uint64_t k1 = k + uint64_t(_mm_popcnt_u32(m0)), k2 = k1 + uint64_t(_mm_popcnt_u32(m1));
           const uint64_t k3 = k2 + uint64_t(_mm_popcnt_u32(m2));
           sink.template chunk<0>(dec.expand(t, m0, src, k, c0), c0);
@@ -389,32 +413,52 @@ inline void walk_dense_row(const TensorView& w, uint64_t r, RowDecoder<VT, kStep
   const uint64_t cols = w.layout.cols;
   const uint8_t* values = w.values();
   constexpr uint64_t vb = value_bytes(VT);
-  // int4 rows are unpacked one 4096-column segment at a time; other types read in place.
-  const uint64_t seg_cols = VT == ValueType::I4 ? kIndexBlockCols : cols;
+  // int4 rows that start on a byte boundary read their nibbles in place; the others (odd
+  // row·cols, so odd cols) are unpacked one 4096-column segment at a time.
+  const bool unpack = VT == ValueType::I4 && (r * cols) % 2 != 0;
+  const uint64_t seg_cols = unpack ? kIndexBlockCols : cols;
   for (uint64_t s0 = 0; s0 < cols; s0 += seg_cols) {
     const uint64_t s1 = std::min(cols, s0 + seg_cols);
-    const uint8_t* src;
-    uint64_t k;  // stored value of column s0, relative to src
-    if constexpr (VT == ValueType::I4) {
-      unpack_nibbles(values, r * cols + s0, s1 - s0, scratch.bytes);
+    const uint8_t* src = values;
+    uint64_t k = r * cols + s0;  // stored value of column s0, relative to src
+    if (unpack) {
+      unpack_nibbles(values, k, s1 - s0, scratch.bytes);
       src = scratch.bytes;
       k = 0;
-    } else {
-      src = values;
-      k = r * cols + s0;
     }
     (void)vb;
     uint64_t c0 = s0;
-    for (; c0 + 32 <= s1; c0 += 32, k += 32) {
-      if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(c0);  // 32 | c0: one group
-      sink.template chunk<0>(dec.dense(t, src, k, c0), c0);
-      sink.template chunk<1>(dec.dense(t, src, k + 8, c0 + 8), c0 + 8);
-      sink.template chunk<2>(dec.dense(t, src, k + 16, c0 + 16), c0 + 16);
-      sink.template chunk<3>(dec.dense(t, src, k + 24, c0 + 24), c0 + 24);
-    }
-    for (; c0 + 8 <= s1; c0 += 8, k += 8) {
-      if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(c0);
-      sink.template chunk<0>(dec.dense(t, src, k, c0), c0);
+    // Full chunks of [s0, s1); `chunk(k, c)` decodes the 8 values at stored value k / column c.
+    auto run = [&](auto&& chunk) {
+      for (; c0 + 32 <= s1; c0 += 32, k += 32) {
+        if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(c0);  // 32 | c0: one group
+        sink.template chunk<0>(chunk(k, c0), c0);
+        sink.template chunk<1>(chunk(k + 8, c0 + 8), c0 + 8);
+        sink.template chunk<2>(chunk(k + 16, c0 + 16), c0 + 16);
+        sink.template chunk<3>(chunk(k + 24, c0 + 24), c0 + 24);
+      }
+      for (; c0 + 8 <= s1; c0 += 8, k += 8) {
+        if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(c0);
+        sink.template chunk<0>(chunk(k, c0), c0);
+      }
+    };
+    if (VT == ValueType::I4 && !unpack) {
+      // In place: stored value k = r·cols + c (even) sits in byte k/2.
+      const uint8_t* nibbles = values + (r * cols) / 2;
+      for (; c0 + 32 <= s1; c0 += 32) {
+        const uint8_t* p = nibbles + c0 / 2;  // 4 bytes per chunk
+        if constexpr (kStep == kPerWord) dec.group.at(c0);
+        sink.template chunk<0>(dec.dense_nibbles(p, c0), c0);
+        sink.template chunk<1>(dec.dense_nibbles(p + 4, c0 + 8), c0 + 8);
+        sink.template chunk<2>(dec.dense_nibbles(p + 8, c0 + 16), c0 + 16);
+        sink.template chunk<3>(dec.dense_nibbles(p + 12, c0 + 24), c0 + 24);
+      }
+      for (; c0 + 8 <= s1; c0 += 8) {
+        if constexpr (kStep == kPerWord) dec.group.at(c0);
+        sink.template chunk<0>(dec.dense_nibbles(nibbles + c0 / 2, c0), c0);
+      }
+    } else {
+      run([&](uint64_t kk, uint64_t c) { return dec.dense(t, src, kk, c); });
     }
     if (c0 < s1) {
       // Fewer than 8 columns left in the row: decode them one by one (no read past the row).
