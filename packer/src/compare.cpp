@@ -125,6 +125,7 @@ struct Zstd {
 CompareRow measure(const TensorInfo& info, const TensorView& v, const CompareOptions& o, Zstd& z) {
   CompareRow row;
   row.name = info.name;
+  row.linear = classify_tensor(info.name, info.shape).prunable;
   row.encoding = to_string(info.encoding);
   row.value_type = to_string(info.value_type);
   row.numel = info.numel();
@@ -250,7 +251,11 @@ CompareReport compare_sizes(const std::string& input, const PackOptions& po, con
     }
   }
   rep.total.name = "TOTAL";
-  for (const CompareRow& r : rep.rows) add_to_total(rep.total, r);
+  rep.linears.name = "TOTAL decoder Linears";
+  for (const CompareRow& r : rep.rows) {
+    add_to_total(rep.total, r);
+    if (r.linear) add_to_total(rep.linears, r);
+  }
   return rep;
 }
 
@@ -302,6 +307,7 @@ std::string render_compare_table(const CompareReport& r) {
   };
   for (const CompareRow& row : r.rows) line(row);
   o << std::string(name_w, '-') << "\n";
+  if (r.linears.numel > 0) line(r.linears);
   line(r.total);
   return o.str();
 }
@@ -329,6 +335,7 @@ std::string render_compare_csv(const CompareReport& r) {
     o << "\n";
   };
   for (const CompareRow& row : r.rows) line(row);
+  if (r.linears.numel > 0) line(r.linears);
   line(r.total);
   return o.str();
 }
@@ -363,6 +370,7 @@ nlohmann::json compare_to_json(const CompareReport& r) {
   j["tensors"] = nlohmann::json::array();
   for (const CompareRow& row : r.rows) j["tensors"].push_back(row_json(row));
   j["total"] = row_json(r.total);
+  j["total_linears"] = row_json(r.linears);
   return j;
 }
 

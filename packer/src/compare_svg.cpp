@@ -90,18 +90,24 @@ std::string render_compare_svg(const CompareReport& r) {
   const char* kEndor = "#2f6db5";
   const char* kZstd = "#e08a2c";
   const char* kBoth = "#7a4fa3";
-  auto pct = [&](uint64_t b) { return t.dense_bytes ? 100.0 * double(b) / double(t.dense_bytes) : 0.0; };
+  auto size_bars = [&](const CompareRow& row) {
+    auto pct = [&](uint64_t b) { return row.dense_bytes ? 100.0 * double(b) / double(row.dense_bytes) : 0.0; };
+    std::vector<Bar> bars;
+    bars.push_back({"Endor", pct(row.endor_bytes), kEndor, num(pct(row.endor_bytes), "%.1f%%")});
+    for (size_t i = 0; i < r.levels.size() && i < row.zstd_bytes.size(); ++i)
+      bars.push_back({"zstd -" + std::to_string(r.levels[i]), pct(row.zstd_bytes[i]), kZstd,
+                      num(pct(row.zstd_bytes[i]), "%.1f%%")});
+    for (size_t i = 0; i < r.levels.size() && i < row.endor_zstd_bytes.size(); ++i)
+      bars.push_back({"Endor + zstd -" + std::to_string(r.levels[i]), pct(row.endor_zstd_bytes[i]), kBoth,
+                      num(pct(row.endor_zstd_bytes[i]), "%.1f%%")});
+    return bars;
+  };
+  auto axis_for = [](const std::vector<Bar>& bars) {
+    double m = 100;
+    for (const Bar& b : bars) m = std::max(m, b.value);
+    return nice_max(m);
+  };
   auto gbps = [&](double s) { return s > 0 ? double(t.dense_bytes) / s / 1e9 : 0.0; };
-
-  std::vector<Bar> sizes;
-  sizes.push_back({"Endor", pct(t.endor_bytes), kEndor, num(pct(t.endor_bytes), "%.1f%%")});
-  for (size_t i = 0; i < r.levels.size() && i < t.zstd_bytes.size(); ++i)
-    sizes.push_back({"zstd -" + std::to_string(r.levels[i]), pct(t.zstd_bytes[i]), kZstd,
-                     num(pct(t.zstd_bytes[i]), "%.1f%%")});
-  for (size_t i = 0; i < r.levels.size() && i < t.endor_zstd_bytes.size(); ++i)
-    sizes.push_back({"Endor + zstd -" + std::to_string(r.levels[i]), pct(t.endor_zstd_bytes[i]), kBoth,
-                     num(pct(t.endor_zstd_bytes[i]), "%.1f%%")});
-
   std::vector<Bar> speeds;
   speeds.push_back({"Endor, " + std::to_string(r.threads) + " threads", gbps(t.endor_mt_s), kEndor,
                     num(gbps(t.endor_mt_s), "%.2f GB/s")});
@@ -111,14 +117,19 @@ std::string render_compare_svg(const CompareReport& r) {
                       num(gbps(t.zstd_s[i]), "%.2f GB/s")});
   double max_speed = 0;
   for (const Bar& b : speeds) max_speed = std::max(max_speed, b.value);
-  double max_size = 100;
-  for (const Bar& b : sizes) max_size = std::max(max_size, b.value);
 
   std::ostringstream body;
   int y = 56;
-  y += panel(body, y, "Size (% of dense, lower is better)", sizes, nice_max(max_size), "%", 100.0, "dense");
+  if (r.linears.numel > 0) {
+    const std::vector<Bar> lin = size_bars(r.linears);
+    y += panel(body, y, "Size of the decoder Linears (% of dense, lower is better)", lin, axis_for(lin), "%", 100.0,
+               "dense");
+    y += 10;
+  }
+  const std::vector<Bar> all = size_bars(t);
+  y += panel(body, y, "Size of all tensors (% of dense, lower is better)", all, axis_for(all), "%", 100.0, "dense");
   y += 10;
-  y += panel(body, y, "Decode speed to dense on this CPU (GB/s of dense output, higher is better)", speeds,
+  y += panel(body, y, "Decode speed to dense on this CPU, all tensors (GB/s of dense output, higher is better)", speeds,
              nice_max(max_speed), "");
   y += 6;
   std::ostringstream o;

@@ -199,7 +199,9 @@ TEST_CASE("compare on a checkpoint (with prune options) and on a .endor file") {
   const std::string csv = read_bytes(dir + "/c.csv");
   CHECK(csv.rfind("tensor,encoding,value_type,numel,dense_bytes,endor_bytes,zstd1_bytes,zstd3_bytes", 0) == 0);
   CHECK(csv.find("\nTOTAL,") != std::string::npos);
-  CHECK(size_t(std::count(csv.begin(), csv.end(), '\n')) == j["tensors"].size() + 2);
+  CHECK(csv.find("\nTOTAL decoder Linears,") != std::string::npos);
+  CHECK(size_t(std::count(csv.begin(), csv.end(), '\n')) == j["tensors"].size() + 3);
+  CHECK(j["total_linears"]["endor_bytes"].get<uint64_t>() < j["total_linears"]["dense_bytes"].get<uint64_t>());
   const std::string svg = read_bytes(dir + "/c.svg");
   CHECK(svg.rfind("<svg", 0) == 0);
   CHECK(svg.find("zstd -3") != std::string::npos);

@@ -302,6 +302,7 @@ struct CompareOptions {
 
 struct CompareRow {
   std::string name;
+  bool linear = false;                 // a prunable decoder Linear (classify_tensor)
   std::string encoding, value_type;
   uint64_t numel = 0;
   uint64_t dense_bytes = 0;            // the (pruned) tensor dense in its stored value type
@@ -317,7 +318,8 @@ struct CompareReport {
   std::vector<int> levels;
   int threads = 1;
   std::vector<CompareRow> rows;
-  CompareRow total;                    // sums (times summed too)
+  CompareRow total;                    // sums over all tensors (times summed too)
+  CompareRow linears;                  // sums over the decoder Linears (what pruning touches)
 };
 
 // SRC = a checkpoint folder (packed in memory with `options`, nothing written) or a .endor file.
