@@ -72,7 +72,8 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
   return out;
 }
 
-PerplexityResult perplexity(Model& model, const std::vector<int32_t>& ids, size_t window) {
+PerplexityResult perplexity(Model& model, const std::vector<int32_t>& ids, size_t window,
+                            const std::function<void(size_t done, size_t n_windows)>& on_window) {
   const ModelConfig& c = model.config();
   if (window < 2) throw Error("perplexity: the window must hold at least 2 tokens");
   if (window > c.max_positions)
@@ -100,7 +101,9 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& ids, size_
       for (size_t v = 0; v < c.vocab; ++v) z += std::exp(row[v] - top);
       nll += top + std::log(z) - row[chunk[t + 1]];
     }
-    sum_window_means += nll / static_cast<double>(window - 1);
+    r.window_nll.push_back(nll / static_cast<double>(window - 1));
+    sum_window_means += r.window_nll.back();
+    if (on_window) on_window(w + 1, r.n_windows);
   }
   r.mean_nll = sum_window_means / static_cast<double>(r.n_windows);
   r.perplexity = std::exp(r.mean_nll);

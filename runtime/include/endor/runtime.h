@@ -200,11 +200,14 @@ struct PerplexityResult {
   double mean_nll = 0;       // mean over windows of each window's mean cross-entropy (nats)
   size_t n_windows = 0;
   size_t window = 0;
+  std::vector<double> window_nll;  // [n_windows] each window's mean cross-entropy (nats)
 };
 // Cuts ids into non-overlapping windows of `window` tokens (tail dropped), no cache across
 // windows; per window the mean cross-entropy of logits[:-1] vs ids[1:]; ppl = exp(mean over
 // windows). Throws when fewer than `window` ids are given, window < 2, or window > the context.
-PerplexityResult perplexity(Model& model, const std::vector<int32_t>& ids, size_t window);
+// on_window (optional, for progress reports) is called after each window with (done, n_windows).
+PerplexityResult perplexity(Model& model, const std::vector<int32_t>& ids, size_t window,
+                            const std::function<void(size_t done, size_t n_windows)>& on_window = {});
 
 // ---- files --------------------------------------------------------------------------------------
 // Writes a float32 .npy of shape [rows, cols] to "<path>.tmp-<pid>" then renames it to path.
