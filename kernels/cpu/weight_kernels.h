@@ -39,16 +39,17 @@ const WeightKernels& select_kernels(Isa isa);
 
 inline float bits_to_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
+inline uint32_t f32_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+
+// Exact f16 -> f32 without data-dependent branches (zeros and normals are mixed at random in a
+// pruned dense tensor): the exponent/mantissa bits placed in an f32 and scaled by 2^112 give the
+// value for normals and subnormals alike (a subnormal f32 times a power of two is exact).
 inline float half_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x3FF;
-  if (exp == 0x1F) return bits_to_f32(sign | 0x7F800000u | (mant << 13));
-  if (exp != 0) return bits_to_f32(sign | ((exp + 112) << 23) | (mant << 13));
-  if (mant == 0) return bits_to_f32(sign);
-  // Subnormal: mant·2^-24, exact in f32.
-  const float v = float(mant) * (1.0f / 16777216.0f);
-  return sign ? -v : v;
+  const uint32_t em = uint32_t(h & 0x7FFF) << 13;
+  float f = bits_to_f32(em) * 0x1p112f;
+  if (em >= (0x7C00u << 13)) f = bits_to_f32(em | 0x7F800000u);  // inf, NaN (payload kept)
+  return bits_to_f32(f32_to_bits(f) | sign);
 }
 inline float bfloat_to_f32(uint16_t b) { return bits_to_f32(uint32_t(b) << 16); }
 inline uint16_t load_u16(const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
