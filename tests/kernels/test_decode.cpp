@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <limits>
 
 #include "kernel_test_util.h"
 
@@ -134,4 +135,24 @@ TEST_CASE("prepare_weight rejects a bitmap index that runs backwards or past nnz
   CHECK_THROWS_AS(backend->prepare_weight(ew.view()), Error);
   index[3] = saved;
   CHECK_NOTHROW(backend->prepare_weight(ew.view()));
+}
+
+TEST_CASE("f16/bf16 subnormals, extremes, infinities and NaN decode bit-exactly") {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> special = {0.0f,   -0.0f,    5.96e-8f, -5.96e-8f, 3.0e-5f, 6.0e-5f, 6.104e-5f, 1.0f,
+                                -2.5f,  65504.0f, -65504.0f, inf,      -inf,    std::nanf(""), 1e-30f, 3.0e38f};
+  const uint64_t rows = 3, cols = 37;  // odd width: every lane position and the scalar tail
+  std::vector<float> w(rows * cols);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = special[(i * 7) % special.size()];
+  for (cpu::Isa isa : isas())
+    for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
+      for (ValueType vt : {ValueType::F16, ValueType::BF16, ValueType::F32}) {
+        const EncodedWeight ew = encode(w, rows, cols, enc, vt);
+        std::vector<float> got(rows * cols);
+        cpu::decode_f32(ew.view(), got.data(), 1, isa);
+        CAPTURE(int(isa));
+        CAPTURE(to_string(enc));
+        CAPTURE(to_string(vt));
+        CHECK(same_bits(got, reference_decode(ew.view())));
+      }
 }
