@@ -6,7 +6,7 @@
 //
 // Weights are replicated into a working set larger than the last-level cache (--ws-mib) and the
 // calls rotate through the copies, so every GEMV reads its bytes from DRAM as decode does on a
-// real model. Usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only]
+// real model. Usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS]
 #include <omp.h>
 
 #include <algorithm>
@@ -35,6 +35,10 @@ struct Args {
   size_t ws_mib = 1024;
   bool quick = false;
   bool compute_only = false;
+  // --probe VT ENC CALLS: only run CALLS single-thread fused GEMVs on a 64 x 4096 weight (for
+  // instruction counting under `valgrind --tool=callgrind`; see bench/RESULTS.md).
+  std::string probe_vt, probe_enc;
+  int probe_calls = 0;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -45,8 +49,13 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--ws-mib" && i + 1 < argc) a.ws_mib = size_t(std::atoll(argv[++i]));
     else if (s == "--quick") a.quick = true;
     else if (s == "--compute-only") a.compute_only = true;
+    else if (s == "--probe" && i + 3 < argc) {
+      a.probe_vt = argv[++i];
+      a.probe_enc = argv[++i];
+      a.probe_calls = std::atoi(argv[++i]);
+    }
     else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS]\n");
       std::exit(2);
     }
   }
@@ -178,8 +187,33 @@ std::unique_ptr<Backend> backend_with(int threads, cpu::LinearPath path, cpu::Is
 
 }  // namespace
 
+// The --probe workload: a fixed 64 x 4096 weight at 50 % sparsity, `calls` fused T=1 GEMVs.
+int run_probe(const Args& args) {
+  const auto vt = parse_value_type(args.probe_vt);
+  const auto enc = parse_encoding(args.probe_enc);
+  if (!vt || !enc) throw Error("--probe: unknown value type or encoding");
+  const uint64_t rows = 64, cols = 4096;
+  const std::vector<float> w = random_sparse(rows, cols, 0.5, 1);
+  EncodeOptions opt;
+  opt.encoding = *enc;
+  opt.value_type = *vt;
+  opt.group_size = *vt == ValueType::I4 ? 128 : 0;
+  const EncodedTensor e = encode_tensor(w.data(), {rows, cols}, opt);
+  TensorView v;
+  v.layout = e.layout;
+  v.data = e.bytes.data();
+  auto b = backend_with(1, cpu::LinearPath::Fused);
+  auto wt = b->prepare_weight(v);
+  std::vector<float> x(cols, 1.0f), y(rows);
+  for (int i = 0; i < args.probe_calls; ++i) b->linear(*wt, x.data(), 1, nullptr, y.data());
+  std::printf("probe %s %s: %d calls, y[0] = %g\n", args.probe_vt.c_str(), args.probe_enc.c_str(), args.probe_calls,
+              double(y[0]));
+  return 0;
+}
+
 int main(int argc, char** argv) try {
   const Args args = parse_args(argc, argv);
+  if (args.probe_calls > 0) return run_probe(args);
   const int threads = args.threads > 0 ? args.threads : omp_get_max_threads();
   omp_set_num_threads(threads);
   const size_t ws_bytes = args.ws_mib << 20;
