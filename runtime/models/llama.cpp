@@ -24,9 +24,23 @@ class LlamaModel final : public Model {
   LlamaModel(const ModelConfig& config, const ContainerReader& container, Backend& backend);
   void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
                std::vector<float>& logits) override;
+  void embed(const int32_t* ids, size_t n, float* hidden_out) override;
+  void forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) override;
+  void head(const float* hidden, size_t n, std::vector<float>& logits) override;
+  void replace_block_weight(uint32_t layer, const std::string& linear, const TensorView& view) override;
+  std::vector<std::string> block_linear_names() const override;
 
  private:
-  enum Slot { kX, kNormed, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits };
+  enum Slot { kX, kNormed, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits, kBlockK, kBlockV };
+  // Block l on the residual stream x [n, H] (backend memory) at positions positions_[0..n),
+  // keys/values rows [n_past, n_past + n) written into k_cache/v_cache [.., kv_dim].
+  void run_block(uint32_t l, float* x, size_t n, size_t n_past, float* k_cache, float* v_cache,
+                 const LinearInputHook* hook);
+  // x [rows, H] (backend) -> logits [rows, V] (host).
+  void run_head(const float* x, size_t rows, std::vector<float>& logits);
+  void set_positions(size_t n_past, size_t n);
+  BlockHookCaller hook_caller_{backend_};
+  std::vector<std::unique_ptr<Weight>> replaced_;  // weights given by replace_block_weight
   WeightStore store_;
   ScratchBuffers scratch_;
   const Weight* embed_ = nullptr;    // [V, H]
@@ -98,14 +112,16 @@ LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, B
   rope_.attention_factor = 1.0f;
 }
 
-void LlamaModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
-                         std::vector<float>& logits) {
+void LlamaModel::set_positions(size_t n_past, size_t n) {
+  positions_.resize(n);
+  for (size_t t = 0; t < n; ++t) positions_[t] = static_cast<int32_t>(n_past + t);
+}
+
+void LlamaModel::run_block(uint32_t l, float* x, size_t n, size_t n_past, float* k_cache,
+                           float* v_cache, const LinearInputHook* hook) {
   const ModelConfig& c = config_;
-  check_forward_inputs(c, store_.path(), ids, n, cache);
-  const size_t H = c.hidden, I = c.intermediate, V = c.vocab;
+  const size_t H = c.hidden, I = c.intermediate;
   const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
-  const size_t n_past = cache.n_past();
-  float* x = scratch_.get(kX, n * H);  // the residual stream [n, H]
   float* h = scratch_.get(kNormed, n * H);
   float* q = scratch_.get(kQ, n * q_dim);
   float* attn = scratch_.get(kAttn, n * q_dim);
@@ -113,38 +129,65 @@ void LlamaModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_
   float* gate = scratch_.get(kGate, n * I);
   float* up = scratch_.get(kUp, n * I);
   float* act = scratch_.get(kAct, n * I);
-  positions_.resize(n);
-  for (size_t t = 0; t < n; ++t) positions_[t] = static_cast<int32_t>(n_past + t);
+  const LlamaLayer& L = layers_[l];
+  // New keys/values go straight into the cache rows [n_past, n_past + n).
+  float* k_new = k_cache + n_past * kv_dim;
+  float* v_new = v_cache + n_past * kv_dim;
+  backend_.rms_norm(x, L.attn_norm, c.norm_eps, n, H, h);
+  hook_caller_(hook, l, "self_attn.q_proj", h, n, H);
+  hook_caller_(hook, l, "self_attn.k_proj", h, n, H);
+  hook_caller_(hook, l, "self_attn.v_proj", h, n, H);
+  backend_.linear(*L.q, h, n, L.q_bias, q);
+  backend_.linear(*L.k, h, n, L.k_bias, k_new);
+  backend_.linear(*L.v, h, n, L.v_bias, v_new);
+  backend_.rope(q, n, c.n_heads, positions_.data(), rope_);
+  backend_.rope(k_new, n, c.n_kv_heads, positions_.data(), rope_);
+  backend_.attention(q, k_cache, v_cache, n_past, n, L.attention, attn);
+  hook_caller_(hook, l, "self_attn.o_proj", attn, n, q_dim);
+  backend_.linear(*L.o, attn, n, L.o_bias, proj);
+  backend_.add(x, proj, n * H);
+
+  backend_.rms_norm(x, L.mlp_norm, c.norm_eps, n, H, h);
+  hook_caller_(hook, l, "mlp.gate_proj", h, n, H);
+  hook_caller_(hook, l, "mlp.up_proj", h, n, H);
+  backend_.linear(*L.gate, h, n, L.gate_bias, gate);
+  backend_.linear(*L.up, h, n, L.up_bias, up);
+  backend_.silu_mul(gate, up, n * I, act);
+  hook_caller_(hook, l, "mlp.down_proj", act, n, I);
+  backend_.linear(*L.down, act, n, L.down_bias, proj);
+  backend_.add(x, proj, n * H);
+}
+
+void LlamaModel::run_head(const float* x, size_t rows, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  const size_t H = c.hidden, V = c.vocab;
+  float* h = scratch_.get(kNormed, rows * H);
+  float* out = scratch_.get(kLogits, rows * V);
+  backend_.rms_norm(x, final_norm_, c.norm_eps, rows, H, h);
+  backend_.linear(*lm_head_, h, rows, nullptr, out);
+  logits.resize(rows * V);
+  backend_.download(logits.data(), out, rows * V);
+}
+
+void LlamaModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
+                         std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  check_forward_inputs(c, store_.path(), ids, n, cache);
+  const size_t H = c.hidden;
+  const size_t n_past = cache.n_past();
+  float* x = scratch_.get(kX, n * H);  // the residual stream [n, H]
+  set_positions(n_past, n);
 
   const Clock::time_point t_start = Clock::now();
   double layers_total_ms = 0;
   backend_.embed(*embed_, ids, n, x);
   for (uint32_t l = 0; l < c.n_layers; ++l) {
-    const LlamaLayer& L = layers_[l];
     Clock::time_point t_layer;
     if (profiling_) {
       backend_.synchronize();
       t_layer = Clock::now();
     }
-    // New keys/values go straight into the cache rows [n_past, n_past + n).
-    float* k_new = cache.keys(l) + n_past * kv_dim;
-    float* v_new = cache.values(l) + n_past * kv_dim;
-    backend_.rms_norm(x, L.attn_norm, c.norm_eps, n, H, h);
-    backend_.linear(*L.q, h, n, L.q_bias, q);
-    backend_.linear(*L.k, h, n, L.k_bias, k_new);
-    backend_.linear(*L.v, h, n, L.v_bias, v_new);
-    backend_.rope(q, n, c.n_heads, positions_.data(), rope_);
-    backend_.rope(k_new, n, c.n_kv_heads, positions_.data(), rope_);
-    backend_.attention(q, cache.keys(l), cache.values(l), n_past, n, L.attention, attn);
-    backend_.linear(*L.o, attn, n, L.o_bias, proj);
-    backend_.add(x, proj, n * H);
-
-    backend_.rms_norm(x, L.mlp_norm, c.norm_eps, n, H, h);
-    backend_.linear(*L.gate, h, n, L.gate_bias, gate);
-    backend_.linear(*L.up, h, n, L.up_bias, up);
-    backend_.silu_mul(gate, up, n * I, act);
-    backend_.linear(*L.down, act, n, L.down_bias, proj);
-    backend_.add(x, proj, n * H);
+    run_block(l, x, n, n_past, cache.keys(l), cache.values(l), nullptr);
     if (profiling_) {
       backend_.synchronize();
       const double ms = ms_since(t_layer);
@@ -155,16 +198,63 @@ void LlamaModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_
   cache.advance(n);
 
   const size_t rows = all_logits ? n : 1;
-  const float* last = all_logits ? x : x + (n - 1) * H;
-  float* out = scratch_.get(kLogits, rows * V);
-  backend_.rms_norm(last, final_norm_, c.norm_eps, rows, H, h);
-  backend_.linear(*lm_head_, h, rows, nullptr, out);
-  logits.resize(rows * V);
-  backend_.download(logits.data(), out, rows * V);
+  run_head(all_logits ? x : x + (n - 1) * H, rows, logits);
   if (profiling_) {
     profile_.head_ms += ms_since(t_start) - layers_total_ms;
     profile_.n_calls += 1;
   }
+}
+
+void LlamaModel::embed(const int32_t* ids, size_t n, float* hidden_out) {
+  const ModelConfig& c = config_;
+  check_block_inputs(c, store_.path(), ids, n);
+  float* x = scratch_.get(kX, n * c.hidden);
+  backend_.embed(*embed_, ids, n, x);
+  backend_.download(hidden_out, x, n * c.hidden);
+}
+
+void LlamaModel::forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) {
+  const ModelConfig& c = config_;
+  check_block_inputs(c, store_.path(), nullptr, n, layer);
+  const size_t H = c.hidden, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
+  float* x = scratch_.get(kX, n * H);
+  backend_.upload(x, hidden, n * H);
+  set_positions(0, n);
+  run_block(layer, x, n, 0, scratch_.get(kBlockK, n * kv_dim), scratch_.get(kBlockV, n * kv_dim),
+            &hook);
+  backend_.download(hidden, x, n * H);
+}
+
+void LlamaModel::head(const float* hidden, size_t n, std::vector<float>& logits) {
+  float* x = scratch_.get(kX, n * config_.hidden);
+  backend_.upload(x, hidden, n * config_.hidden);
+  run_head(x, n, logits);
+}
+
+std::vector<std::string> LlamaModel::block_linear_names() const {
+  return {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+          "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+}
+
+void LlamaModel::replace_block_weight(uint32_t layer, const std::string& linear, const TensorView& view) {
+  const ModelConfig& c = config_;
+  if (layer >= c.n_layers) throw Error(store_.path() + ": no decoder block " + std::to_string(layer));
+  const uint64_t H = c.hidden, I = c.intermediate;
+  const uint64_t q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
+  LlamaLayer& L = layers_[layer];
+  struct Slot { const char* name; const Weight** w; uint64_t rows, cols; };
+  const Slot slots[] = {{"self_attn.q_proj", &L.q, q_dim, H},  {"self_attn.k_proj", &L.k, kv_dim, H},
+                        {"self_attn.v_proj", &L.v, kv_dim, H}, {"self_attn.o_proj", &L.o, H, q_dim},
+                        {"mlp.gate_proj", &L.gate, I, H},      {"mlp.up_proj", &L.up, I, H},
+                        {"mlp.down_proj", &L.down, H, I}};
+  for (const Slot& s : slots) {
+    if (linear != s.name) continue;
+    const std::string what = store_.path() + ": replacement for layers." + std::to_string(layer) + "." + linear;
+    replaced_.push_back(prepare_replacement(backend_, view, s.rows, s.cols, what));
+    *s.w = replaced_.back().get();
+    return;
+  }
+  throw Error(store_.path() + ": no Linear \"" + linear + "\" in a Llama block");
 }
 
 }  // namespace

@@ -27,9 +27,25 @@ class OptModel final : public Model {
   OptModel(const ModelConfig& config, const ContainerReader& container, Backend& backend);
   void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
                std::vector<float>& logits) override;
+  void embed(const int32_t* ids, size_t n, float* hidden_out) override;
+  void forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) override;
+  void head(const float* hidden, size_t n, std::vector<float>& logits) override;
+  void replace_block_weight(uint32_t layer, const std::string& linear, const TensorView& view) override;
+  std::vector<std::string> block_linear_names() const override;
 
  private:
-  enum Slot { kX, kNormed, kQ, kAttn, kProj, kFfn, kWordEmbed, kLogits };
+  enum Slot { kX, kNormed, kQ, kAttn, kProj, kFfn, kWordEmbed, kLogits, kBlockK, kBlockV };
+  // Token + position embeddings of ids at positions [n_past, n_past + n) into x [n, H] (backend).
+  void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x);
+  // Block l on the residual stream: x and h are [n, H] backend buffers; a post-LN block swaps
+  // them, so afterwards x points at the block's output. Keys/values rows [n_past, n_past + n)
+  // go into k_cache/v_cache [.., H].
+  void run_block(uint32_t l, float*& x, float*& h, size_t n, size_t n_past, float* k_cache,
+                 float* v_cache, const LinearInputHook* hook);
+  // cur [rows, H] (backend) -> logits [rows, V] (host).
+  void run_head(const float* cur, size_t rows, std::vector<float>& logits);
+  BlockHookCaller hook_caller_{backend_};
+  std::vector<std::unique_ptr<Weight>> replaced_;  // weights given by replace_block_weight
   WeightStore store_;
   ScratchBuffers scratch_;
   const Weight* embed_ = nullptr;        // [V, Dw]
@@ -111,26 +127,13 @@ OptModel::OptModel(const ModelConfig& c, const ContainerReader& container, Backe
   attention_.scale = 1.0f;  // q is pre-scaled, as transformers does
 }
 
-void OptModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
-                       std::vector<float>& logits) {
-  const ModelConfig& c = config_;
-  check_forward_inputs(c, store_.path(), ids, n, cache);
-  const size_t H = c.hidden, F = c.intermediate, V = c.vocab, Dw = c.word_embed_dim;
-  const size_t n_past = cache.n_past();
-  const float q_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  float* x = scratch_.get(kX, n * H);  // the residual stream [n, H]
-  float* h = scratch_.get(kNormed, n * H);
-  float* q = scratch_.get(kQ, n * H);
-  float* attn = scratch_.get(kAttn, n * H);
+void OptModel::run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) {
+  const size_t H = config_.hidden, Dw = config_.word_embed_dim;
   float* proj = scratch_.get(kProj, n * H);
-  float* ffn = scratch_.get(kFfn, n * F);
-  float* word = scratch_.get(kWordEmbed, n * Dw);
   position_rows_.resize(n);
   for (size_t t = 0; t < n; ++t) position_rows_[t] = static_cast<int32_t>(n_past + t) + kPositionOffset;
-
-  const Clock::time_point t_start = Clock::now();
-  double layers_total_ms = 0;
   if (project_in_) {
+    float* word = scratch_.get(kWordEmbed, n * Dw);
     backend_.embed(*embed_, ids, n, word);
     backend_.linear(*project_in_, word, n, nullptr, x);
   } else {
@@ -138,46 +141,98 @@ void OptModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_lo
   }
   backend_.embed(*positions_table_, position_rows_.data(), n, proj);
   backend_.add(x, proj, n * H);
+}
 
+void OptModel::run_block(uint32_t l, float*& x, float*& h, size_t n, size_t n_past, float* k_cache,
+                         float* v_cache, const LinearInputHook* hook) {
+  const ModelConfig& c = config_;
+  const size_t H = c.hidden, F = c.intermediate;
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  float* q = scratch_.get(kQ, n * H);
+  float* attn = scratch_.get(kAttn, n * H);
+  float* proj = scratch_.get(kProj, n * H);
+  float* ffn = scratch_.get(kFfn, n * F);
+  const OptLayer& L = layers_[l];
+  float* k_new = k_cache + n_past * H;
+  float* v_new = v_cache + n_past * H;
+  const float* in = x;
+  if (c.pre_layer_norm) {
+    backend_.layer_norm(x, L.attn_ln_gamma, L.attn_ln_beta, c.norm_eps, n, H, h);
+    in = h;
+  }
+  hook_caller_(hook, l, "self_attn.q_proj", in, n, H);
+  hook_caller_(hook, l, "self_attn.k_proj", in, n, H);
+  hook_caller_(hook, l, "self_attn.v_proj", in, n, H);
+  backend_.linear(*L.q, in, n, L.q_bias, q);
+  backend_.scale(q, q_scale, n * H);
+  backend_.linear(*L.k, in, n, L.k_bias, k_new);
+  backend_.linear(*L.v, in, n, L.v_bias, v_new);
+  backend_.attention(q, k_cache, v_cache, n_past, n, attention_, attn);
+  hook_caller_(hook, l, "self_attn.out_proj", attn, n, H);
+  backend_.linear(*L.out, attn, n, L.out_bias, proj);
+  backend_.add(x, proj, n * H);
+  if (!c.pre_layer_norm) {
+    backend_.layer_norm(x, L.attn_ln_gamma, L.attn_ln_beta, c.norm_eps, n, H, h);
+    std::swap(x, h);
+  }
+
+  in = x;
+  if (c.pre_layer_norm) {
+    backend_.layer_norm(x, L.ffn_ln_gamma, L.ffn_ln_beta, c.norm_eps, n, H, h);
+    in = h;
+  }
+  hook_caller_(hook, l, "fc1", in, n, H);
+  backend_.linear(*L.fc1, in, n, L.fc1_bias, ffn);
+  backend_.relu(ffn, n * F);
+  hook_caller_(hook, l, "fc2", ffn, n, F);
+  backend_.linear(*L.fc2, ffn, n, L.fc2_bias, proj);
+  backend_.add(x, proj, n * H);
+  if (!c.pre_layer_norm) {
+    backend_.layer_norm(x, L.ffn_ln_gamma, L.ffn_ln_beta, c.norm_eps, n, H, h);
+    std::swap(x, h);
+  }
+}
+
+void OptModel::run_head(const float* cur, size_t rows, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  const size_t H = c.hidden, V = c.vocab, Dw = c.word_embed_dim;
+  // The head's buffers must not alias `cur`: x/h may be either slot after post-LN swaps, so
+  // the normed copy goes to kAttn (free after the blocks) and the projection to kWordEmbed.
+  if (final_gamma_) {
+    float* normed = scratch_.get(kAttn, rows * H);
+    backend_.layer_norm(cur, final_gamma_, final_beta_, c.norm_eps, rows, H, normed);
+    cur = normed;
+  }
+  if (project_out_) {
+    float* word = scratch_.get(kWordEmbed, rows * Dw);
+    backend_.linear(*project_out_, cur, rows, nullptr, word);
+    cur = word;
+  }
+  float* out = scratch_.get(kLogits, rows * V);
+  backend_.linear(*lm_head_, cur, rows, nullptr, out);
+  logits.resize(rows * V);
+  backend_.download(logits.data(), out, rows * V);
+}
+
+void OptModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
+                       std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  check_forward_inputs(c, store_.path(), ids, n, cache);
+  const size_t H = c.hidden;
+  const size_t n_past = cache.n_past();
+  float* x = scratch_.get(kX, n * H);  // the residual stream [n, H]
+  float* h = scratch_.get(kNormed, n * H);
+
+  const Clock::time_point t_start = Clock::now();
+  double layers_total_ms = 0;
+  run_embed(ids, n, n_past, x);
   for (uint32_t l = 0; l < c.n_layers; ++l) {
-    const OptLayer& L = layers_[l];
     Clock::time_point t_layer;
     if (profiling_) {
       backend_.synchronize();
       t_layer = Clock::now();
     }
-    float* k_new = cache.keys(l) + n_past * H;
-    float* v_new = cache.values(l) + n_past * H;
-    const float* in = x;
-    if (c.pre_layer_norm) {
-      backend_.layer_norm(x, L.attn_ln_gamma, L.attn_ln_beta, c.norm_eps, n, H, h);
-      in = h;
-    }
-    backend_.linear(*L.q, in, n, L.q_bias, q);
-    backend_.scale(q, q_scale, n * H);
-    backend_.linear(*L.k, in, n, L.k_bias, k_new);
-    backend_.linear(*L.v, in, n, L.v_bias, v_new);
-    backend_.attention(q, cache.keys(l), cache.values(l), n_past, n, attention_, attn);
-    backend_.linear(*L.out, attn, n, L.out_bias, proj);
-    backend_.add(x, proj, n * H);
-    if (!c.pre_layer_norm) {
-      backend_.layer_norm(x, L.attn_ln_gamma, L.attn_ln_beta, c.norm_eps, n, H, h);
-      std::swap(x, h);
-    }
-
-    in = x;
-    if (c.pre_layer_norm) {
-      backend_.layer_norm(x, L.ffn_ln_gamma, L.ffn_ln_beta, c.norm_eps, n, H, h);
-      in = h;
-    }
-    backend_.linear(*L.fc1, in, n, L.fc1_bias, ffn);
-    backend_.relu(ffn, n * F);
-    backend_.linear(*L.fc2, ffn, n, L.fc2_bias, proj);
-    backend_.add(x, proj, n * H);
-    if (!c.pre_layer_norm) {
-      backend_.layer_norm(x, L.ffn_ln_gamma, L.ffn_ln_beta, c.norm_eps, n, H, h);
-      std::swap(x, h);
-    }
+    run_block(l, x, h, n, n_past, cache.keys(l), cache.values(l), nullptr);
     if (profiling_) {
       backend_.synchronize();
       const double ms = ms_since(t_layer);
@@ -188,23 +243,57 @@ void OptModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_lo
   cache.advance(n);
 
   const size_t rows = all_logits ? n : 1;
-  const float* cur = all_logits ? x : x + (n - 1) * H;
-  if (final_gamma_) {
-    backend_.layer_norm(cur, final_gamma_, final_beta_, c.norm_eps, rows, H, h);
-    cur = h;
-  }
-  if (project_out_) {
-    backend_.linear(*project_out_, cur, rows, nullptr, word);
-    cur = word;
-  }
-  float* out = scratch_.get(kLogits, rows * V);
-  backend_.linear(*lm_head_, cur, rows, nullptr, out);
-  logits.resize(rows * V);
-  backend_.download(logits.data(), out, rows * V);
+  run_head(all_logits ? x : x + (n - 1) * H, rows, logits);
   if (profiling_) {
     profile_.head_ms += ms_since(t_start) - layers_total_ms;
     profile_.n_calls += 1;
   }
+}
+
+void OptModel::embed(const int32_t* ids, size_t n, float* hidden_out) {
+  check_block_inputs(config_, store_.path(), ids, n);
+  float* x = scratch_.get(kX, n * config_.hidden);
+  run_embed(ids, n, 0, x);
+  backend_.download(hidden_out, x, n * config_.hidden);
+}
+
+void OptModel::forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) {
+  check_block_inputs(config_, store_.path(), nullptr, n, layer);
+  const size_t H = config_.hidden;
+  float* x = scratch_.get(kX, n * H);
+  float* h = scratch_.get(kNormed, n * H);
+  backend_.upload(x, hidden, n * H);
+  run_block(layer, x, h, n, 0, scratch_.get(kBlockK, n * H), scratch_.get(kBlockV, n * H), &hook);
+  backend_.download(hidden, x, n * H);
+}
+
+void OptModel::head(const float* hidden, size_t n, std::vector<float>& logits) {
+  float* x = scratch_.get(kX, n * config_.hidden);
+  backend_.upload(x, hidden, n * config_.hidden);
+  run_head(x, n, logits);
+}
+
+std::vector<std::string> OptModel::block_linear_names() const {
+  return {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj", "fc1", "fc2"};
+}
+
+void OptModel::replace_block_weight(uint32_t layer, const std::string& linear, const TensorView& view) {
+  const ModelConfig& c = config_;
+  if (layer >= c.n_layers) throw Error(store_.path() + ": no decoder block " + std::to_string(layer));
+  const uint64_t H = c.hidden, F = c.intermediate;
+  OptLayer& L = layers_[layer];
+  struct Slot { const char* name; const Weight** w; uint64_t rows, cols; };
+  const Slot slots[] = {{"self_attn.q_proj", &L.q, H, H}, {"self_attn.k_proj", &L.k, H, H},
+                        {"self_attn.v_proj", &L.v, H, H}, {"self_attn.out_proj", &L.out, H, H},
+                        {"fc1", &L.fc1, F, H},            {"fc2", &L.fc2, H, F}};
+  for (const Slot& s : slots) {
+    if (linear != s.name) continue;
+    const std::string what = store_.path() + ": replacement for decoder.layers." + std::to_string(layer) + "." + linear;
+    replaced_.push_back(prepare_replacement(backend_, view, s.rows, s.cols, what));
+    *s.w = replaced_.back().get();
+    return;
+  }
+  throw Error(store_.path() + ": no Linear \"" + linear + "\" in an OPT block");
 }
 
 }  // namespace

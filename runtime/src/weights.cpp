@@ -118,4 +118,36 @@ void check_forward_inputs(const ModelConfig& config, const std::string& path, co
                   std::to_string(config.vocab) + ")");
 }
 
+void BlockHookCaller::operator()(const Model::LinearInputHook* hook, uint32_t layer,
+                                 const char* linear, const float* x, size_t n, size_t in) {
+  if (!hook || !*hook) return;
+  host_.resize(n * in);
+  backend_.download(host_.data(), x, n * in);
+  (*hook)(layer, linear, host_.data(), n, in);
+}
+
+std::unique_ptr<Weight> prepare_replacement(Backend& backend, const TensorView& view, uint64_t rows,
+                                            uint64_t cols, const std::string& what) {
+  if (!view.info || view.info->shape != std::vector<uint64_t>{rows, cols})
+    throw Error(what + ": replacement weight must have shape " + shape_text({rows, cols}));
+  validate_bitmap(view, what);
+  return backend.prepare_weight(view);
+}
+
+void check_block_inputs(const ModelConfig& config, const std::string& path, const int32_t* ids,
+                        size_t n, uint32_t layer) {
+  if (n == 0) throw Error(path + ": block pass over zero tokens");
+  if (n > config.max_positions)
+    throw Error(path + ": " + std::to_string(n) + " tokens exceed the context length " +
+                std::to_string(config.max_positions) + " (max_position_embeddings)");
+  if (layer >= config.n_layers)
+    throw Error(path + ": no decoder block " + std::to_string(layer) + " (the model has " +
+                std::to_string(config.n_layers) + ")");
+  if (ids)
+    for (size_t i = 0; i < n; ++i)
+      if (ids[i] < 0 || static_cast<uint64_t>(ids[i]) >= config.vocab)
+        throw Error(path + ": token id " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
+                    std::to_string(config.vocab) + ")");
+}
+
 }  // namespace endor

@@ -76,6 +76,28 @@ inline double ms_since(Clock::time_point t0) {
 void check_forward_inputs(const ModelConfig& config, const std::string& path, const int32_t* ids,
                           size_t n, const KvCache& cache);
 
+// Checks of the block-level calls: 0 < n <= context, ids (when given) inside the vocab, and
+// layer < n_layers.
+void check_block_inputs(const ModelConfig& config, const std::string& path, const int32_t* ids,
+                        size_t n, uint32_t layer = 0);
+
+// Block-level plumbing shared by the models (Model::forward_block and friends).
+class BlockHookCaller {
+ public:
+  explicit BlockHookCaller(Backend& backend) : backend_(backend) {}
+  // Calls hook(layer, linear, x, n, in) with x [n, in] copied to host memory; no-op without a hook.
+  void operator()(const Model::LinearInputHook* hook, uint32_t layer, const char* linear,
+                  const float* x, size_t n, size_t in);
+
+ private:
+  Backend& backend_;
+  std::vector<float> host_;
+};
+
+// Checks `view` against the [rows, cols] a Linear needs and prepares it; throws naming `what`.
+std::unique_ptr<Weight> prepare_replacement(Backend& backend, const TensorView& view, uint64_t rows,
+                                            uint64_t cols, const std::string& what);
+
 std::unique_ptr<Model> make_opt_model(const ModelConfig& config, const ContainerReader& container,
                                       Backend& backend);
 std::unique_ptr<Model> make_llama_model(const ModelConfig& config, const ContainerReader& container,

@@ -120,6 +120,26 @@ class Model {
   // norm, the lm_head, and one embedding (and position) row.
   uint64_t decode_bytes_per_token() const { return decode_bytes_per_token_; }
 
+  // ---- block-level access (the calibration driver of endor-pack runs the model with these) -----
+  // The same block code as forward() (one implementation); positions are [0, n), no cache carried.
+  // Linear names are canonical per block: Llama "self_attn.{q,k,v,o}_proj", "mlp.{gate,up,down}_proj";
+  // OPT "self_attn.{q,k,v,out}_proj", "fc1", "fc2".
+  // The hook sees every Linear's input x [n, in] (host memory) BEFORE the Linear runs; Linears
+  // sharing one input (q/k/v, gate/up) are each reported with the same x.
+  using LinearInputHook = std::function<void(uint32_t layer, const std::string& linear,
+                                             const float* x, size_t n, size_t in)>;
+  // ids[0..n) -> hidden [n, hidden] (host): token (+ position) embeddings, OPT project_in.
+  virtual void embed(const int32_t* ids, size_t n, float* hidden_out) = 0;
+  // Runs decoder block `layer` on hidden [n, hidden] (host) in place; hook may be empty.
+  virtual void forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) = 0;
+  // Final norm (+ OPT project_out) and lm_head: hidden [n, hidden] (host) -> logits [n, vocab].
+  virtual void head(const float* hidden, size_t n, std::vector<float>& logits) = 0;
+  // Uses `view` (shape [out, in] of that Linear; must outlive the model) for Linear `linear` of
+  // block `layer` from now on, in forward() and forward_block(). Throws on an unknown name/shape.
+  virtual void replace_block_weight(uint32_t layer, const std::string& linear, const TensorView& view) = 0;
+  // The canonical Linear names of one block, in execution order.
+  virtual std::vector<std::string> block_linear_names() const = 0;
+
   void set_profiling(bool on);
   const ForwardProfile& profile() const { return profile_; }
   void reset_profile();
