@@ -1,9 +1,21 @@
-// endor-infer: run a .endor model on a prompt and stream the generated tokens.
+// endor-infer: run a .endor model on a prompt and stream the generated text (or ids), measure
+// perplexity on a text file, or tokenize / detokenize with the model's tokenizer.
+//   endor-infer FILE -p TEXT | --ids "1 2 3" [sampling options]
+//   endor-infer FILE --perplexity TEXT_FILE [--ctx L]
+//   endor-infer tokenize FILE  /  endor-infer detokenize FILE   (stdin -> stdout)
 // Errors: one line "error: ..." on stderr, exit 1 (2 for command-line usage errors).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -12,12 +24,13 @@
 #include <cxxopts.hpp>
 
 #include "endor/runtime.h"
+#include "endor/tokenizer.h"
+#include "tokenizer_commands.h"
+#include "usage_error.h"
 
 namespace {
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using endor::cli::UsageError;
 
 // "1 2 3" or "1,2,3" -> ids; every entry a non-negative integer.
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -60,14 +73,74 @@ void print_stats(const endor::Backend& backend, const endor::Model& model,
   }
 }
 
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw endor::Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw endor::Error(path + ": read failed");
+  return s.str();
+}
+
+// Writes bytes to stdout now (generated text is streamed as it comes).
+void emit(const std::string& text) {
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+// The ALGORITHMS.md "Perplexity" convention over a whole text file: tokenized once (the
+// tokenizer's post-processor puts the BOS first when it has one), non-overlapping windows of
+// `ctx` tokens, tail dropped. Progress (windows done / total, tokens/s) goes to stderr; the last
+// line on stdout is "perplexity: VALUE".
+void run_perplexity(endor::Model& model, const endor::Tokenizer& tokenizer, const std::string& text_path,
+                    size_t ctx) {
+  const std::string text = read_file_bytes(text_path);
+  const std::vector<int32_t> ids = tokenizer.encode(text, true);
+  if (ids.size() < ctx)
+    throw endor::Error(text_path + ": " + std::to_string(ids.size()) +
+                       " tokens are fewer than one window of " + std::to_string(ctx) +
+                       "; use a smaller --ctx or a longer text");
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point last_report = t0;
+  const auto progress = [&](size_t done, size_t total) {
+    const Clock::time_point now = Clock::now();
+    // On a terminal one line is rewritten per window; into a file (logs, tests) a line per ~2 s.
+    if (!tty && done < total && now - last_report < std::chrono::seconds(2)) return;
+    last_report = now;
+    const double s = std::chrono::duration<double>(now - t0).count();
+    std::fprintf(stderr, "%sperplexity: window %zu/%zu, %.0f tokens/s%s", tty ? "\r" : "", done, total,
+                 s > 0 ? done * ctx / s : 0.0, tty && done < total ? "" : "\n");
+    std::fflush(stderr);
+  };
+  const endor::PerplexityResult r = endor::perplexity(model, ids, ctx, progress);
+  std::printf("text: %s, %zu tokens%s\n", text_path.c_str(), ids.size(),
+              tokenizer.adds_bos() ? " (one BOS first)" : "");
+  std::printf("windows: %zu of %zu tokens (tail of %zu tokens dropped)\n", r.n_windows, r.window,
+              ids.size() - r.n_windows * r.window);
+  std::printf("mean NLL: %.6f nats\n", r.mean_nll);
+  std::printf("perplexity: %.6f\n", r.perplexity);
+}
+
 int run(int argc, char** argv) {
-  cxxopts::Options options("endor-infer", "Run a .endor model and stream the generated tokens.");
+  cxxopts::Options options("endor-infer",
+                           "Run a .endor model: stream generated text, or measure perplexity.\n"
+                           "  endor-infer tokenize FILE     text on stdin -> ids on stdout\n"
+                           "  endor-infer detokenize FILE   ids on stdin -> text on stdout");
   options.positional_help("FILE");
   options.add_options()
     ("file", "the .endor container", cxxopts::value<std::string>())
-    ("p,prompt", "prompt text", cxxopts::value<std::string>())
+    ("p,prompt", "prompt text (encoded with the container's tokenizer.json; output is text)",
+     cxxopts::value<std::string>())
     ("ids", "prompt as token ids, e.g. \"1 2 3\" (output prints as ids)", cxxopts::value<std::string>())
     ("n,n-tokens", "tokens to generate", cxxopts::value<size_t>()->default_value("64"))
+    ("ignore-eos", "keep generating after an end-of-sequence token")
+    ("perplexity", "measure perplexity on this text file instead of generating",
+     cxxopts::value<std::string>())
+    ("ctx", "perplexity window in tokens (default: the model's max_position_embeddings)",
+     cxxopts::value<size_t>())
     ("temperature", "sampling temperature; 0 = greedy (default: the container's generation_config, "
                     "else greedy)", cxxopts::value<float>())
     ("top-k", "keep the K most likely tokens (0 = off)", cxxopts::value<uint32_t>())
@@ -86,18 +159,41 @@ int run(int argc, char** argv) {
     std::cout << options.help() << "\n";
     return 0;
   }
-  if (!args.count("file")) throw UsageError("no model file given (endor-infer FILE --ids \"1 2 3\")");
-  if (args.count("prompt") && args.count("ids")) throw UsageError("give either -p or --ids, not both");
-  if (!args.count("prompt") && !args.count("ids")) throw UsageError("no prompt given (-p TEXT or --ids \"1 2 3\")");
-  if (args.count("prompt")) throw endor::Error("text prompts need the tokenizer; use --ids");
-  const std::vector<int32_t> prompt = parse_ids(args["ids"].as<std::string>());
+  if (!args.count("file")) throw UsageError("no model file given (endor-infer FILE -p TEXT)");
+  const bool measure = args.count("perplexity") > 0;
+  const int n_inputs = int(args.count("prompt") > 0) + int(args.count("ids") > 0) + int(measure);
+  if (n_inputs > 1) throw UsageError("give one of -p, --ids and --perplexity");
+  if (n_inputs == 0) throw UsageError("no prompt given (-p TEXT, --ids \"1 2 3\" or --perplexity TEXT_FILE)");
+  if (args.count("ctx") && !measure) throw UsageError("--ctx goes with --perplexity");
+  if (args.count("ctx") && args["ctx"].as<size_t>() < 2) throw UsageError("--ctx must be at least 2 tokens");
   if (args["threads"].as<int>() < 0) throw UsageError("--threads must be >= 0");
+  std::vector<int32_t> prompt;
+  if (args.count("ids")) prompt = parse_ids(args["ids"].as<std::string>());
 
+  const std::string file = args["file"].as<std::string>();
+  std::unique_ptr<endor::ContainerReader> container = endor::ContainerReader::open(file);
+  // Text in or out needs the tokenizer; checked before the weights are placed.
+  std::optional<endor::Tokenizer> tokenizer;
+  if (!args.count("ids")) {
+    tokenizer = endor::cli::container_tokenizer(*container);
+    if (!tokenizer)
+      throw endor::Error(file + ": the container holds no tokenizer.json, so text cannot be encoded; "
+                         "give token ids with --ids \"1 2 3\"");
+  }
   std::unique_ptr<endor::Backend> backend =
       endor::make_backend(args["device"].as<std::string>(), args["threads"].as<int>());
-  std::unique_ptr<endor::ContainerReader> container =
-      endor::ContainerReader::open(args["file"].as<std::string>());
   std::unique_ptr<endor::Model> model = endor::load_model(*container, *backend);
+
+  if (measure) {
+    const size_t ctx = args.count("ctx") ? args["ctx"].as<size_t>() : model->config().max_positions;
+    if (ctx > model->config().max_positions)
+      throw endor::Error(file + ": --ctx " + std::to_string(ctx) + " exceeds the model's context length " +
+                       std::to_string(model->config().max_positions) + " (max_position_embeddings)");
+    run_perplexity(*model, *tokenizer, args["perplexity"].as<std::string>(), ctx);
+    return 0;
+  }
+  const std::string prompt_text = args.count("prompt") ? args["prompt"].as<std::string>() : "";
+  if (tokenizer) prompt = tokenizer->encode(prompt_text, true);
 
   const uint64_t seed = args.count("seed") ? args["seed"].as<uint64_t>() : std::random_device{}();
   endor::SamplerOptions sampling =
@@ -109,6 +205,7 @@ int run(int argc, char** argv) {
 
   endor::GenerationOptions gen;
   gen.max_new_tokens = args["n-tokens"].as<size_t>();
+  gen.stop_at_eos = args.count("ignore-eos") == 0;
   const std::string dump_path = args.count("dump-logits") ? args["dump-logits"].as<std::string>() : "";
   if (!dump_path.empty()) {
     const size_t vocab = model->config().vocab;
@@ -119,16 +216,40 @@ int run(int argc, char** argv) {
   const bool stats = args.count("stats") > 0;
   model->set_profiling(stats);
 
-  size_t n_printed = 0;
   endor::GenerationStats st;
-  endor::generate(*model, prompt, sampler, gen,
-                  [&](int32_t id) {
-                    std::printf(n_printed++ ? " %d" : "%d", id);
-                    std::fflush(stdout);
-                  },
-                  &st);
-  if (n_printed) std::printf("\n");
-  std::fflush(stdout);
+  if (tokenizer) {
+    // Text out: the prompt as given, then the continuation as its UTF-8 completes. The decoder is
+    // first fed the prompt's ids (their text discarded) so the first new token decodes in context
+    // (e.g. a SentencePiece leading space is kept). Special tokens (BOS, EOS) are not printed.
+    endor::StreamingDecoder decoder(*tokenizer, /*skip_special_tokens=*/true);
+    for (int32_t id : prompt) decoder.push(id);
+    decoder.flush();
+    std::string last = prompt_text;  // what was printed last, for the final newline
+    emit(prompt_text);
+    const std::vector<int32_t>& eos = model->config().eos_token_ids;
+    endor::generate(*model, prompt, sampler, gen,
+                    [&](int32_t id) {
+                      if (gen.stop_at_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) return;
+                      const std::string piece = decoder.push(id);
+                      if (!piece.empty()) last = piece;
+                      emit(piece);
+                    },
+                    &st);
+    const std::string rest = decoder.flush();
+    if (!rest.empty()) last = rest;
+    emit(rest);
+    if (last.empty() || last.back() != '\n') emit("\n");
+  } else {
+    size_t n_printed = 0;
+    endor::generate(*model, prompt, sampler, gen,
+                    [&](int32_t id) {
+                      std::printf(n_printed++ ? " %d" : "%d", id);
+                      std::fflush(stdout);
+                    },
+                    &st);
+    if (n_printed) std::printf("\n");
+    std::fflush(stdout);
+  }
   if (st.stop == endor::StopReason::Context)
     std::fprintf(stderr, "note: stopped at the context length %u (max_position_embeddings)\n",
                  model->config().max_positions);
@@ -140,6 +261,11 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
+    // Subcommands come first; anything else is the model FILE (pass a file literally named
+    // "tokenize" as ./tokenize).
+    const std::string first = argc > 1 ? argv[1] : "";
+    if (first == "tokenize") return endor::cli::run_tokenize(argc - 1, argv + 1);
+    if (first == "detokenize") return endor::cli::run_detokenize(argc - 1, argv + 1);
     return run(argc, argv);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
