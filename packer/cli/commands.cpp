@@ -72,17 +72,21 @@ void add_dtype_and_budget_options(cxxopts::Options& o) {
 void add_prune_options(cxxopts::Options& o) {
   o.add_options("Pruning")
     ("sparsity", "fraction of each pruned Linear to zero, in [0, 1); 0 keeps existing zeros", cxxopts::value<std::string>())
-    ("method", "magnitude (wanda, sparsegpt: need calibration, not implemented yet)", cxxopts::value<std::string>()->default_value("magnitude"))
+    ("method", "magnitude, wanda or sparsegpt (these two need --calib)", cxxopts::value<std::string>()->default_value("magnitude"))
     ("pattern", "unstructured or N:M (zero N of every M consecutive inputs, e.g. 2:4)", cxxopts::value<std::string>()->default_value("unstructured"))
     ("scope", "row (the int(in*S) smallest |w| of each row) or matrix (one threshold)", cxxopts::value<std::string>()->default_value("row"))
     ("quant", "none, int8 (per row) or int4 (per group) for the pruned Linears", cxxopts::value<std::string>()->default_value("none"))
     ("group-size", "int4 group: consecutive input columns sharing a scale and min", cxxopts::value<uint32_t>()->default_value("128"))
     ("skip", "regex (ECMAScript, searched in the canonical tensor name) of Linears to leave unpruned and unquantized", cxxopts::value<std::string>())
-    ("calib", "calibration text for --method wanda|sparsegpt (not implemented yet)", cxxopts::value<std::string>());
+    ("calib", "calibration text (UTF-8 file) for --method wanda|sparsegpt", cxxopts::value<std::string>())
+    ("calib-samples", "calibration windows drawn from --calib", cxxopts::value<uint64_t>()->default_value("128"))
+    ("calib-seqlen", "tokens per calibration window (default: max_position_embeddings)", cxxopts::value<uint64_t>())
+    ("seed", "seed of the calibration window sampling (std::mt19937_64)", cxxopts::value<uint64_t>()->default_value("0"));
 }
 
 bool any_prune_option_given(const cxxopts::ParseResult& r) {
-  for (const char* k : {"sparsity", "method", "pattern", "scope", "quant", "group-size", "skip", "calib", "dtype"})
+  for (const char* k : {"sparsity", "method", "pattern", "scope", "quant", "group-size", "skip", "calib", "dtype",
+                        "calib-samples", "calib-seqlen", "seed"})
     if (r.count(k)) return true;
   return false;
 }
@@ -108,9 +112,17 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
   p.method = r["method"].as<std::string>();
   if (p.method != "magnitude" && p.method != "wanda" && p.method != "sparsegpt")
     throw UsageError("--method must be magnitude, wanda or sparsegpt, got '" + p.method + "'");
+#ifndef ENDOR_PACK_CALIBRATION
   if (p.method != "magnitude")
-    throw Error("not implemented yet: --method " + p.method + " needs calibration support (issue 6)");
-  if (r.count("calib")) throw UsageError("--calib is for --method wanda|sparsegpt; magnitude pruning needs no data");
+    throw Error("--method " + p.method + " needs calibration support, which this build lacks (runtime, tokenizer or LAPACK missing)");
+#endif
+  if (p.method == "magnitude") {
+    for (const char* k : {"calib", "calib-samples", "calib-seqlen", "seed"})
+      if (r.count(k))
+        throw UsageError(std::string("--") + k + " is for --method wanda|sparsegpt; magnitude pruning needs no data");
+  } else if (!r.count("calib")) {
+    throw UsageError("--method " + p.method + " needs --calib TEXT_FILE (calibration text)");
+  }
 
   const std::string pattern = r["pattern"].as<std::string>();
   std::smatch m;
@@ -206,7 +218,21 @@ int run_pack(const char* cmd, int argc, char** argv) {
     cb.on_progress = [&](const PackProgress& p) { progress.update(p); };
     cb.on_temp_path = [](const std::string& path) { set_cleanup_path(path); };
     const auto t0 = std::chrono::steady_clock::now();
+#ifdef ENDOR_PACK_CALIBRATION
+    const bool calibrated = prune && o.prune.method != "magnitude";
+    CalibrationOptions co;
+    if (calibrated) {
+      co.text_path = r["calib"].as<std::string>();
+      co.n_samples = r["calib-samples"].as<uint64_t>();
+      if (co.n_samples == 0) throw UsageError("--calib-samples must be at least 1");
+      if (r.count("calib-seqlen")) co.seq_len = r["calib-seqlen"].as<uint64_t>();
+      if (r.count("calib-seqlen") && co.seq_len == 0) throw UsageError("--calib-seqlen must be at least 1");
+      co.seed = r["seed"].as<uint64_t>();
+    }
+    const PackSummary s = calibrated ? pack_calibrated(src, out, o, co, cb) : pack_checkpoint(src, out, o, cb);
+#else
     const PackSummary s = pack_checkpoint(src, out, o, cb);
+#endif
     progress.finish();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const std::string& d : s.dropped) std::fprintf(stderr, "note: not packed: %s\n", d.c_str());

@@ -280,6 +280,13 @@ PackSummary pack_checkpoint(const std::string& source_dir, const std::string& ou
   validate_options(o);
   std::unique_ptr<Pruner> pruner;
   if (o.command == "prune" || o.prune.active()) pruner = make_pruner(o.prune);
+  return pack_checkpoint_with_pruner(source_dir, output_path, o, pruner.get(), cb, nullptr);
+}
+
+PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std::string& output_path,
+                                        const PackOptions& o, Pruner* pruner, const PackCallbacks& cb,
+                                        const nlohmann::json& calibration) {
+  validate_options(o);
   const std::unique_ptr<Checkpoint> ck = Checkpoint::open(source_dir);
   check_output_is_not_input(output_path, *ck);
 
@@ -315,7 +322,7 @@ PackSummary pack_checkpoint(const std::string& source_dir, const std::string& ou
     }
     progress.tensor = t.name;
     const TensorTreatment tr = plan_treatment(t, o);
-    PreparedTensor p = prepare_tensor(*ck, t, tr, pruner.get(), o);
+    PreparedTensor p = prepare_tensor(*ck, t, tr, pruner, o);
     writer.add_tensor(p.info, p.data, p.n_bytes);
     ck->release(t);
     summary.tensors += 1;
@@ -347,6 +354,7 @@ PackSummary pack_checkpoint(const std::string& source_dir, const std::string& ou
 
   nlohmann::json provenance = make_provenance(source_dir, o);
   if (!summary.dropped.empty()) provenance["dropped"] = summary.dropped;
+  if (!calibration.is_null()) provenance["calibration"] = calibration;
   writer.commit(ck->config(), ck->generation_config(), provenance);
   struct stat st {};
   if (::stat(output_path.c_str(), &st) == 0) summary.file_bytes = uint64_t(st.st_size);

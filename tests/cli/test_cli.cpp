@@ -240,8 +240,12 @@ TEST_CASE("errors: one line, right exit code, no output or temporary file left")
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--pattern", "4:2"}), 2, "0 < N < M");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--gpu-mem", "lots"}), 2,
                        "invalid size");
-  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--method", "wanda"}), 1,
-                       "not implemented yet: --method wanda needs calibration support (issue 6)");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--method", "wanda"}), 2,
+                       "--method wanda needs --calib TEXT_FILE");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--calib", "x.txt"}), 2,
+                       "--calib is for --method wanda|sparsegpt");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--method", "sparsegpt",
+                            "--calib", dir + "/absent.txt"}), 1, "absent.txt: cannot open the calibration text");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--skip", "("}), 2, "--skip");
 
   // Corrupt safetensors: a copy of a fixture with its data cut short.

@@ -281,6 +281,38 @@ Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType, uint32_t
 PackSummary pack_checkpoint(const std::string& source_dir, const std::string& output_path,
                             const PackOptions&, const PackCallbacks& = {});
 
+// pack_checkpoint with a caller-supplied pruner (e.g. the calibration driver's, which hands out
+// precomputed weights); `calibration` (when not null) is recorded as provenance "calibration".
+PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std::string& output_path,
+                                        const PackOptions&, Pruner* pruner, const PackCallbacks& = {},
+                                        const nlohmann::json& calibration = nullptr);
+
+// ==== calibrated pruning (Wanda, SparseGPT): packer/src/calibrate.cpp ========================
+// ALGORITHMS.md "Sequential calibration". Sampling: the calibration text is tokenized once with
+// the checkpoint's tokenizer.json (add_special_tokens: one BOS at the start when the tokenizer
+// adds one); with std::mt19937_64(seed), each of n_samples windows starts at
+// std::uniform_int_distribution<uint64_t>(0, n_tokens - seq_len - 1)(rng) (the reference's
+// random.randint(0, len - seqlen - 1) over one C4 document; here the whole text is one document).
+struct CalibrationOptions {
+  std::string text_path;               // --calib
+  uint64_t n_samples = 128;            // --calib-samples
+  uint64_t seq_len = 0;                // --calib-seqlen; 0 = the model's max_position_embeddings
+  uint64_t seed = 0;                   // --seed
+  int n_threads = 0;                   // CPU backend threads (0 = OpenMP default)
+};
+
+// Runs the model block by block on the calibration windows (CPU backend, over a temporary dense
+// f32 container "<output>.calib-f32.tmp-<pid>", removed on every way out), prunes each block's
+// Linears with o.prune.method (wanda | sparsegpt; SparseGPT quantizes jointly when o.quant is
+// set), feeds the pruned block's outputs to the next block, then writes `output_path` through the
+// normal packer path with the pruned f32 weights. Memory: the activations [n_samples, seq_len,
+// hidden] f32 once, one sample's scratch, the statistics of one block, and the pruned Linears as
+// f32 (twice: the kept copy and the runtime's dense replacement).
+// Differs: with --quant, the container's int8/int4 parameters are recomputed by the encoder
+// from SparseGPT's quantized values (not SparseGPT's own scales); see the report of issue 6.
+PackSummary pack_calibrated(const std::string& source_dir, const std::string& output_path,
+                            const PackOptions&, const CalibrationOptions&, const PackCallbacks& = {});
+
 // Provenance object written into the manifest.
 nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&);
 
