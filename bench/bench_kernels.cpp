@@ -32,7 +32,7 @@ namespace {
 
 struct Args {
   int threads = 0;
-  size_t ws_mib = 1024;
+  size_t ws_mib = 2048;
   bool quick = false;
   bool compute_only = false;
   // --probe VT ENC CALLS: only run CALLS single-thread fused GEMVs on a 64 x 4096 weight (for
