@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -76,6 +77,7 @@ void print_stats(const endor::Backend& backend, const endor::Model& model,
 std::string read_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw endor::Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  if (std::filesystem::is_directory(path)) throw endor::Error(path + ": is a directory, not a text file");
   std::ostringstream s;
   s << in.rdbuf();
   if (in.bad()) throw endor::Error(path + ": read failed");

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -21,6 +22,7 @@ namespace {
 bool is_container(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  if (std::filesystem::is_directory(path)) throw Error(path + ": is a directory, not a tokenizer or .endor file");
   char magic[sizeof kMagic] = {};
   in.read(magic, sizeof magic);
   return in.gcount() == static_cast<std::streamsize>(sizeof magic) &&

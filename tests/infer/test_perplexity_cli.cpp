@@ -92,6 +92,7 @@ TEST_CASE("--perplexity errors: one line, non-zero exit") {
       {model + " --perplexity " + shortfile + " --ctx 300", "exceeds the model's context length 256", 1},
       {model + " --perplexity " + shortfile + " --ctx 1", "--ctx must be at least 2", 2},
       {model + " --perplexity " + dir.file("absent.txt") + " --ctx 8", "absent.txt", 1},
+      {model + " --perplexity " + dir.path() + " --ctx 8", "is a directory", 1},
       {model + " --perplexity " + shortfile + " -p hello", "give one of", 2},
       {model + " -p hello --ctx 8", "--ctx goes with --perplexity", 2},
       {bare + " --perplexity " + shortfile, "--ids", 1},

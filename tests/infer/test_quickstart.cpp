@@ -5,6 +5,7 @@
 //    equals the committed golden file tests/infer/golden/quickstart.txt exactly.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,9 @@ TEST_CASE("dense greedy continuation equals transformers' (ids and streamed text
   // -p streams the same continuation as text after the prompt (one newline closes the output).
   r = test::infer(dir, model + " -p \"" + prompt + "\" -n " + n + " --temperature 0");
   REQUIRE(r.status == 0);
-  CHECK(r.out == prompt + ref["new_text"].get<std::string>() + "\n");
+  std::string want_text = prompt + ref["new_text"].get<std::string>();
+  if (want_text.back() != '\n') want_text += '\n';
+  CHECK(r.out == want_text);
 }
 
 TEST_CASE("quick start at 50 %: inspect shows the sizes, greedy text equals the golden file") {
@@ -84,7 +87,18 @@ TEST_CASE("-p on a container without tokenizer.json: one line suggesting --ids")
   CHECK(r.err.find("bare.endor") != std::string::npos);
   CHECK(r.err.find("--ids") != std::string::npos);
   CHECK(r.out.empty());
-  r = test::infer(dir, bare + " --ids \"1 2\" -n 3 --temperature 0");  // ids still work there
+  r = test::infer(dir, bare + " --ids \"1 2\" -n 3 --temperature 0 --ignore-eos");  // ids still work there
   CHECK(r.status == 0);
   CHECK(parse_ids(r.out).size() == 3);
+
+  // By default generation ends at the config's EOS (2 here); --ignore-eos runs on to -n tokens.
+  const auto all = test::infer(dir, bare + " --ids 1 -n 15 --temperature 0 --ignore-eos");
+  const auto stopped = test::infer(dir, bare + " --ids 1 -n 15 --temperature 0");
+  REQUIRE(all.status == 0);
+  REQUIRE(stopped.status == 0);
+  std::vector<int32_t> want = parse_ids(all.out);
+  CHECK(want.size() == 15);
+  const auto eos = std::find(want.begin(), want.end(), 2);
+  if (eos != want.end()) want.erase(eos + 1, want.end());
+  CHECK(parse_ids(stopped.out) == want);
 }

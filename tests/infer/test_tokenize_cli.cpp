@@ -103,6 +103,7 @@ TEST_CASE("tokenize / detokenize bad input: one line, non-zero exit, nothing on 
       {"tokenize " + dir.file("absent.endor"), text, "absent.endor", 1},
       {"detokenize " + dir.file("absent.json"), "1", "absent.json", 1},
       {"tokenize " + bare, text, "holds no tokenizer.json", 1},
+      {"tokenize " + dir.path(), text, "is a directory", 1},
       {"tokenize " + test::ppl_fixture("text.txt"), text, "text.txt", 1},  // not JSON at all
       {"tokenize", text, "no tokenizer file", 2},
       {"tokenize " + model + " " + model, text, "give one FILE", 2},
