@@ -98,11 +98,15 @@ namespace cpu {
 // Forcing Avx2 on a CPU without it throws endor::Error.
 enum class Isa : uint8_t { Auto, Portable, Avx2 };
 
-// How linear() multiplies by an encoded weight (Auto picks per case, see kernels/cpu/linear.cpp):
+// How linear() multiplies by an encoded weight. Auto: Fused for T <= 8, RowDecode for 9..15,
+// PanelGemm from T = gemm_min_tokens (default 16); bench/RESULTS.md "CPU kernels" has the
+// measurements behind these thresholds.
 //   Fused     — decode in registers and multiply in one pass (each weight byte read once per
-//               call; T tokens share the decoded row). Best for decode (small T).
-//   RowDecode — each thread decodes a few rows into an L1/L2-resident f32 scratch, then dense dots.
-//   PanelGemm — decode row panels to f32 and run a GEMM (oneDNN matmul when built with it).
+//               call; up to 8 tokens share the decoded row). Best for decode (small T).
+//   RowDecode — each thread decodes 4 rows into an L1/L2-resident f32 scratch, then dense dots.
+//   PanelGemm — decode 16 MiB row panels to f32 and run a GEMM (oneDNN matmul when built with
+//               it); dense f32 weights go to the GEMM straight from the mapping.
+// All paths compute the same y within the error bound of tests/kernels/test_linear.cpp.
 enum class LinearPath : uint8_t { Auto, Fused, RowDecode, PanelGemm };
 
 // Which GEMM PanelGemm calls: Auto = oneDNN when the build found it, else the built-in one.
