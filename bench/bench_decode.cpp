@@ -131,9 +131,20 @@ void write_model(const std::string& path, const Shape& s, const BenchConfig& cfg
   w.commit(config, nullptr, {{"tool", "bench_decode"}, {"config", cfg.name}});
 }
 
+double load_average() {
+  double l = -1;
+  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
+    std::fclose(f);
+  }
+  return l;
+}
+
 struct Row {
   std::string name;
   double file_mb = 0, bytes_per_token_mb = 0, prefill_tps = 0, decode_tps = 0, floor_tps = 0;
+  double bw_gbps = 0;  // max of the bandwidth probes at start and after this config
+  char load[16] = "-";  // 1-minute load average after the config ran
 };
 
 }  // namespace
@@ -242,7 +253,11 @@ int main(int argc, char** argv) {
         }
         row.prefill_tps = best.prefill_tokens_per_s();
         row.decode_tps = best.decode_tokens_per_s();
-        row.floor_tps = bw_gbps * 1e9 / double(model->decode_bytes_per_token());
+        // Bandwidth again right after this config's runs: on a shared machine the conditions move.
+        const double bw_now = endor::cpu::measure_read_bandwidth_gbps(0, threads);
+        row.bw_gbps = std::max(bw_gbps, bw_now);
+        row.floor_tps = row.bw_gbps * 1e9 / double(model->decode_bytes_per_token());
+        std::snprintf(row.load, sizeof row.load, "%.2f", load_average());
       }
       if (!args.count("keep")) std::filesystem::remove(path);  // disk stays at one model
       std::printf("%-10s written in %.1f s, file %.1f MB: prefill %.1f tok/s, decode %.2f tok/s\n",
@@ -254,12 +269,14 @@ int main(int argc, char** argv) {
     if (!args.count("keep")) std::filesystem::remove(dir);
 
     const double dense_tps = !rows.empty() && rows[0].name == "dense_f16" ? rows[0].decode_tps : 0;
-    std::printf("\n| config | file MB | read/token MB | prefill tok/s | decode tok/s | floor tok/s | achieved/floor | decode vs dense |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("\n| config | file MB | read/token MB | prefill tok/s | decode tok/s | read GB/s | floor tok/s | achieved/floor | decode vs dense | load |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const Row& r : rows) {
-      std::printf("| %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %s |\n", r.name.c_str(), r.file_mb,
-                  r.bytes_per_token_mb, r.prefill_tps, r.decode_tps, r.floor_tps, r.decode_tps / r.floor_tps,
-                  dense_tps > 0 ? (std::to_string(r.decode_tps / dense_tps).substr(0, 4) + "x").c_str() : "-");
+      std::printf("| %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %s | %s |\n", r.name.c_str(), r.file_mb,
+                  r.bytes_per_token_mb, r.prefill_tps, r.decode_tps, r.bw_gbps, r.floor_tps,
+                  r.decode_tps / r.floor_tps,
+                  dense_tps > 0 ? (std::to_string(r.decode_tps / dense_tps).substr(0, 4) + "x").c_str() : "-",
+                  r.load);
     }
     return 0;
   } catch (const std::exception& e) {
