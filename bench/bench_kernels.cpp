@@ -368,6 +368,7 @@ int main(int argc, char** argv) try {
       double mib, bits, dec_ms, out_gbps, in_gbps, fused_ms, eff_gbps, ratio, fused_cpu_ms, port_ms, row_ms, dd_ms;
     };
     std::vector<Row> rows_out;
+    std::vector<std::string> u16_lines;  // cpu::decode_u16 (f16/bf16 only)
     for (const Config& c : configs) {
       EncodeOptions opt;
       opt.encoding = c.enc;
@@ -398,6 +399,15 @@ int main(int argc, char** argv) try {
             fused->linear(*scratch_weight, x.data(), 1, nullptr, y.data());
           },
           0.3, 16);
+      if (c.vt == ValueType::F16 || c.vt == ValueType::BF16) {
+        uint16_t* out16 = reinterpret_cast<uint16_t*>(scratch.data());
+        const double u16_s = seconds_per_call(
+            reps.size(), [&](size_t i) { cpu::decode_u16(reps.view(i), out16, threads); }, 0.3, 16);
+        char line[160];
+        std::snprintf(line, sizeof line, "| %s | %.2f | %.1f | %.1f |\n", c.label, u16_s * 1e3,
+                      double(numel) * 2 / u16_s * 1e-9, bytes / u16_s * 1e-9);
+        u16_lines.push_back(line);
+      }
       const double floor_s = bytes / (read_bw * 1e9);
       Row r{c.label,
             bytes / (1 << 20),
@@ -419,6 +429,9 @@ int main(int argc, char** argv) try {
       std::printf("| %s | %.1f | %.2f | %.2f | %.1f | %.1f | %.3f | %.1f | %.2f | %.3f | %.2f | %.3f | %.2f | %.2fx |\n",
                   r.label, r.mib, r.bits, r.dec_ms, r.out_gbps, r.in_gbps, r.fused_ms, r.eff_gbps, r.ratio,
                   r.fused_cpu_ms, r.port_ms, r.row_ms, r.dd_ms, dense_f16_ms / r.fused_ms);
+    std::printf("\ncpu::decode_u16 (whole tensor to its own 16-bit values):\n\n");
+    std::printf("| weight | ms | out GB/s | in GB/s |\n|---|---:|---:|---:|\n");
+    for (const std::string& l : u16_lines) std::printf("%s", l.c_str());
     std::printf("\n");
   }
 

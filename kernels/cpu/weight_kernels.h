@@ -19,6 +19,8 @@ struct WeightKernels {
   const char* name;
   // out[(r - r0)·cols + c] = W[r, c] as f32 for r in [r0, r1): bit-identical to decode_rows_f32.
   void (*decode_rows)(const TensorView& w, uint64_t r0, uint64_t r1, float* out);
+  // f16/bf16 only: out[(r - r0)·cols + c] = the stored 16-bit value of W[r, c], +0 when absent.
+  void (*decode_rows_u16)(const TensorView& w, uint64_t r0, uint64_t r1, uint16_t* out);
   // Fused decode-multiply: y[t·y_stride + r] = Σ_c W[r, c]·x[t·x_stride + c] for r in [r0, r1),
   // t < n_tokens (1 ≤ n_tokens ≤ kMaxFusedTokens). Reads every weight byte of the rows once.
   void (*dot_rows)(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t x_stride,

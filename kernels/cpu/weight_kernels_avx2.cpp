@@ -40,6 +40,7 @@ struct ExpandTables {
   CodeEntry codes[256];                     // int4 codes (one per byte after unpacking)
   alignas(32) uint8_t bytes_top[256][32];   // int8: value byte rank_j -> byte 3 of lane j
   alignas(32) uint8_t halves_top[256][32];  // bf16: 16-bit value rank_j -> bytes 2-3 of lane j
+  alignas(16) uint8_t halves[256][16];      // decode_u16: 16-bit value rank_j -> 16-bit lane j
   ExpandTables() {
     for (int m = 0; m < 256; ++m) {
       int rank = 0;
@@ -53,6 +54,8 @@ struct ExpandTables {
         uint8_t* low = &codes[m].ctl[4 * j];
         uint8_t* hal = &halves_top[m][4 * j];
         for (int b = 0; b < 4; ++b) top[b] = low[b] = hal[b] = 0x80;  // 0x80: write a zero byte
+        halves[m][2 * j] = present ? uint8_t(2 * rank) : 0x80;
+        halves[m][2 * j + 1] = present ? uint8_t(2 * rank + 1) : 0x80;
         if (present) {
           top[3] = uint8_t(rank);
           low[0] = uint8_t(rank);
@@ -546,6 +549,54 @@ void decode_rows(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
   }
 }
 
+// ---- 16-bit decode (decode_u16) ----------------------------------------------------------------
+
+// Bitmap f16/bf16 rows to their 16-bit values: per chunk one 16-byte load and one vpshufb.
+void decode_rows_u16(const TensorView& w, uint64_t r0, uint64_t r1, uint16_t* out) {
+  const TensorLayout& L = w.layout;
+  const uint8_t* values = w.values();
+  if (L.encoding == Encoding::Dense) {
+    std::memcpy(out, values + 2 * r0 * L.cols, 2 * (r1 - r0) * L.cols);
+    return;
+  }
+  const ExpandTables& t = expand_tables();
+  const uint64_t wpr = L.words_per_row, bpr = L.blocks_per_row, cols = L.cols;
+  BlockScratch scratch;
+  for (uint64_t r = r0; r < r1; ++r) {
+    uint16_t* dst = out + (r - r0) * cols;
+    const uint8_t* words = w.data + L.bitmap_offset + 8 * r * wpr;
+    for (uint64_t b = 0; b < bpr; ++b) {
+      const uint64_t flat = r * bpr + b;
+      const uint64_t k0 = load_u32(w.data + L.index_offset + 4 * flat);
+      const uint64_t k1 = flat + 1 < L.rows * bpr ? load_u32(w.data + L.index_offset + 4 * (flat + 1)) : L.nnz;
+      const uint8_t* src = values + 2 * k0;
+      if (k1 + kOverreadValues > L.nnz) {  // the tensor's last values: read from a padded copy
+        std::memcpy(scratch.bytes, src, 2 * (k1 - k0));
+        src = scratch.bytes;
+      }
+      uint64_t k = 0;
+      const uint64_t w_end = std::min(wpr, (b + 1) * (kIndexBlockCols / 64));
+      for (uint64_t wi = b * (kIndexBlockCols / 64); wi < w_end; ++wi) {
+        const uint64_t cbase = 64 * wi;
+        const uint64_t bits = load_u64(words + 8 * wi) & (wi + 1 == wpr ? last_word_mask(cols) : ~uint64_t(0));
+        for (uint64_t c0 = cbase; c0 < std::min(cols, cbase + 64); c0 += 8) {
+          const unsigned m = unsigned(bits >> (c0 - cbase)) & 0xFF;
+          const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * k));
+          const __m128i e = _mm_shuffle_epi8(v, _mm_load_si128(reinterpret_cast<const __m128i*>(t.halves[m])));
+          if (c0 + 8 <= cols) {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c0), e);
+          } else {
+            alignas(16) uint16_t tail[8];
+            _mm_store_si128(reinterpret_cast<__m128i*>(tail), e);
+            std::memcpy(dst + c0, tail, 2 * (cols - c0));
+          }
+          k += uint64_t(_mm_popcnt_u32(m));
+        }
+      }
+    }
+  }
+}
+
 // ---- dense f32 block product ----------------------------------------------------------------------
 
 // RB rows × TB tokens of y, eight k-lanes per accumulator.
@@ -598,7 +649,7 @@ void dense_dot(const float* a, size_t as, size_t n_rows, size_t k, const float* 
 }  // namespace
 
 const WeightKernels& avx2_kernels() {
-  static const WeightKernels kernels{"avx2+f16c+fma", decode_rows, dot_rows, dense_dot};
+  static const WeightKernels kernels{"avx2+f16c+fma", decode_rows, decode_rows_u16, dot_rows, dense_dot};
   return kernels;
 }
 

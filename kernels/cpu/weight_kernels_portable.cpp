@@ -110,6 +110,29 @@ void decode_rows(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
   }
 }
 
+void decode_rows_u16(const TensorView& w, uint64_t r0, uint64_t r1, uint16_t* out) {
+  const TensorLayout& L = w.layout;
+  const uint8_t* values = w.values();
+  for (uint64_t r = r0; r < r1; ++r) {
+    uint16_t* dst = out + (r - r0) * L.cols;
+    if (L.encoding == Encoding::Dense) {
+      std::memcpy(dst, values + 2 * r * L.cols, 2 * L.cols);
+      continue;
+    }
+    std::fill(dst, dst + L.cols, uint16_t(0));
+    uint64_t v = bitmap_row_start(w, r);
+    const uint8_t* words = w.data + L.bitmap_offset + 8 * r * L.words_per_row;
+    for (uint64_t i = 0; i < L.words_per_row; ++i) {
+      uint64_t word = load_u64(words + 8 * i);
+      if (i + 1 == L.words_per_row) word &= last_word_mask(L.cols);
+      while (word) {
+        dst[64 * i + uint64_t(__builtin_ctzll(word))] = load_u16(values + 2 * v++);
+        word &= word - 1;
+      }
+    }
+  }
+}
+
 void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t x_stride,
               size_t n_tokens, float* y, size_t y_stride) {
   switch (w.layout.value_type) {
@@ -146,7 +169,7 @@ void dense_dot(const float* a, size_t a_stride, size_t n_rows, size_t k, const f
 }  // namespace
 
 const WeightKernels& portable_kernels() {
-  static const WeightKernels kernels{"portable", decode_rows, dot_rows, dense_dot};
+  static const WeightKernels kernels{"portable", decode_rows, decode_rows_u16, dot_rows, dense_dot};
   return kernels;
 }
 
