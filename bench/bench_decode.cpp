@@ -143,8 +143,7 @@ double load_average() {
 struct Row {
   std::string name;
   double file_mb = 0, bytes_per_token_mb = 0, prefill_tps = 0, decode_tps = 0, floor_tps = 0;
-  double bw_gbps = 0;  // max of the bandwidth probes at start and after this config
-  char load[16] = "-";  // 1-minute load average after the config ran
+  double bw_gbps = 0;  // best bandwidth probe of the run
 };
 
 }  // namespace
@@ -166,6 +165,7 @@ int main(int argc, char** argv) {
       ("threads", "CPU threads (0 = all)", cxxopts::value<int>()->default_value("0"))
       ("configs", "comma-separated: dense_f16,f16_50,int8_50,int4_50",
        cxxopts::value<std::string>()->default_value("dense_f16,f16_50,int8_50,int4_50"))
+      ("rounds", "measurement rounds (best of)", cxxopts::value<int>()->default_value("3"))
       ("keep", "keep the .endor files")
       ("reuse", "use a .endor file already in --dir instead of writing it (with --keep: write now, measure later)")
       ("write-only", "write the files and stop (implies --keep)")
@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
                       args["kv-heads"].as<uint64_t>(), args["vocab"].as<uint64_t>()};
     const size_t n_prefill = args["prefill"].as<size_t>(), n_decode = args["decode"].as<size_t>();
     const int threads = args["threads"].as<int>();
+    const int rounds = std::max(1, args["rounds"].as<int>());
     const uint32_t group_size = args["group-size"].as<uint32_t>();
     std::string dir = args["dir"].as<std::string>();
     if (dir.empty()) {
@@ -212,71 +213,77 @@ int main(int argc, char** argv) {
         args.count("write-only") ? 0.0 : endor::cpu::measure_read_bandwidth_gbps(0, threads);
     if (bw_gbps > 0) std::printf("measured read bandwidth: %.2f GB/s\n\n", bw_gbps);
 
-    std::vector<Row> rows;
+    // Write (or reuse) every file first, then measure in interleaved rounds: on a shared machine
+    // each config gets the same chance of a quiet moment, and the best of the rounds (the least
+    // disturbed) is reported. Bandwidth is probed once per round; the best probe is the ceiling.
+    std::vector<std::string> paths;
     for (const BenchConfig& c : chosen) {
       const std::string path = dir + "/" + c.name + ".endor";
       const Clock::time_point t0 = Clock::now();
       if (!(args.count("reuse") && std::filesystem::exists(path))) write_model(path, shape, c, group_size);
-      const double write_s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (args.count("write-only")) {
-        std::printf("%-10s written in %.1f s: %s\n", c.name.c_str(), write_s, path.c_str());
-        continue;
-      }
-      Row row;
-      row.name = c.name;
-      {
-        auto reader = endor::ContainerReader::open(path);
-        auto model = endor::load_model(*reader, *backend);
-        row.file_mb = reader->file_bytes() / 1e6;
-        row.bytes_per_token_mb = model->decode_bytes_per_token() / 1e6;
-        std::vector<int32_t> prompt(n_prefill);
-        SplitMix rng{7};
-        for (int32_t& id : prompt) id = int32_t(3 + rng.next() % (shape.vocab - 3));
-        endor::Sampler greedy(endor::SamplerOptions{});
-        endor::GenerationOptions go;
-        go.stop_at_eos = false;
-        go.max_new_tokens = 3;  // warm-up: pages resident, buffers allocated
-        endor::generate(*model, prompt, greedy, go, nullptr);
-        go.max_new_tokens = n_decode + 1;  // the first token comes from prefill
-        endor::GenerationStats best;
-        for (int rep = 0; rep < 2; ++rep) {
-          endor::GenerationStats st;
-          endor::generate(*model, prompt, greedy, go, nullptr, &st);
-          if (rep == 0 || st.prefill_ms < best.prefill_ms) {
-            best.prefill_ms = st.prefill_ms;
-            best.n_prompt = st.n_prompt;
-          }
-          if (rep == 0 || st.decode_tokens_per_s() > best.decode_tokens_per_s()) {
-            best.decode_ms = st.decode_ms;
-            best.n_decode_steps = st.n_decode_steps;
-          }
-        }
-        row.prefill_tps = best.prefill_tokens_per_s();
-        row.decode_tps = best.decode_tokens_per_s();
-        // Bandwidth again right after this config's runs: on a shared machine the conditions move.
-        const double bw_now = endor::cpu::measure_read_bandwidth_gbps(0, threads);
-        row.bw_gbps = std::max(bw_gbps, bw_now);
-        row.floor_tps = row.bw_gbps * 1e9 / double(model->decode_bytes_per_token());
-        std::snprintf(row.load, sizeof row.load, "%.2f", load_average());
-      }
-      if (!args.count("keep")) std::filesystem::remove(path);  // disk stays at one model
-      std::printf("%-10s written in %.1f s, file %.1f MB: prefill %.1f tok/s, decode %.2f tok/s\n",
-                  c.name.c_str(), write_s, row.file_mb, row.prefill_tps, row.decode_tps);
+      std::printf("%-10s ready in %.1f s: %s\n", c.name.c_str(),
+                  std::chrono::duration<double>(Clock::now() - t0).count(), path.c_str());
       std::fflush(stdout);
-      rows.push_back(row);
+      paths.push_back(path);
     }
     if (args.count("write-only")) return 0;
-    if (!args.count("keep")) std::filesystem::remove(dir);
+
+    std::vector<std::unique_ptr<endor::ContainerReader>> readers;
+    std::vector<std::unique_ptr<endor::Model>> models;
+    std::vector<Row> rows(chosen.size());
+    std::vector<int32_t> prompt(n_prefill);
+    SplitMix prompt_rng{7};
+    for (int32_t& id : prompt) id = int32_t(3 + prompt_rng.next() % (shape.vocab - 3));
+    endor::Sampler greedy(endor::SamplerOptions{});
+    endor::GenerationOptions go;
+    go.stop_at_eos = false;
+    for (size_t i = 0; i < chosen.size(); ++i) {
+      readers.push_back(endor::ContainerReader::open(paths[i]));
+      models.push_back(endor::load_model(*readers.back(), *backend));
+      rows[i].name = chosen[i].name;
+      rows[i].file_mb = readers.back()->file_bytes() / 1e6;
+      rows[i].bytes_per_token_mb = models.back()->decode_bytes_per_token() / 1e6;
+      go.max_new_tokens = 3;  // warm-up: pages resident, buffers allocated
+      endor::generate(*models.back(), prompt, greedy, go, nullptr);
+    }
+    double best_bw = bw_gbps, load_min = 1e9, load_max = 0;
+    go.max_new_tokens = n_decode + 1;  // the first token comes from prefill
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t i = 0; i < chosen.size(); ++i) {
+        const double load = load_average();
+        load_min = std::min(load_min, load);
+        load_max = std::max(load_max, load);
+        endor::GenerationStats st;
+        endor::generate(*models[i], prompt, greedy, go, nullptr, &st);
+        rows[i].prefill_tps = std::max(rows[i].prefill_tps, st.prefill_tokens_per_s());
+        rows[i].decode_tps = std::max(rows[i].decode_tps, st.decode_tokens_per_s());
+        std::printf("round %d %-10s prefill %6.1f tok/s, decode %6.2f tok/s (load %.2f)\n", round,
+                    chosen[i].name.c_str(), st.prefill_tokens_per_s(), st.decode_tokens_per_s(), load);
+        std::fflush(stdout);
+      }
+      best_bw = std::max(best_bw, endor::cpu::measure_read_bandwidth_gbps(0, threads));
+    }
+    for (size_t i = 0; i < rows.size(); ++i) {
+      rows[i].bw_gbps = best_bw;
+      rows[i].floor_tps = best_bw * 1e9 / double(models[i]->decode_bytes_per_token());
+    }
+    models.clear();
+    readers.clear();
+    if (!args.count("keep")) {
+      for (const std::string& p : paths) std::filesystem::remove(p);
+      std::filesystem::remove(dir);
+    }
+    std::printf("\nbest read bandwidth probe: %.2f GB/s; 1-minute load average during the runs: %.2f to %.2f\n",
+                best_bw, load_min, load_max);
 
     const double dense_tps = !rows.empty() && rows[0].name == "dense_f16" ? rows[0].decode_tps : 0;
-    std::printf("\n| config | file MB | read/token MB | prefill tok/s | decode tok/s | read GB/s | floor tok/s | achieved/floor | decode vs dense | load |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("\n| config | file MB | read/token MB | prefill tok/s | decode tok/s | read GB/s | floor tok/s | achieved/floor | decode vs dense |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const Row& r : rows) {
-      std::printf("| %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %s | %s |\n", r.name.c_str(), r.file_mb,
+      std::printf("| %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %s |\n", r.name.c_str(), r.file_mb,
                   r.bytes_per_token_mb, r.prefill_tps, r.decode_tps, r.bw_gbps, r.floor_tps,
                   r.decode_tps / r.floor_tps,
-                  dense_tps > 0 ? (std::to_string(r.decode_tps / dense_tps).substr(0, 4) + "x").c_str() : "-",
-                  r.load);
+                  dense_tps > 0 ? (std::to_string(r.decode_tps / dense_tps).substr(0, 4) + "x").c_str() : "-");
     }
     return 0;
   } catch (const std::exception& e) {
