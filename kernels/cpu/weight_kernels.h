@@ -34,7 +34,10 @@ struct WeightKernels {
 const WeightKernels& portable_kernels();
 // Only valid when cpu_has_avx2(): compiled with -mavx2 -mfma -mf16c in its own translation unit.
 const WeightKernels& avx2_kernels();
-// Auto/Portable/Avx2 -> kernels; throws endor::Error for Avx2 on a CPU without it.
+// Only valid when cpu_has_avx512(): compiled with -mavx512{f,bw,vl,dq,vbmi2} in its own
+// translation unit. Fused dot_rows of its own; the other entries are the AVX2 kernels.
+const WeightKernels& avx512_kernels();
+// Auto/Portable/Avx2/Avx512 -> kernels; throws endor::Error for an ISA this CPU or build lacks.
 const WeightKernels& select_kernels(Isa isa);
 
 // ---- scalar helpers (exactly the reference decoder's arithmetic, SPEC.md §6.1/§6.3) ----------

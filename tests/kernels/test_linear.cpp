@@ -10,6 +10,7 @@
 // the reference does; int8 factors the row scale out, which Σ|W·x| still bounds).
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "kernel_test_util.h"
@@ -31,10 +32,13 @@ const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32
 std::vector<cpu::Isa> isas() {
   std::vector<cpu::Isa> v{cpu::Isa::Portable};
   if (cpu::cpu_has_avx2()) v.push_back(cpu::Isa::Avx2);
+  if (cpu::cpu_has_avx512()) v.push_back(cpu::Isa::Avx512);
   return v;
 }
 
-const char* isa_name(cpu::Isa i) { return i == cpu::Isa::Avx2 ? "avx2" : "portable"; }
+const char* isa_name(cpu::Isa i) {
+  return i == cpu::Isa::Avx512 ? "avx512" : i == cpu::Isa::Avx2 ? "avx2" : "portable";
+}
 const char* path_name(cpu::LinearPath p) {
   switch (p) {
     case cpu::LinearPath::Fused: return "fused";
@@ -162,4 +166,58 @@ TEST_CASE("linear: a tampered output element is caught by the bound") {
   const Reference ref = reference_linear(ew.view(), random_activations(5000, 4), 1);
   // One element's share of Σ|w·x| is about bound/2500 (2500 stored values per row).
   for (uint64_t r = 0; r < 4; ++r) CHECK((double((5000 + 7) / 8) + 6.0) * kEpsF32 * ref.bound[r] < ref.bound[r] / 25000);
+}
+
+TEST_CASE("linear: AVX-512 fused kernels on word and block edges") {
+  if (!cpu::cpu_has_avx512()) {
+    MESSAGE("skipped: this CPU (or build) has no AVX-512 VBMI2; the AVX2 and portable kernels are tested above");
+    return;
+  }
+  cpu::Options opt;
+  opt.isa = cpu::Isa::Avx512;
+  opt.linear_path = cpu::LinearPath::Fused;
+  auto backend = make_cpu_backend(opt);
+  // Columns at and around the 64-column word and the 4096-column index block; group sizes that
+  // take the AVX-512 int4 path (multiples of 64) and one that falls back to AVX2.
+  const Case shapes[] = {{3, 64}, {2, 128}, {5, 191}, {2, 4096}, {3, 4160}, {2, 8193}};
+  const uint32_t groups[] = {64, 128, 256, 96};
+  const double sparsities[] = {0.0, 0.5, 0.97, 1.0};
+  uint32_t seed = 500;
+  for (const Case& s : shapes)
+    for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
+      for (ValueType vt : kValueTypes)
+        for (double sp : sparsities) {
+          if (enc == Encoding::Dense && sp > 0.5) continue;
+          ++seed;
+          const uint32_t g = groups[seed % std::size(groups)];
+          const size_t T = 1 + seed % 8;
+          const auto w = random_weights(s.rows, s.cols, sp, seed);
+          const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+          CAPTURE(to_string(enc));
+          CAPTURE(to_string(vt));
+          CAPTURE(s.rows);
+          CAPTURE(s.cols);
+          CAPTURE(sp);
+          CAPTURE(T);
+          CAPTURE(g);
+          CHECK(check_linear(*backend, ew, T, false, double((s.cols + 7) / 8), seed) == 0);
+        }
+}
+
+TEST_CASE("ENDOR_ISA caps the instruction set the automatic choice takes") {
+  const char* saved = std::getenv("ENDOR_ISA");
+  const std::string restore = saved ? saved : "";
+  ::setenv("ENDOR_ISA", "portable", 1);
+  CHECK(std::string(cpu::simd_level()) == "portable");
+  ::setenv("ENDOR_ISA", "avx2", 1);
+  CHECK(std::string(cpu::simd_level()) == (cpu::cpu_has_avx2() ? "avx2+f16c+fma" : "portable"));
+  ::setenv("ENDOR_ISA", "avx512", 1);
+  CHECK(std::string(cpu::simd_level()) ==
+        (cpu::cpu_has_avx512() ? "avx512-vbmi2" : cpu::cpu_has_avx2() ? "avx2+f16c+fma" : "portable"));
+  ::setenv("ENDOR_ISA", "sse9", 1);
+  CHECK_THROWS_WITH_AS(make_cpu_backend(1), doctest::Contains("ENDOR_ISA: unknown instruction set 'sse9'"), Error);
+  if (saved) ::setenv("ENDOR_ISA", restore.c_str(), 1);
+  else ::unsetenv("ENDOR_ISA");
+  CHECK_THROWS_AS(cpu::parse_isa("neon"), Error);
+  CHECK(cpu::parse_isa("avx512") == cpu::Isa::Avx512);
 }

@@ -94,9 +94,11 @@ class Backend {
 // ---- CPU building blocks also used directly by the packer, the tests and the benchmarks ----
 namespace cpu {
 
-// Instruction set of the weight kernels. Auto picks AVX2+FMA+F16C when the CPU has them.
-// Forcing Avx2 on a CPU without it throws endor::Error.
-enum class Isa : uint8_t { Auto, Portable, Avx2 };
+// Instruction set of the weight kernels. Auto picks the widest this CPU and build have:
+// Avx512 (AVX-512 F/BW/VL/DQ/VBMI2: the bitmap decode is vpexpand), else Avx2 (AVX2+FMA+F16C),
+// else Portable. Forcing an ISA the CPU lacks throws endor::Error. The environment variable
+// ENDOR_ISA=portable|avx2|avx512 caps what Auto picks (benchmarks, reproducing a CI machine).
+enum class Isa : uint8_t { Auto, Portable, Avx2, Avx512 };
 
 // How linear() multiplies by an encoded weight. Auto: Fused for T <= 8, RowDecode for 9..15,
 // PanelGemm from T = gemm_min_tokens (default 16); bench/RESULTS.md "CPU kernels" has the
@@ -125,10 +127,14 @@ void decode_f32(const TensorView&, float* out, int n_threads = 0, Isa isa = Isa:
 // Decode to the tensor's own 16-bit type (dense f16/bf16 bits, absent elements +0) where
 // value_type is f16/bf16; throws endor::Error for other value types. out[rows·cols].
 void decode_u16(const TensorView&, uint16_t* out, int n_threads = 0, Isa isa = Isa::Auto);
-// Which instruction set the fused kernels use on this machine ("avx2+f16c+fma" or "portable").
+// Which instruction set Auto uses on this machine ("avx512-vbmi2", "avx2+f16c+fma" or "portable").
 const char* simd_level();
-// True when this CPU can run the AVX2+FMA+F16C kernels.
+// True when this CPU (and build) can run the AVX2+FMA+F16C kernels.
 bool cpu_has_avx2();
+// True when this CPU (and build) can run the AVX-512 kernels (F, BW, VL, DQ, VBMI2 and AVX2's).
+bool cpu_has_avx512();
+// Parses "auto|portable|avx2|avx512"; throws endor::Error naming `what` otherwise.
+Isa parse_isa(const std::string& name, const std::string& what = "isa");
 // True when the library was built with oneDNN.
 bool have_onednn();
 

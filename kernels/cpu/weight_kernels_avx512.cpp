@@ -1,0 +1,361 @@
+// AVX-512 (F, BW, VL, DQ, VBMI2) fused decode-multiply kernels. This translation unit alone is
+// compiled with those flags; isa.cpp calls into it only on CPUs that report all of them.
+//
+// Why a second x86 path: on AVX2 a bitmap chunk of 8 columns needs a table lookup and a shuffle
+// per chunk (18.7 instructions per 8 int4 columns), which made the fused kernels compute-bound
+// far below the memory-bandwidth floor. AVX-512 VBMI2 has the bitmap decode as one instruction:
+// vpexpand{b,w}/vexpandps place the next popcount(mask) stored values at the set bits of a 64-,
+// 32- or 16-bit mask and zero the rest, and its memory form reads only the popcount(mask) values
+// (no over-read past the values section, no padded copies). One bitmap word (64 columns) then
+// costs about 20 instructions for every value type.
+//
+// Arithmetic is the AVX2 kernels' (and the reference decoder's): each weight is decoded exactly
+// (int4: fma(q, s, m), q·s being exact; int8: q, the row scale applied to the sum), then multiplied
+// into 16-lane accumulators. Only dot_rows is implemented here; decode_rows, decode_rows_u16 and
+// dense_dot, and int4 tensors whose group size is not a multiple of 64, use the AVX2 kernels.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "weight_kernels.h"
+
+namespace endor::cpu::detail {
+namespace {
+
+constexpr uint64_t value_bytes(ValueType vt) {
+  return vt == ValueType::F32 ? 4 : (vt == ValueType::F16 || vt == ValueType::BF16) ? 2 : 1;
+}
+
+inline __m512 half_to_ps(__m256i h) { return _mm512_cvtph_ps(h); }
+inline __m512 bfloat_to_ps(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)); }
+inline __m512 i8_to_ps(__m128i q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)); }
+inline __mmask16 lanes16(uint64_t bits, int i) { return __mmask16(bits >> (16 * i)); }
+inline uint64_t first_bits(uint64_t n) { return n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1; }
+
+// int4 codes of stored values [k0, k0 + n) as one byte each, 0x10 | code (the flag marks the value
+// as present for the table lookup of int4_word): code k0 + i lands in out[(k0 & 1) + i] (the source is read from the byte holding code k0, so an odd k0 leaves its
+// byte's low nibble in out[0]). Whole 64-byte stores: out needs n + 129 bytes. Reads only the
+// bytes that hold the codes (masked loads). Low nibble first (SPEC.md).
+inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8_t* out) {
+  const uint8_t* src = values + k0 / 2;
+  const uint64_t n_bytes = ((k0 & 1) + n + 1) / 2;
+  const __m512i lo4 = _mm512_set1_epi16(0x000F), hi4 = _mm512_set1_epi16(0x0F00), flag = _mm512_set1_epi16(0x1010);
+  for (uint64_t j = 0; j < n_bytes; j += 32) {
+    const __mmask32 m = __mmask32(first_bits(std::min<uint64_t>(32, n_bytes - j)));
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + j));
+    // 16-bit lane j: byte 0 = low nibble (even code), byte 1 = high nibble (odd code).
+    const __m512i codes = _mm512_or_si512(_mm512_or_si512(_mm512_and_si512(b, lo4), flag),
+                                          _mm512_and_si512(_mm512_slli_epi16(b, 4), hi4));
+    _mm512_storeu_si512(out + 2 * j, codes);
+  }
+}
+
+// Scratch for one 4096-column block of int4 codes (plus the odd-nibble shift and a full 64-byte
+// load past the last code).
+struct CodeScratch {
+  alignas(64) uint8_t bytes[kIndexBlockCols + 2 * 64];
+};
+
+// int4 decode table of the group under the current word of one row: table[q] = fma(q, s, m), the
+// reference decoder's q·s + m (q·s is exact, so it rounds once either way). group_size % 64 == 0,
+// so a word never straddles two groups; columns only grow, so the group advances without a division.
+struct Groups {
+  const uint16_t* scales = nullptr;
+  const uint16_t* mins = nullptr;
+  uint64_t group_size = 1, g = ~uint64_t(0), next = 0;
+  __m512 table = _mm512_setzero_ps();
+  Groups() = default;
+  Groups(const TensorView& w, uint64_t r)
+      : scales(w.group_scales() + r * w.layout.groups_per_row),
+        mins(w.group_mins() + r * w.layout.groups_per_row),
+        group_size(w.layout.group_size) {}
+  inline void at(uint64_t c0) {
+    if (c0 < next) return;
+    do {
+      ++g;
+      next += group_size;
+    } while (c0 >= next);
+    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    table = _mm512_fmadd_ps(q, _mm512_set1_ps(_cvtsh_ss(scales[g])), _mm512_set1_ps(_cvtsh_ss(mins[g])));
+  }
+};
+
+// int4 weights of one word from its 64 code bytes (0x10 | code where present, 0 where absent),
+// by table lookup rather than convert-and-fma: vpermt2ps picks table[code] for a flagged byte and
+// 0 for an absent one, from the low byte of each 32-bit lane. w[r] lane j is column 4j + r of the
+// word (byte r of lane j), so x must be in the same order (StridedX). Per word: 3 shifts, 4
+// lookups, against 4 conversions, 4 fmas and 7 shuffles for the plain column order.
+inline void int4_word(__m512i q, const Groups& grp, __m512 (&w)[4]) {
+  const __m512 zero = _mm512_setzero_ps();
+  w[0] = _mm512_permutex2var_ps(zero, q, grp.table);
+  w[1] = _mm512_permutex2var_ps(zero, _mm512_srli_epi32(q, 8), grp.table);
+  w[2] = _mm512_permutex2var_ps(zero, _mm512_srli_epi32(q, 16), grp.table);
+  w[3] = _mm512_permutex2var_ps(zero, _mm512_srli_epi32(q, 24), grp.table);
+}
+
+// x of the int4 kernels, per token, in int4_word's column order: for each 64-column word, the
+// columns ≡ 0 (mod 4) first, then ≡ 1, ≡ 2, ≡ 3; zero past the row's end (whole words only).
+struct StridedX {
+  std::unique_ptr<float[]> data;
+  size_t stride;  // floats per token: cols rounded up to 64
+  StridedX(const float* x, size_t xs, size_t nt, uint64_t cols)
+      : data(new float[nt * ((cols + 63) / 64 * 64)]), stride((cols + 63) / 64 * 64) {
+    // Per word: a 4 × 16 transpose in two shuffle steps (columns 4j + r of a pair of 16-column
+    // quarters, then the two halves joined).
+    alignas(64) int32_t idx[4][16];
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 16; ++j) idx[r][j] = j < 4 ? 4 * j + r : j < 8 ? 16 + 4 * (j - 4) + r : 0;
+    for (size_t t = 0; t < nt; ++t)
+      for (uint64_t c0 = 0; c0 < cols; c0 += 64) {
+        const float* src = x + t * xs + c0;
+        const uint64_t bits = first_bits(cols - c0);
+        const __m512 a = _mm512_maskz_loadu_ps(lanes16(bits, 0), src), b = _mm512_maskz_loadu_ps(lanes16(bits, 1), src + 16);
+        const __m512 c = _mm512_maskz_loadu_ps(lanes16(bits, 2), src + 32), d = _mm512_maskz_loadu_ps(lanes16(bits, 3), src + 48);
+        float* dst = data.get() + t * stride + c0;
+        for (int r = 0; r < 4; ++r) {
+          const __m512i ir = _mm512_load_si512(idx[r]);
+          const __m512 ab = _mm512_permutex2var_ps(a, ir, b), cd = _mm512_permutex2var_ps(c, ir, d);
+          _mm512_storeu_ps(dst + 16 * r, _mm512_shuffle_f32x4(ab, cd, 0x44));
+        }
+      }
+  }
+};
+
+// The 64 weights of one bitmap word as four 16-lane vectors (columns 16i..16i+15 in w[i]).
+// bits: the word's mask (already cut to the row); p: the first stored value of the word.
+template <ValueType VT>
+inline void expand_word(uint64_t bits, const uint8_t* p, __m512 (&w)[4]) {
+  if constexpr (VT == ValueType::F32) {
+    const float* f = reinterpret_cast<const float*>(p);
+    for (int i = 0; i < 4; ++i) {
+      const __mmask16 mi = lanes16(bits, i);
+      w[i] = _mm512_maskz_expandloadu_ps(mi, f);
+      f += _mm_popcnt_u32(mi);
+    }
+  } else if constexpr (VT == ValueType::F16 || VT == ValueType::BF16) {
+    const __mmask32 lo = __mmask32(bits), hi = __mmask32(bits >> 32);
+    const __m512i a = _mm512_maskz_expandloadu_epi16(lo, p);
+    const __m512i b = _mm512_maskz_expandloadu_epi16(hi, p + 2 * _mm_popcnt_u32(lo));
+    if constexpr (VT == ValueType::F16) {
+      w[0] = half_to_ps(_mm512_castsi512_si256(a));
+      w[1] = half_to_ps(_mm512_extracti64x4_epi64(a, 1));
+      w[2] = half_to_ps(_mm512_castsi512_si256(b));
+      w[3] = half_to_ps(_mm512_extracti64x4_epi64(b, 1));
+    } else {
+      w[0] = bfloat_to_ps(_mm512_castsi512_si256(a));
+      w[1] = bfloat_to_ps(_mm512_extracti64x4_epi64(a, 1));
+      w[2] = bfloat_to_ps(_mm512_castsi512_si256(b));
+      w[3] = bfloat_to_ps(_mm512_extracti64x4_epi64(b, 1));
+    }
+  } else {
+    static_assert(VT == ValueType::I8, "int4 words go through int4_word");
+    const __m512i q = _mm512_maskz_expandloadu_epi8(__mmask64(bits), p);
+    w[0] = i8_to_ps(_mm512_castsi512_si128(q));
+    w[1] = i8_to_ps(_mm512_extracti32x4_epi32(q, 1));
+    w[2] = i8_to_ps(_mm512_extracti32x4_epi32(q, 2));
+    w[3] = i8_to_ps(_mm512_extracti32x4_epi32(q, 3));
+  }
+}
+
+// The weights of 64 dense columns starting at stored value p (n ≤ 64 of them are inside the row;
+// lanes past n are 0 and their bytes are not read). Not int4 (int4_word).
+template <ValueType VT>
+inline void dense_word(const uint8_t* p, uint64_t n, __m512 (&w)[4]) {
+  const uint64_t bits = first_bits(n);
+  if (n == 64) {
+    if constexpr (VT == ValueType::F32) {
+      const float* f = reinterpret_cast<const float*>(p);
+      for (int i = 0; i < 4; ++i) w[i] = _mm512_loadu_ps(f + 16 * i);
+    } else if constexpr (VT == ValueType::F16 || VT == ValueType::BF16) {
+      for (int i = 0; i < 4; ++i) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
+        w[i] = VT == ValueType::F16 ? half_to_ps(h) : bfloat_to_ps(h);
+      }
+    } else {
+      for (int i = 0; i < 4; ++i) w[i] = i8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)));
+    }
+    return;
+  }
+  // The row's last, partial word: masked loads read nothing past the row.
+  if constexpr (VT == ValueType::F32) {
+    const float* f = reinterpret_cast<const float*>(p);
+    for (int i = 0; i < 4; ++i) w[i] = _mm512_maskz_loadu_ps(lanes16(bits, i), f + 16 * i);
+  } else if constexpr (VT == ValueType::F16 || VT == ValueType::BF16) {
+    for (int i = 0; i < 4; ++i) {
+      const __m256i h = _mm256_maskz_loadu_epi16(lanes16(bits, i), p + 32 * i);
+      w[i] = VT == ValueType::F16 ? half_to_ps(h) : bfloat_to_ps(h);
+    }
+  } else {
+    static_assert(VT == ValueType::I8, "int4 words go through int4_word");
+    for (int i = 0; i < 4; ++i) w[i] = i8_to_ps(_mm_maskz_loadu_epi8(lanes16(bits, i), p + 16 * i));
+  }
+}
+
+// NT tokens × A 16-lane accumulators. A = 4 (one per 16-column quarter of a word) while the
+// registers allow; past 4 tokens the tokens themselves give the independent FMA chains.
+template <int NT>
+struct Accumulators {
+  static constexpr int kA = NT <= 4 ? 4 : 1;
+  __m512 a[NT][kA];
+  const float* x;
+  size_t xs;
+  Accumulators(const float* x_, size_t xs_) : x(x_), xs(xs_) {
+    for (int t = 0; t < NT; ++t)
+      for (int i = 0; i < kA; ++i) a[t][i] = _mm512_setzero_ps();
+  }
+  // n: columns of the word inside the row (x is not read past them).
+  inline void add(const __m512 (&w)[4], uint64_t c0, uint64_t n) {
+    if (n == 64) {
+      for (int t = 0; t < NT; ++t) {
+        const float* xt = x + t * xs + c0;
+        for (int i = 0; i < 4; ++i) a[t][i % kA] = _mm512_fmadd_ps(w[i], _mm512_loadu_ps(xt + 16 * i), a[t][i % kA]);
+      }
+    } else {
+      const uint64_t bits = first_bits(n);
+      for (int t = 0; t < NT; ++t) {
+        const float* xt = x + t * xs + c0;
+        for (int i = 0; i < 4; ++i)
+          a[t][i % kA] = _mm512_fmadd_ps(w[i], _mm512_maskz_loadu_ps(lanes16(bits, i), xt + 16 * i), a[t][i % kA]);
+      }
+    }
+  }
+  inline void store(float* y, size_t ys, uint64_t r, float scale) {
+    for (int t = 0; t < NT; ++t) {
+      __m512 v = a[t][0];
+      if constexpr (kA == 4) v = _mm512_add_ps(_mm512_add_ps(a[t][0], a[t][1]), _mm512_add_ps(a[t][2], a[t][3]));
+      y[t * ys + r] = _mm512_reduce_add_ps(v) * scale;
+    }
+  }
+};
+
+// always_inline: the accumulators must stay in registers across the word loop (an out-of-line
+// walker would keep them in memory, a store-to-load chain per FMA).
+template <ValueType VT, int NT>
+__attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, uint64_t r, Accumulators<NT>& acc, CodeScratch& scratch) {
+  const TensorLayout& L = w.layout;
+  const uint64_t wpr = L.words_per_row, bpr = L.blocks_per_row, cols = L.cols;
+  const uint8_t* words = w.data + L.bitmap_offset + 8 * r * wpr;
+  const uint8_t* values = w.values();
+  Groups grp;
+  if constexpr (VT == ValueType::I4) grp = Groups(w, r);
+  for (uint64_t b = 0; b < bpr; ++b) {
+    const uint64_t flat = r * bpr + b;
+    const uint64_t k0 = load_u32(w.data + L.index_offset + 4 * flat);
+    const uint8_t* p;
+    if constexpr (VT == ValueType::I4) {
+      const uint64_t k1 = flat + 1 < L.rows * bpr ? load_u32(w.data + L.index_offset + 4 * (flat + 1)) : L.nnz;
+      unpack_nibbles(values, k0, k1 - k0, scratch.bytes);
+      p = scratch.bytes + (k0 & 1);
+    } else {
+      p = values + k0 * value_bytes(VT);
+    }
+    const uint64_t w_end = std::min(wpr, (b + 1) * (kIndexBlockCols / 64));
+    for (uint64_t wi = b * (kIndexBlockCols / 64); wi < w_end; ++wi) {
+      const uint64_t c0 = 64 * wi, n = std::min<uint64_t>(64, cols - c0);
+      const uint64_t bits = load_u64(words + 8 * wi) & first_bits(n);
+      if (bits == 0) continue;
+      __m512 wv[4];
+      if constexpr (VT == ValueType::I4) {
+        grp.at(c0);
+        int4_word(_mm512_maskz_expandloadu_epi8(__mmask64(bits), p), grp, wv);
+        acc.add(wv, c0, 64);  // strided x: whole, zero-padded words
+      } else {
+        expand_word<VT>(bits, p, wv);
+        acc.add(wv, c0, n);
+      }
+      p += uint64_t(_mm_popcnt_u64(bits)) * value_bytes(VT);
+    }
+  }
+}
+
+template <ValueType VT, int NT>
+__attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, uint64_t r, Accumulators<NT>& acc, CodeScratch& scratch) {
+  const uint64_t cols = w.layout.cols;
+  const uint8_t* values = w.values();
+  Groups grp;
+  if constexpr (VT == ValueType::I4) grp = Groups(w, r);
+  // Segments of one index block's width: int4 codes are unpacked per segment.
+  for (uint64_t s0 = 0; s0 < cols; s0 += kIndexBlockCols) {
+    const uint64_t s1 = std::min(cols, s0 + kIndexBlockCols);
+    const uint8_t* p;
+    if constexpr (VT == ValueType::I4) {
+      const uint64_t k0 = r * cols + s0;
+      unpack_nibbles(values, k0, s1 - s0, scratch.bytes);
+      p = scratch.bytes + (k0 & 1);
+    } else {
+      p = values + (r * cols + s0) * value_bytes(VT);
+    }
+    for (uint64_t c0 = s0; c0 < s1; c0 += 64) {
+      const uint64_t n = std::min<uint64_t>(64, s1 - c0);
+      __m512 wv[4];
+      if constexpr (VT == ValueType::I4) {
+        grp.at(c0);
+        int4_word(_mm512_maskz_loadu_epi8(__mmask64(first_bits(n)), p), grp, wv);
+        acc.add(wv, c0, 64);
+      } else {
+        dense_word<VT>(p, n, wv);
+        acc.add(wv, c0, n);
+      }
+      p += 64 * value_bytes(VT);
+    }
+  }
+}
+
+template <ValueType VT, int NT>
+void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, float* y, size_t ys) {
+  CodeScratch scratch;
+  const bool bitmap = w.layout.encoding == Encoding::Bitmap;
+  std::unique_ptr<float[]> strided;
+  if constexpr (VT == ValueType::I4) {
+    // Once per call (a task of many rows): 3 shuffles per 16 x values against rows·cols·T/16 FMAs.
+    StridedX sx(x, xs, NT, w.layout.cols);
+    strided = std::move(sx.data);
+    x = strided.get();
+    xs = sx.stride;
+  }
+  for (uint64_t r = r0; r < r1; ++r) {
+    Accumulators<NT> acc(x, xs);
+    if (bitmap) dot_bitmap_row<VT>(w, r, acc, scratch);
+    else dot_dense_row<VT>(w, r, acc, scratch);
+    acc.store(y, ys, r, VT == ValueType::I8 ? w.row_scales()[r] : 1.0f);
+  }
+}
+
+template <ValueType VT>
+void dot_rows_vt(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, size_t nt, float* y,
+                 size_t ys) {
+  switch (nt) {
+    case 1: return dot_rows_t<VT, 1>(w, r0, r1, x, xs, y, ys);
+    case 2: return dot_rows_t<VT, 2>(w, r0, r1, x, xs, y, ys);
+    case 3: return dot_rows_t<VT, 3>(w, r0, r1, x, xs, y, ys);
+    case 4: return dot_rows_t<VT, 4>(w, r0, r1, x, xs, y, ys);
+    case 5: return dot_rows_t<VT, 5>(w, r0, r1, x, xs, y, ys);
+    case 6: return dot_rows_t<VT, 6>(w, r0, r1, x, xs, y, ys);
+    case 7: return dot_rows_t<VT, 7>(w, r0, r1, x, xs, y, ys);
+    default: return dot_rows_t<VT, 8>(w, r0, r1, x, xs, y, ys);
+  }
+}
+
+void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, size_t nt, float* y,
+              size_t ys) {
+  switch (w.layout.value_type) {
+    case ValueType::F16: return dot_rows_vt<ValueType::F16>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::BF16: return dot_rows_vt<ValueType::BF16>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::F32: return dot_rows_vt<ValueType::F32>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::I8: return dot_rows_vt<ValueType::I8>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::I4:
+      if (w.layout.group_size % 64 == 0) return dot_rows_vt<ValueType::I4>(w, r0, r1, x, xs, nt, y, ys);
+      return avx2_kernels().dot_rows(w, r0, r1, x, xs, nt, y, ys);
+  }
+}
+
+}  // namespace
+
+const WeightKernels& avx512_kernels() {
+  const WeightKernels& avx2 = avx2_kernels();
+  static const WeightKernels kernels{"avx512-vbmi2", avx2.decode_rows, avx2.decode_rows_u16, dot_rows, avx2.dense_dot};
+  return kernels;
+}
+
+}  // namespace endor::cpu::detail
