@@ -105,6 +105,11 @@ inline __m256i first_lanes(uint64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), lane);
 }
 
+// Software prefetch distance on the weight streams (see weight_kernels_avx512.cpp: the hardware
+// prefetchers alone leave the interleaved bitmap/value streams well below dense bandwidth).
+constexpr uint64_t kPrefetchBytes = 4096;
+inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+
 // Writes the n int4 codes of stored values [k0, k0 + n) as bytes to out[0, n) (even value: low
 // nibble). Reads only the bytes that hold those codes.
 inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8_t* out) {
@@ -113,6 +118,7 @@ inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8
   if ((k0 & 1) && n > 0) out[i++] = uint8_t(*src++ >> 4);
   const __m128i low4 = _mm_set1_epi8(0x0F);
   for (; i + 32 <= n; i += 32, src += 16) {
+    prefetch(src + kPrefetchBytes);
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
     const __m128i lo = _mm_and_si128(b, low4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_unpacklo_epi8(lo, hi));
@@ -368,6 +374,8 @@ inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kSte
     const uint64_t w_end = std::min(wpr, (b + 1) * (kIndexBlockCols / 64));
     for (uint64_t wi = b * (kIndexBlockCols / 64); wi < w_end; ++wi) {
       const uint64_t cbase = 64 * wi;
+      if ((wi & 7) == 0) prefetch(words + 8 * wi + kPrefetchBytes / 8);
+      if constexpr (VT != ValueType::I4) prefetch(src + k * vb + kPrefetchBytes);
       if (cbase + 64 <= cols) {
         const uint64_t bits = load_u64(words + 8 * wi);
         if constexpr (std::is_same_v<Sink, StoreSink>) {
@@ -429,11 +437,13 @@ inline void walk_dense_row(const TensorView& w, uint64_t r, RowDecoder<VT, kStep
       src = scratch.bytes;
       k = 0;
     }
-    (void)vb;
     uint64_t c0 = s0;
     // Full chunks of [s0, s1); `chunk(k, c)` decodes the 8 values at stored value k / column c.
     auto run = [&](auto&& chunk) {
       for (; c0 + 32 <= s1; c0 += 32, k += 32) {
+        if constexpr (VT != ValueType::I4) {
+          for (uint64_t b = 0; b < 32 * vb; b += 64) prefetch(src + k * vb + kPrefetchBytes + b);
+        }
         if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(c0);  // 32 | c0: one group
         sink.template chunk<0>(chunk(k, c0), c0);
         sink.template chunk<1>(chunk(k + 8, c0 + 8), c0 + 8);
@@ -450,6 +460,7 @@ inline void walk_dense_row(const TensorView& w, uint64_t r, RowDecoder<VT, kStep
       const uint8_t* nibbles = values + (r * cols) / 2;
       for (; c0 + 32 <= s1; c0 += 32) {
         const uint8_t* p = nibbles + c0 / 2;  // 4 bytes per chunk
+        if ((c0 & 127) == 0) prefetch(p + kPrefetchBytes);
         if constexpr (kStep == kPerWord) dec.group.at(c0);
         sink.template chunk<0>(dec.dense_nibbles(p, c0), c0);
         sink.template chunk<1>(dec.dense_nibbles(p + 4, c0 + 8), c0 + 8);

@@ -33,6 +33,13 @@ inline __m512 i8_to_ps(__m128i q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi
 inline __mmask16 lanes16(uint64_t bits, int i) { return __mmask16(bits >> (16 * i)); }
 inline uint64_t first_bits(uint64_t n) { return n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1; }
 
+// Software prefetch distance on the weight streams. The hardware prefetchers alone left the bitmap
+// kernels at ~60 % of the bandwidth a dense stream gets on one core (several interleaved streams,
+// data-dependent strides); 4 KiB ahead on the values (and the same time ahead on the bitmap, 1/8
+// of the bytes for f16) brought them level with dense (bench/RESULTS.md, "CPU kernels").
+constexpr uint64_t kPrefetchBytes = 4096;
+inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+
 // int4 codes of stored values [k0, k0 + n) as one byte each, 0x10 | code (the flag marks the value
 // as present for the table lookup of int4_word): code k0 + i lands in out[(k0 & 1) + i] (the source is read from the byte holding code k0, so an odd k0 leaves its
 // byte's low nibble in out[0]). Whole 64-byte stores: out needs n + 129 bytes. Reads only the
@@ -42,6 +49,7 @@ inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8
   const uint64_t n_bytes = ((k0 & 1) + n + 1) / 2;
   const __m512i lo4 = _mm512_set1_epi16(0x000F), hi4 = _mm512_set1_epi16(0x0F00), flag = _mm512_set1_epi16(0x1010);
   for (uint64_t j = 0; j < n_bytes; j += 32) {
+    prefetch(src + j + kPrefetchBytes);
     const __mmask32 m = __mmask32(first_bits(std::min<uint64_t>(32, n_bytes - j)));
     const __m512i b = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + j));
     // 16-bit lane j: byte 0 = low nibble (even code), byte 1 = high nibble (odd code).
@@ -254,6 +262,8 @@ __attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, u
     for (uint64_t wi = b * (kIndexBlockCols / 64); wi < w_end; ++wi) {
       const uint64_t c0 = 64 * wi, n = std::min<uint64_t>(64, cols - c0);
       const uint64_t bits = load_u64(words + 8 * wi) & first_bits(n);
+      if ((wi & 7) == 0) prefetch(words + 8 * wi + kPrefetchBytes / 8);
+      if constexpr (VT != ValueType::I4) prefetch(p + kPrefetchBytes);  // int4: in unpack_nibbles
       if (bits == 0) continue;
       __m512 wv[4];
       if constexpr (VT == ValueType::I4) {
@@ -288,6 +298,9 @@ __attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, ui
     }
     for (uint64_t c0 = s0; c0 < s1; c0 += 64) {
       const uint64_t n = std::min<uint64_t>(64, s1 - c0);
+      if constexpr (VT != ValueType::I4) {
+        for (uint64_t b = 0; b < 64 * value_bytes(VT); b += 64) prefetch(p + kPrefetchBytes + b);
+      }
       __m512 wv[4];
       if constexpr (VT == ValueType::I4) {
         grp.at(c0);
