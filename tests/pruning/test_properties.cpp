@@ -297,6 +297,30 @@ TEST_CASE("SparseGPT + quantization: every kept weight is exactly its stored cod
     CHECK(nonzero_pruned == 0);
     CHECK(bad_codes == 0);
     CHECK(res.loss > 0.0);
+
+    // Stored through the format's explicit-codes path (encode_quantized, what endor-pack does),
+    // the tensor decodes to exactly w, bit for bit (pruned entries absent: +0).
+    std::vector<uint8_t> present(w.size());
+    for (size_t i = 0; i < w.size(); ++i) present[i] = !res.mask[i];
+    endor::QuantizedValues qv;
+    qv.present = present.data();
+    if (c.q == QuantScheme::Int8Row) {
+      qv.value_type = endor::ValueType::I8;
+      qv.int8_codes = res.int8_codes.data();
+      qv.row_scales = res.row_scales.data();
+    } else {
+      qv.value_type = endor::ValueType::I4;
+      qv.group_size = res.group_size;
+      qv.int4_codes = res.int4_codes.data();
+      qv.group_scales = res.group_scales_f16.data();
+      qv.group_mins = res.group_mins_f16.data();
+    }
+    endor::TensorInfo info;
+    info.shape = {l.n_out, l.n_in};
+    const endor::EncodedTensor e = endor::encode_quantized(info.shape, endor::Encoding::Bitmap, qv);
+    std::vector<float> decoded(w.size(), -1.0f);
+    endor::decode_rows_f32(endor::TensorView{&info, e.layout, e.bytes.data()}, 0, l.n_out, decoded.data());
+    CHECK(std::memcmp(decoded.data(), w.data(), 4 * w.size()) == 0);
   }
 }
 

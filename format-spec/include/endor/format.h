@@ -182,6 +182,27 @@ struct EncodedTensor {
 // chosen, so decode(encode(x)) is what the spec's dequantization yields). Pruned zeros stay zero.
 EncodedTensor encode_tensor(const float* values, const std::vector<uint64_t>& shape, const EncodeOptions&);
 
+// int8/int4 content whose codes and parameters were chosen outside encode_tensor (SPEC.md §7.3),
+// e.g. by SparseGPT/GPTQ, which quantize column by column while compensating the error: stored
+// exactly as given. Arrays are row-major over the tensor's [rows, cols] view (§6).
+struct QuantizedValues {
+  ValueType value_type = ValueType::I8;     // I8 or I4
+  uint32_t group_size = 0;                  // I4: input columns per group (>= 1); I8: 0
+  const uint8_t* present = nullptr;         // [rows·cols] nonzero = stored; nullptr = all present
+  const int8_t* int8_codes = nullptr;       // I8: [rows·cols] in [-127, 127]
+  const float* row_scales = nullptr;        // I8: [rows] finite f32
+  const uint8_t* int4_codes = nullptr;      // I4: [rows·cols] one code in [0, 15] per byte
+  const uint16_t* group_scales = nullptr;   // I4: [rows·ceil(cols/group_size)] f16 bits, finite
+  const uint16_t* group_mins = nullptr;     // I4: same shape, f16 bits, finite
+};
+// Encodes explicit codes and parameters. Decoding the result gives, bit for bit, §6.6's value of
+// the given code and parameters at every present element and +0 at every absent one. Bitmap:
+// absent elements are not stored; a present element is stored even when its value is 0. Dense:
+// an absent int8 element is stored as code 0 (decodes to +0); dense int4 refuses absent elements
+// (the asymmetric grid has no exact zero in general). Codes of absent elements are ignored.
+// Throws endor::Error on another value type, a missing array, a code or parameter out of range.
+EncodedTensor encode_quantized(const std::vector<uint64_t>& shape, Encoding, const QuantizedValues&);
+
 // Checks a bitmap tensor's index against its bitmap popcounts and nnz (O(bitmap bytes)); throws
 // endor::Error naming `what` on the first inconsistency. Dense tensors: no-op.
 void validate_bitmap(const TensorView&, const std::string& what);
