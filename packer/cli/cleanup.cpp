@@ -1,4 +1,4 @@
-// The signal handler and its async-signal-safe state (a fixed buffer, updated with the signals
+// The signal handler and its async-signal-safe state (fixed buffers, updated with the signals
 // blocked so the handler never sees a half-written path).
 #include "cleanup.h"
 
@@ -11,12 +11,16 @@ namespace endor::cli {
 
 namespace {
 
+constexpr int kSlots = 8;
+constexpr size_t kPathBytes = 4096;
+
 // Process-wide by necessity: a signal handler can reach nothing else.
-char g_temp_path[4096];
-volatile sig_atomic_t g_has_path = 0;
+char g_paths[kSlots][kPathBytes];
+volatile sig_atomic_t g_used[kSlots] = {};
 
 void on_signal(int sig) {
-  if (g_has_path) ::unlink(g_temp_path);
+  for (int i = 0; i < kSlots; ++i)
+    if (g_used[i]) ::unlink(g_paths[i]);
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -30,6 +34,12 @@ sigset_t handled_signals() {
   return s;
 }
 
+int find_slot(const std::string& path) {
+  for (int i = 0; i < kSlots; ++i)
+    if (g_used[i] && path == g_paths[i]) return i;
+  return -1;
+}
+
 }  // namespace
 
 void install_cleanup_handlers() {
@@ -39,15 +49,20 @@ void install_cleanup_handlers() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
 }
 
-void set_cleanup_path(const std::string& path) {
+void track_temp_file(const std::string& path, bool exists) {
+  if (path.empty() || path.size() >= kPathBytes) return;
   const sigset_t block = handled_signals();
   sigset_t old;
   ::sigprocmask(SIG_BLOCK, &block, &old);
-  g_has_path = 0;
-  if (!path.empty() && path.size() < sizeof g_temp_path) {
-    std::memcpy(g_temp_path, path.c_str(), path.size() + 1);
-    g_has_path = 1;
-  }
+  const int slot = find_slot(path);
+  if (!exists && slot >= 0) g_used[slot] = 0;
+  if (exists && slot < 0)
+    for (int i = 0; i < kSlots; ++i)
+      if (!g_used[i]) {
+        std::memcpy(g_paths[i], path.c_str(), path.size() + 1);
+        g_used[i] = 1;
+        break;
+      }
   ::sigprocmask(SIG_SETMASK, &old, nullptr);
 }
 

@@ -1,15 +1,17 @@
-// Ctrl-C / SIGTERM safety for endor-pack: the one temporary output path being written is kept in
-// a fixed buffer the signal handler can read, and unlinked before the process dies.
+// Ctrl-C / SIGTERM safety for endor-pack: the temporary files being written (the output's temp,
+// the calibration driver's temporary model, ...) are kept in fixed buffers the signal handler can
+// read, and unlinked before the process dies.
 #pragma once
 
 #include <string>
 
 namespace endor::cli {
 
-// Installs SIGINT/SIGTERM/SIGHUP handlers that unlink the registered path, then re-raise.
+// Installs SIGINT/SIGTERM/SIGHUP handlers that unlink every registered path, then re-raise.
 void install_cleanup_handlers();
-// Registers the temporary path to remove on a signal ("" = none). Paths longer than the
-// buffer are not registered (the library still removes them on ordinary errors).
-void set_cleanup_path(const std::string& path);
+// Registers (exists = true) or forgets (false) a temporary path to remove on a signal; the
+// PackCallbacks::on_temp_file contract. Up to 8 paths at once; a path longer than the buffer, or
+// a ninth, is not registered (the library still removes its files on ordinary errors).
+void track_temp_file(const std::string& path, bool exists);
 
 }  // namespace endor::cli

@@ -75,7 +75,7 @@ void add_prune_options(cxxopts::Options& o) {
     ("method", "magnitude, wanda or sparsegpt (these two need --calib)", cxxopts::value<std::string>()->default_value("magnitude"))
     ("pattern", "unstructured or N:M (zero N of every M consecutive inputs, e.g. 2:4)", cxxopts::value<std::string>()->default_value("unstructured"))
     ("scope", "row (the int(in*S) smallest |w| of each row) or matrix (one threshold)", cxxopts::value<std::string>()->default_value("row"))
-    ("quant", "none, int8 (per row) or int4 (per group) for the pruned Linears", cxxopts::value<std::string>()->default_value("none"))
+    ("quant", "none, int8 (per row) or int4 (per group) for the pruned Linears (sparsegpt: jointly, with error compensation; magnitude, wanda: after pruning)", cxxopts::value<std::string>()->default_value("none"))
     ("group-size", "int4 group: consecutive input columns sharing a scale and min", cxxopts::value<uint32_t>()->default_value("128"))
     ("skip", "regex (ECMAScript, searched in the canonical tensor name) of Linears to leave unpruned and unquantized", cxxopts::value<std::string>())
     ("calib", "calibration text (UTF-8 file) for --method wanda|sparsegpt", cxxopts::value<std::string>())
@@ -216,7 +216,7 @@ int run_pack(const char* cmd, int argc, char** argv) {
     ProgressDisplay progress;
     PackCallbacks cb;
     cb.on_progress = [&](const PackProgress& p) { progress.update(p); };
-    cb.on_temp_path = [](const std::string& path) { set_cleanup_path(path); };
+    cb.on_temp_file = track_temp_file;
     const auto t0 = std::chrono::steady_clock::now();
 #ifdef ENDOR_PACK_CALIBRATION
     const bool calibrated = prune && o.prune.method != "magnitude";
@@ -366,7 +366,7 @@ int run_compare(int argc, char** argv) {
     const CompareReport rep = compare_sizes(input, po, co, cb);
     progress.finish();
     std::cout << render_compare_table(rep);
-    const auto on_temp = [](const std::string& path) { set_cleanup_path(path); };
+    const TempFileCallback on_temp = track_temp_file;
     write_file_atomic(csv, render_compare_csv(rep), on_temp);
     write_file_atomic(json, compare_to_json(rep).dump(2) + "\n", on_temp);
     write_file_atomic(svg, render_compare_svg(rep), on_temp);

@@ -20,6 +20,11 @@ ProgressDisplay::ProgressDisplay()
 ProgressDisplay::~ProgressDisplay() { finish(); }
 
 void ProgressDisplay::update(const PackProgress& p) {
+  if (p.stage != stage_) {
+    finish();
+    stage_ = p.stage;
+    last_decile_ = -1;
+  }
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double frac = p.bytes_total ? double(p.bytes_done) / double(p.bytes_total)

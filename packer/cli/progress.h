@@ -19,6 +19,7 @@ class ProgressDisplay {
  private:
   bool tty_ = false, open_line_ = false;
   int last_decile_ = -1;
+  std::string stage_;  // a new stage (convert, calibrate, pack) starts a new line
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 

@@ -1,49 +1,37 @@
 // Calibrated pruning (Wanda, SparseGPT): the sequential block-by-block driver of ALGORITHMS.md
 // "Sequential calibration", over the runtime's block-level API (one model implementation serves
 // inference and calibration) and the pure per-Linear algorithms of endor_pruning.
+//
+// What stays in memory (hidden H, intermediate I, calibration S windows × L tokens): one window's
+// activations and the runtime's per-window scratch (O(L·(H + I))), one block's statistics
+// (Wanda: n_in floats per Linear; SparseGPT: n_in² floats per Linear plus its n_tokens·n_in
+// scratch), one Linear's f32 copy and SparseGPT work (n_in² + n_out·n_in), the block's encoded
+// Linears, and the block's weight pages of the temporary model (dropped when the block is done).
+// Not in memory: the activations of all windows [S, L, H] f32 (a scratch file, one window read or
+// written at a time), the encoded Linears of finished blocks (a second scratch file, read back one
+// tensor at a time by the output pass), and the temporary model (a mapped file).
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <optional>
 #include <deque>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
-#include <regex>
 #include <sstream>
 
+#include "detail.h"
 #include "endor/packer.h"
 #include "endor/pruning.h"
 #include "endor/runtime.h"
 #include "endor/tokenizer.h"
+#include "scratch_file.h"
 
 namespace endor {
 namespace {
 
-// Removes a file on every way out.
-struct RemoveOnExit {
-  std::string path;
-  ~RemoveOnExit() {
-    if (!path.empty()) std::remove(path.c_str());
-  }
-};
-
-// Hands out the pruned f32 weights computed by the calibration pass.
-class PrecomputedPruner final : public Pruner {
- public:
-  explicit PrecomputedPruner(std::map<std::string, std::vector<float>>& weights) : weights_(weights) {}
-  void prune(const std::string& name, float* w, uint64_t rows, uint64_t cols) override {
-    auto it = weights_.find(name);
-    if (it == weights_.end()) throw Error("calibration produced no weights for tensor '" + name + "'");
-    if (it->second.size() != rows * cols) throw Error("calibrated weights of '" + name + "' have the wrong size");
-    std::copy(it->second.begin(), it->second.end(), w);
-    it->second = std::vector<float>();  // written once; free it
-  }
-
- private:
-  std::map<std::string, std::vector<float>>& weights_;
-};
+using packer_detail::ScratchFile;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -54,11 +42,129 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-// Dense f32 replacement weight kept alive while the model uses it.
-struct Replacement {
-  TensorInfo info;
-  EncodedTensor enc;
+// A named temporary file: registered with the callback before it can exist, unlinked (and
+// released) by unlink_now() or on every way out.
+class NamedTemp {
+ public:
+  NamedTemp(std::string path, const TempFileCallback& cb) : path_(std::move(path)), cb_(cb) {
+    if (cb_) cb_(path_, true);
+  }
+  ~NamedTemp() { unlink_now(); }
+  NamedTemp(const NamedTemp&) = delete;
+  NamedTemp& operator=(const NamedTemp&) = delete;
+  const std::string& path() const { return path_; }
+  void unlink_now() {
+    if (done_) return;
+    ::unlink(path_.c_str());
+    if (cb_) cb_(path_, false);
+    done_ = true;
+  }
+
+ private:
+  std::string path_;
+  const TempFileCallback& cb_;
+  bool done_ = false;
 };
+
+// The calibration activations [n_samples, seq_len, hidden] f32: the inputs of the current block,
+// overwritten window by window by its pruned outputs (a window's pruned re-run needs only its own
+// input, so one store serves as input and output). In a scratch file: one window in memory.
+class ActivationStore {
+ public:
+  ActivationStore(const std::string& path, uint64_t window_floats, const TempFileCallback& cb)
+      : file_(path, cb), bytes_(window_floats * sizeof(float)) {}
+  void read(uint64_t s, float* window) const { file_.read(s * bytes_, window, bytes_); }
+  void write(uint64_t s, const float* window) { file_.write(s * bytes_, window, bytes_); }
+
+ private:
+  ScratchFile file_;
+  uint64_t bytes_;
+};
+
+// The calibrated Linears, encoded as they will be stored, waiting in a scratch file for the
+// output pass; pack takes each one back (once) through Pruner::take_encoded.
+class SpilledTensors final : public Pruner {
+ public:
+  SpilledTensors(const std::string& path, const TempFileCallback& cb) : file_(path, cb) {}
+  void add(const std::string& name, const EncodedTensor& e) {
+    index_[name] = Entry{file_.append(e.bytes.data(), e.bytes.size()), e.layout};
+  }
+  std::optional<EncodedTensor> take_encoded(const std::string& name) override {
+    const auto it = index_.find(name);
+    if (it == index_.end()) return std::nullopt;
+    EncodedTensor e;
+    e.layout = it->second.layout;
+    e.bytes.resize(e.layout.total_bytes);
+    file_.read(it->second.offset, e.bytes.data(), e.bytes.size());
+    index_.erase(it);
+    return e;
+  }
+  void prune(const std::string& name, float*, uint64_t, uint64_t) override {
+    throw Error("calibration produced no weights for tensor '" + name + "'");
+  }
+
+ private:
+  struct Entry {
+    uint64_t offset;
+    TensorLayout layout;
+  };
+  ScratchFile file_;
+  std::map<std::string, Entry> index_;
+};
+
+// Drops the resident pages of manifest group g of a container opened with ContainerReader::open
+// (a read-only file mapping: the pages are re-read from the file if touched again). Calibration
+// touches each block's weights in one stretch; without this the whole model would stay resident.
+void drop_group_pages(const ContainerReader& r, uint32_t g) {
+  const GroupInfo& gi = r.manifest().groups.at(g);
+  if (gi.size == 0) return;
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = uintptr_t(r.bytes() + gi.offset) & ~(page - 1);
+  const uintptr_t end = uintptr_t(r.bytes() + gi.offset + gi.size);
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: failure is harmless
+}
+
+// A Linear pruned by the method (w [rows, cols] is left as the algorithm leaves it) and encoded
+// as it will be stored: SparseGPT with joint quantization stores its own codes and parameters
+// (encode_quantized); otherwise the f32 result is encoded by pack's rule (encode_for_pack; with
+// --quant that quantizes after pruning, as magnitude does).
+EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning::WandaStats* wanda,
+                           const pruning::HessianAccumulator* hessian, const pruning::SparsityTarget& target,
+                           const PruneSpec& spec, const PackOptions& o, const TensorTreatment& tr) {
+  const std::vector<uint64_t> shape{rows, cols};
+  const uint32_t group_size = tr.value_type == ValueType::I4 ? o.group_size : 0;
+  if (wanda) {
+    pruning::wanda_prune(w, rows, cols, wanda->scaler_row().data(), target);
+    return encode_for_pack(w, shape, tr.value_type, group_size);
+  }
+  pruning::SparseGptOptions so;
+  so.target = target;
+  if (spec.structured() && so.block_size % spec.m != 0) so.block_size = spec.m * std::max<size_t>(1, 128 / spec.m);
+  if (tr.value_type == ValueType::I8) so.quant.scheme = pruning::QuantScheme::Int8Row;
+  if (tr.value_type == ValueType::I4) {
+    so.quant.scheme = pruning::QuantScheme::Int4Group;
+    so.quant.group_size = group_size;
+  }
+  const pruning::SparseGptResult res = pruning::sparsegpt_prune(w, rows, cols, hessian->hessian().data(), so);
+  if (res.scheme == pruning::QuantScheme::None) return encode_for_pack(w, shape, tr.value_type, group_size);
+
+  std::vector<uint8_t> present(res.mask.size());
+  uint64_t nnz = 0;
+  for (size_t i = 0; i < present.size(); ++i) nnz += present[i] = res.mask[i] == 0;
+  QuantizedValues q;
+  q.value_type = tr.value_type;
+  q.present = present.data();
+  if (res.scheme == pruning::QuantScheme::Int8Row) {
+    q.int8_codes = res.int8_codes.data();
+    q.row_scales = res.row_scales.data();
+  } else {
+    q.group_size = res.group_size;
+    q.int4_codes = res.int4_codes.data();
+    q.group_scales = res.group_scales_f16.data();
+    q.group_mins = res.group_mins_f16.data();
+  }
+  return encode_quantized(shape, choose_encoding(shape, tr.value_type, group_size, nnz), q);
+}
 
 }  // namespace
 
@@ -72,24 +178,38 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   if (spec.structured() && (spec.n == 0 || spec.n >= spec.m))
     throw Error("N:M pattern needs 0 < N < M");
   if (co.n_samples == 0) throw Error("--calib-samples must be at least 1");
-  if (wanda && o.quant != Quantization::None)
-    throw Error("--method wanda does not quantize jointly; --quant needs --method sparsegpt (or magnitude)");
+  packer_detail::validate_options(o);
   const std::string text = read_file(co.text_path);
+  std::unique_ptr<Checkpoint> ck = Checkpoint::open(source_dir);
+  packer_detail::check_output_is_not_input(output_path, *ck);  // before the long part, not after
+  std::map<std::string, const CheckpointTensor*> source_tensors;
+  for (const CheckpointTensor& t : ck->tensors()) source_tensors[t.name] = &t;
+  const std::string tag = ".tmp-" + std::to_string(::getpid());
 
-  // 1. The model, dense f32, through the runtime.
-  const std::string dense_path = output_path + ".calib-f32.tmp-" + std::to_string(::getpid());
-  RemoveOnExit remove_dense{dense_path};
-  PackOptions dense_opts;
-  dense_opts.command = "convert";
-  dense_opts.dtype = ValueType::F32;
-  dense_opts.tool_version = o.tool_version;
-  pack_checkpoint(source_dir, dense_path, dense_opts);
-  const std::unique_ptr<ContainerReader> reader = ContainerReader::open(dense_path);
-  const std::unique_ptr<Backend> backend = make_backend("cpu", co.n_threads);
-  const std::unique_ptr<Model> model = load_model(*reader, *backend);
-  const ModelConfig& c = model->config();
+  // 1. The model, through the runtime: a temporary dense container in the source's dtypes (the
+  //    runtime computes in f32 from any of them), unlinked as soon as it is mapped.
+  std::unique_ptr<ContainerReader> reader;
+  {
+    NamedTemp model_file(output_path + ".calib-model" + tag, cb.on_temp_file);
+    PackOptions mo;
+    mo.command = "convert";
+    mo.tool_version = o.tool_version;
+    PackCallbacks mcb;
+    mcb.on_temp_file = cb.on_temp_file;
+    if (cb.on_progress)
+      mcb.on_progress = [&](const PackProgress& p) {
+        PackProgress q = p;
+        q.stage = "convert";
+        cb.on_progress(q);
+      };
+    pack_checkpoint(source_dir, model_file.path(), mo, mcb);
+    reader = ContainerReader::open(model_file.path());
+  }
+  std::unique_ptr<Backend> backend = make_backend("cpu", co.n_threads);
+  std::unique_ptr<Model> model = load_model(*reader, *backend);
+  const ModelConfig c = model->config();
 
-  // 2. Calibration windows.
+  // 2. Calibration windows, embedded into the activation store.
   const std::optional<std::string_view> tok_json = reader->file("tokenizer.json");
   if (!tok_json) throw Error(source_dir + ": no tokenizer.json; calibration needs the checkpoint's tokenizer");
   const Tokenizer tokenizer = Tokenizer::from_json(*tok_json, source_dir + "/tokenizer.json");
@@ -102,88 +222,116 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     throw Error(co.text_path + ": " + std::to_string(ids.size()) + " tokens; calibration windows of " +
                 std::to_string(L) + " need more");
   const uint64_t S = co.n_samples, H = c.hidden;
+  std::optional<ActivationStore> acts;
+  acts.emplace(output_path + ".calib-acts" + tag, L * H, cb.on_temp_file);
+  std::vector<float> window(L * H);  // [L, H]: the one window in memory
   std::mt19937_64 rng(co.seed);
   std::uniform_int_distribution<uint64_t> start_dist(0, ids.size() - L - 1);
-  std::vector<float> acts(S * L * H);  // [S, L, H] inputs of the current block
   for (uint64_t s = 0; s < S; ++s) {
     const uint64_t start = start_dist(rng);
-    model->embed(ids.data() + start, L, acts.data() + s * L * H);
+    model->embed(ids.data() + start, L, window.data());
+    acts->write(s, window.data());
   }
+  for (uint32_t g = 0; g < reader->manifest().groups.size(); ++g)
+    if (reader->manifest().groups[g].name == "embed") drop_group_pages(*reader, g);
 
   // 3. Block by block.
   const std::string prefix = c.arch == Architecture::Opt ? "model.decoder.layers." : "model.layers.";
-  std::optional<std::regex> skip;
-  if (!o.skip_regex.empty()) skip.emplace(o.skip_regex);
   const pruning::SparsityTarget target = spec.structured() ? pruning::SparsityTarget::n_of_m(spec.n, spec.m)
                                                            : pruning::SparsityTarget::unstructured(spec.sparsity);
-  std::map<std::string, std::vector<float>> pruned;  // canonical tensor name -> [out, in]
-  std::deque<Replacement> replacements;
-  std::vector<float> sample(L * H);
+  SpilledTensors spilled(output_path + ".calib-tensors" + tag, cb.on_temp_file);
   PackProgress progress;
   progress.stage = "calibrate";
   progress.tensors_total = c.n_layers;
   for (uint32_t l = 0; l < c.n_layers; ++l) {
-    std::map<std::string, pruning::WandaStats> wstats;
-    std::map<std::string, pruning::HessianAccumulator> hstats;
-    const Model::LinearInputHook hook = [&](uint32_t, const std::string& name, const float* x, size_t n,
-                                            size_t in) {
-      if (wanda) wstats.try_emplace(name, in).first->second.add_batch(x, n, in, 1);
-      else hstats.try_emplace(name, in).first->second.add_batch(x, n, in, 1);
-    };
-    for (uint64_t s = 0; s < S; ++s) {  // dense pass: statistics, one sample per call
-      std::copy(acts.begin() + s * L * H, acts.begin() + (s + 1) * L * H, sample.begin());
-      model->forward_block(l, sample.data(), L, hook);
-    }
+    // The Linears this block prunes, with their treatment (value type; --skip leaves some out).
+    std::map<std::string, TensorTreatment> treatments;
     for (const std::string& linear : model->block_linear_names()) {
       const std::string name = prefix + std::to_string(l) + "." + linear + ".weight";
-      if (skip && std::regex_search(name, *skip)) continue;
+      const auto it = source_tensors.find(name);
+      if (it == source_tensors.end()) throw Error(source_dir + ": missing tensor '" + name + "'");
+      const TensorTreatment tr = plan_treatment(*it->second, o);
+      if (tr.prune) treatments[linear] = tr;
+    }
+    std::map<std::string, pruning::WandaStats> wstats;
+    std::map<std::string, pruning::HessianAccumulator> hstats;
+    const Model::LinearInputHook hook = [&](uint32_t, const std::string& linear, const float* x, size_t n,
+                                            size_t in) {
+      if (!treatments.count(linear)) return;
+      if (wanda) wstats.try_emplace(linear, in).first->second.add_batch(x, n, in, 1);
+      else hstats.try_emplace(linear, in).first->second.add_batch(x, n, in, 1);
+    };
+    for (uint64_t s = 0; s < S; ++s) {  // dense pass: statistics, one window per call
+      acts->read(s, window.data());
+      model->forward_block(l, window.data(), L, hook);
+    }
+
+    struct Pruned {
+      std::string linear, name;
+      TensorInfo info;  // the model holds a pointer to it until the block is done
+      EncodedTensor enc;
+      const TensorInfo* original = nullptr;
+    };
+    std::deque<Pruned> pruned;  // stable addresses
+    uint32_t group = UINT32_MAX;
+    for (const std::string& linear : model->block_linear_names()) {
+      const auto tr = treatments.find(linear);
+      if (tr == treatments.end()) continue;
+      const std::string name = prefix + std::to_string(l) + "." + linear + ".weight";
       const std::optional<TensorView> view = reader->find_tensor(name);
-      if (!view) throw Error(dense_path + ": missing tensor '" + name + "'");
+      if (!view) throw Error(source_dir + ": missing tensor '" + name + "'");
+      group = view->info->group;
       const uint64_t rows = view->info->shape[0], cols = view->info->shape[1];
-      std::vector<float> w(rows * cols);
-      decode_rows_f32(*view, 0, rows, w.data());
       if (spec.structured() && cols % spec.m != 0)
         throw Error("tensor '" + name + "': " + std::to_string(cols) + " inputs are not a multiple of M=" +
                     std::to_string(spec.m));
-      if (wanda) {
-        pruning::wanda_prune(w.data(), rows, cols, wstats.at(linear).scaler_row().data(), target);
-      } else {
-        pruning::SparseGptOptions so;
-        so.target = target;
-        if (spec.structured() && so.block_size % spec.m != 0) so.block_size = spec.m * std::max<size_t>(1, 128 / spec.m);
-        if (o.quant == Quantization::Int8) so.quant.scheme = pruning::QuantScheme::Int8Row;
-        if (o.quant == Quantization::Int4) {
-          so.quant.scheme = pruning::QuantScheme::Int4Group;
-          so.quant.group_size = o.group_size;
-        }
-        pruning::sparsegpt_prune(w.data(), rows, cols, hstats.at(linear).hessian().data(), so);
-      }
-      Replacement& r = replacements.emplace_back();
-      r.info.name = name;
-      r.info.shape = {rows, cols};
-      r.info.encoding = Encoding::Dense;
-      r.info.value_type = ValueType::F32;
-      r.info.nnz = rows * cols;
-      EncodeOptions eo;
-      eo.encoding = Encoding::Dense;
-      eo.value_type = ValueType::F32;
-      r.enc = encode_tensor(w.data(), r.info.shape, eo);
-      model->replace_block_weight(l, linear, TensorView{&r.info, r.enc.layout, r.enc.bytes.data()});
-      pruned[name] = std::move(w);
+      std::vector<float> w(rows * cols);
+      decode_rows_f32(*view, 0, rows, w.data());
+      Pruned& p = pruned.emplace_back();
+      p.linear = linear;
+      p.name = name;
+      p.original = view->info;
+      p.enc = prune_linear(w.data(), rows, cols, wanda ? &wstats.at(linear) : nullptr,
+                           wanda ? nullptr : &hstats.at(linear), target, spec, o, tr->second);
+      hstats.erase(linear);  // n_in² floats: free before the next Linear's work
+      if (co.on_pruned) co.on_pruned(name, w.data(), rows, cols);
+      p.info.name = name;
+      p.info.shape = {rows, cols};
+      p.info.encoding = p.enc.layout.encoding;
+      p.info.value_type = p.enc.layout.value_type;
+      p.info.group_size = p.enc.layout.group_size;
+      p.info.nnz = p.enc.layout.nnz;
+      // The pruned re-run uses the weights exactly as stored (as the references re-run their
+      // fp16 model after writing the pruned weights back into it).
+      model->replace_block_weight(l, linear, TensorView{&p.info, p.enc.layout, p.enc.bytes.data()});
     }
-    for (uint64_t s = 0; s < S; ++s)  // pruned pass: the next block's inputs, in place
-      model->forward_block(l, acts.data() + s * L * H, L, {});
+    for (uint64_t s = 0; s < S; ++s) {  // pruned pass: the next block's inputs, in place
+      acts->read(s, window.data());
+      model->forward_block(l, window.data(), L, {});
+      acts->write(s, window.data());
+    }
+    for (Pruned& p : pruned) {
+      spilled.add(p.name, p.enc);
+      // Give the model its original weight back so it refers to nothing that is freed below.
+      model->replace_block_weight(l, p.linear, reader->tensor(*p.original));
+    }
+    pruned.clear();
+    if (group != UINT32_MAX) drop_group_pages(*reader, group);
     progress.tensor = prefix + std::to_string(l);
     progress.tensors_done = l + 1;
     if (cb.on_progress) cb.on_progress(progress);
   }
-  acts = std::vector<float>();
+  // Free the runtime's buffers, the temporary model and the activations before the output pass.
+  acts.reset();
+  model.reset();
+  backend.reset();
+  reader.reset();
+  ck.reset();
 
-  // 4. The output, through the normal packer path.
+  // 4. The output, through the normal packer path (the calibrated Linears come from `spilled`).
   nlohmann::json calibration = {{"text", co.text_path}, {"samples", S}, {"seq_len", L}, {"seed", co.seed},
                                 {"tokens", ids.size()}, {"sampling", "uniform window start, std::mt19937_64"}};
-  PrecomputedPruner pruner(pruned);
-  return pack_checkpoint_with_pruner(source_dir, output_path, o, &pruner, cb, calibration);
+  return pack_checkpoint_with_pruner(source_dir, output_path, o, &spilled, cb, calibration);
 }
 
 }  // namespace endor

@@ -27,20 +27,20 @@ std::string human_bytes(uint64_t n) {
 }  // namespace packer_detail
 
 void write_file_atomic(const std::string& path, const std::string& content,
-                       const std::function<void(const std::string&)>& on_temp_path) {
+                       const TempFileCallback& on_temp_file) {
   const std::string temp = path + ".tmp-" + std::to_string(::getpid());
-  if (on_temp_path) on_temp_path(temp);  // before the file exists: a signal cannot leave it behind
+  if (on_temp_file) on_temp_file(temp, true);  // before the file exists: a signal cannot leave it behind
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int err = errno;
-    if (on_temp_path) on_temp_path("");
+    if (on_temp_file) on_temp_file(temp, false);
     packer_detail::fail(path, std::string("cannot create: ") + std::strerror(err));
   }
   auto abandon = [&](const std::string& what) {
     const int err = errno;
     ::close(fd);
     ::unlink(temp.c_str());
-    if (on_temp_path) on_temp_path("");
+    if (on_temp_file) on_temp_file(temp, false);
     packer_detail::fail(path, what + ": " + std::strerror(err));
   };
   const char* p = content.data();
@@ -55,16 +55,16 @@ void write_file_atomic(const std::string& path, const std::string& content,
   if (::fsync(fd) != 0) abandon("cannot sync");
   if (::close(fd) != 0) {
     ::unlink(temp.c_str());
-    if (on_temp_path) on_temp_path("");
+    if (on_temp_file) on_temp_file(temp, false);
     packer_detail::fail(path, std::string("cannot close: ") + std::strerror(errno));
   }
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(temp.c_str());
-    if (on_temp_path) on_temp_path("");
+    if (on_temp_file) on_temp_file(temp, false);
     packer_detail::fail(path, std::string("cannot rename the temporary file into place: ") + std::strerror(err));
   }
-  if (on_temp_path) on_temp_path("");
+  if (on_temp_file) on_temp_file(temp, false);
 }
 
 }  // namespace endor

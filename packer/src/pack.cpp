@@ -132,6 +132,10 @@ std::string group_name(const TensorRole& r) {
   return "head";
 }
 
+}  // namespace
+
+namespace packer_detail {
+
 void validate_options(const PackOptions& o) {
   if (o.dtype && *o.dtype != ValueType::F16 && *o.dtype != ValueType::BF16 && *o.dtype != ValueType::F32)
     throw Error(std::string("--dtype must be f16, bf16 or f32, got ") + to_string(*o.dtype));
@@ -145,7 +149,6 @@ void validate_options(const PackOptions& o) {
   }
 }
 
-// Refuses an output path that is one of the input files (the rename would replace it).
 void check_output_is_not_input(const std::string& output, const Checkpoint& ck) {
   struct stat out {};
   if (::stat(output.c_str(), &out) != 0) return;
@@ -158,7 +161,10 @@ void check_output_is_not_input(const std::string& output, const Checkpoint& ck) 
     fail(output, "refusing to overwrite a .safetensors file; the output is an .endor container");
 }
 
-}  // namespace
+}  // namespace packer_detail
+
+using packer_detail::check_output_is_not_input;
+using packer_detail::validate_options;
 
 const char* to_string(Quantization q) {
   switch (q) {
@@ -204,6 +210,19 @@ Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType vt, uint3
   return bitmap.total_bytes < dense.total_bytes ? Encoding::Bitmap : Encoding::Dense;
 }
 
+EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, ValueType vt, uint32_t group_size) {
+  uint64_t numel = 1;
+  for (uint64_t d : shape) numel *= d;
+  uint64_t nnz = 0;
+#pragma omp parallel for reduction(+ : nnz) schedule(static) if (numel >= kParallelMin)
+  for (int64_t i = 0; i < int64_t(numel); ++i) nnz += w[size_t(i)] != 0.0f;
+  EncodeOptions eo;
+  eo.encoding = choose_encoding(shape, vt, group_size, nnz);
+  eo.value_type = vt;
+  eo.group_size = vt == ValueType::I4 ? group_size : kDefaultGroupSize;
+  return encode_tensor(w, shape, eo);
+}
+
 PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, const TensorTreatment& tr,
                               Pruner* pruner, const PackOptions& o) {
   PreparedTensor p;
@@ -229,21 +248,26 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
         return p;
       }
     }
-    std::vector<float> w = load_f32(ck, t);
-    ck.release(t);
-    if (tr.prune) {
-      if (!pruner) throw Error("no pruner given");
-      pruner->prune(t.name, w.data(), t.rows(), t.cols());
+    std::optional<EncodedTensor> encoded;
+    if (tr.prune && pruner) encoded = pruner->take_encoded(t.name);
+    if (encoded) {
+      const TensorLayout& L = encoded->layout;
+      if (L.rows * L.cols != t.numel() || L.rows != t.rows() || L.value_type != tr.value_type ||
+          L.group_size != p.info.group_size || encoded->bytes.size() != L.total_bytes)
+        throw Error(std::string("the precomputed encoding does not match the tensor (") + to_string(L.value_type) +
+                    " " + std::to_string(L.rows) + "x" + std::to_string(L.cols) + ", expected " +
+                    to_string(tr.value_type) + " " + std::to_string(t.rows()) + "x" + std::to_string(t.cols()) + ")");
+    } else {
+      std::vector<float> w = load_f32(ck, t);
+      ck.release(t);
+      if (tr.prune) {
+        if (!pruner) throw Error("no pruner given");
+        pruner->prune(t.name, w.data(), t.rows(), t.cols());
+      }
+      encoded = encode_for_pack(w.data(), t.shape, tr.value_type, p.info.group_size);
     }
-    uint64_t nnz = 0;
-#pragma omp parallel for reduction(+ : nnz) schedule(static) if (w.size() >= kParallelMin)
-    for (int64_t i = 0; i < int64_t(w.size()); ++i) nnz += w[size_t(i)] != 0.0f;
-    EncodeOptions eo;
-    eo.encoding = choose_encoding(t.shape, tr.value_type, p.info.group_size, nnz);
-    eo.value_type = tr.value_type;
-    eo.group_size = p.info.group_size == 0 ? kDefaultGroupSize : p.info.group_size;
-    EncodedTensor enc = encode_tensor(w.data(), t.shape, eo);
-    p.info.encoding = eo.encoding;
+    EncodedTensor& enc = *encoded;
+    p.info.encoding = enc.layout.encoding;
     p.info.nnz = enc.layout.nnz;
     p.owned = std::move(enc.bytes);
     p.data = p.owned.data();
@@ -298,18 +322,25 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
   progress.tensors_total = ck->tensors().size();
   progress.bytes_total = summary.source_bytes;
 
-  // Clears the CLI's record of the temp path on every way out (the writer removes the file).
+  // Registered before the file exists, so a signal arriving meanwhile cannot leave it behind;
+  // released on every way out (the writer renames or removes the file).
   struct TempPathGuard {
     const PackCallbacks& cb;
+    std::string path;
+    void set(const std::string& p) {
+      if (p == path || !cb.on_temp_file) return;
+      cb.on_temp_file(p, true);
+      if (!path.empty()) cb.on_temp_file(path, false);
+      path = p;
+    }
     ~TempPathGuard() {
-      if (cb.on_temp_path) cb.on_temp_path("");
+      if (cb.on_temp_file && !path.empty()) cb.on_temp_file(path, false);
     }
   };
-  TempPathGuard guard{cb};
-  // Registered before the file exists, so a signal arriving meanwhile cannot leave it behind.
-  if (cb.on_temp_path) cb.on_temp_path(output_path + ".tmp-" + std::to_string(::getpid()));
+  TempPathGuard guard{cb, ""};
+  guard.set(output_path + ".tmp-" + std::to_string(::getpid()));
   ContainerWriter writer(output_path);
-  if (cb.on_temp_path) cb.on_temp_path(writer.temp_path());
+  guard.set(writer.temp_path());  // the same path, unless the writer's naming changes
   if (cb.on_progress) cb.on_progress(progress);
 
   std::string open_group;

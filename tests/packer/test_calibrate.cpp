@@ -3,10 +3,14 @@
 // and the acceptance of issue 6: at 50 % both beat magnitude's held-out perplexity.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -87,6 +91,7 @@ double heldout_perplexity(const std::string& container) {
 }
 
 struct Linear {
+  std::string name;
   std::vector<float> w;
   uint64_t rows = 0, cols = 0;
 };
@@ -96,6 +101,7 @@ std::vector<Linear> pruned_linears(const ContainerReader& r) {
   for (const TensorInfo& t : r.manifest().tensors) {
     if (t.shape.size() != 2 || t.name.find(".layers.") == std::string::npos) continue;
     Linear l;
+    l.name = t.name;
     l.rows = t.shape[0];
     l.cols = t.shape[1];
     l.w.resize(l.rows * l.cols);
@@ -191,9 +197,105 @@ TEST_CASE("calibration errors: one clear message, no output, no leftovers") {
   short_text.text_path = dir.file("short.txt");
   CHECK_THROWS_WITH_AS(pack_calibrated(kSample, out, prune_options("sparsegpt", 0.5), short_text),
                        doctest::Contains("tokens"), Error);
-  PackOptions wq = prune_options("wanda", 0.5);
-  wq.quant = Quantization::Int4;
-  CHECK_THROWS_AS(pack_calibrated(kSample, out, wq, small_calibration()), Error);
+  PackOptions bad_group = prune_options("sparsegpt", 0.5);
+  bad_group.quant = Quantization::Int4;
+  bad_group.group_size = 0;
+  CHECK_THROWS_WITH_AS(pack_calibrated(kSample, out, bad_group, small_calibration()),
+                       doctest::Contains("--group-size"), Error);
+  CHECK_THROWS_WITH_AS(pack_calibrated(kSample, kSample + "/model.safetensors", prune_options("wanda", 0.5),
+                                       small_calibration()),
+                       doctest::Contains("input file"), Error);
   CHECK_THROWS_AS(pack_calibrated(kSample, out, prune_options("magnitude", 0.5), small_calibration()), Error);
   CHECK(dir.n_entries() == 1);  // only short.txt
+}
+
+TEST_CASE("sparsegpt with int8/int4: the container decodes to exactly SparseGPT's quantized weights") {
+  // The stored codes and parameters are SparseGPT's own (encode_quantized), not recomputed by the
+  // encoder: decoding gives, bit for bit, the weights the algorithm left (pruned entries +0).
+  TempDir dir;
+  CalibrationOptions calib = small_calibration();
+  calib.n_samples = 4;
+  calib.seq_len = 32;
+  struct Variant {
+    Quantization quant;
+    uint32_t n, m;
+  };
+  for (const Variant& v : {Variant{Quantization::Int8, 0, 0}, Variant{Quantization::Int4, 0, 0},
+                           Variant{Quantization::Int8, 2, 4}, Variant{Quantization::Int4, 2, 4}}) {
+    CAPTURE(std::string(to_string(v.quant)));
+    CAPTURE(v.m);
+    PackOptions o = prune_options("sparsegpt", v.m ? 0.0 : 0.5, v.n, v.m);
+    o.quant = v.quant;
+    o.group_size = 64;
+    std::map<std::string, std::vector<float>> algorithm;  // tensor -> SparseGPT's final weights
+    calib.on_pruned = [&](const std::string& name, const float* w, uint64_t rows, uint64_t cols) {
+      algorithm[name].assign(w, w + rows * cols);
+    };
+    const std::string path = dir.file("q.endor");
+    pack_calibrated(kSample, path, o, calib);
+    auto r = ContainerReader::open(path);
+    CHECK_NOTHROW(r->verify_all());
+    REQUIRE(algorithm.size() == 42);
+    uint64_t differing = 0, checked = 0, reencoded_differ = 0;
+    for (const auto& [name, expected] : algorithm) {
+      const std::optional<TensorView> view = r->find_tensor(name);
+      REQUIRE(view);
+      CHECK(view->info->value_type == (v.quant == Quantization::Int8 ? ValueType::I8 : ValueType::I4));
+      const uint64_t rows = view->info->shape[0], cols = view->info->shape[1];
+      std::vector<float> got(rows * cols);
+      decode_rows_f32(*view, 0, rows, got.data());
+      differing += std::memcmp(got.data(), expected.data(), 4 * got.size()) != 0;
+      checked += 1;
+      // What the encoder would store if it chose the parameters itself (the old path).
+      const EncodedTensor again = encode_for_pack(expected.data(), view->info->shape, view->info->value_type,
+                                                  view->info->group_size);
+      std::vector<float> redecoded(rows * cols);
+      TensorInfo info = *view->info;
+      decode_rows_f32(TensorView{&info, again.layout, again.bytes.data()}, 0, rows, redecoded.data());
+      reencoded_differ += redecoded != expected;
+    }
+    CHECK(checked == 42);
+    CHECK(differing == 0);
+    MESSAGE(std::string(to_string(v.quant)) << (v.m ? " 2:4" : " 50%") << ": re-encoding SparseGPT's weights with the encoder's own "
+                               << "parameters would change " << reencoded_differ << " of 42 tensors");
+    if (v.quant == Quantization::Int4) CHECK(reencoded_differ > 0);  // why the explicit path exists
+  }
+}
+
+TEST_CASE("wanda with int4: quantized after pruning; block 0 has wanda's own zeros, every row half zeros") {
+  // Later blocks see the outputs of the quantized earlier blocks (the re-run uses the weights as
+  // stored), so only block 0's masks must equal those of Wanda without quantization.
+  TempDir dir;
+  CalibrationOptions calib = small_calibration();
+  calib.n_samples = 4;
+  calib.seq_len = 32;
+  PackOptions plain = prune_options("wanda", 0.5), q4 = plain;
+  q4.quant = Quantization::Int4;
+  pack_calibrated(kSample, dir.file("w.endor"), plain, calib);
+  pack_calibrated(kSample, dir.file("w4.endor"), q4, calib);
+  auto a = ContainerReader::open(dir.file("w.endor"));
+  auto b = ContainerReader::open(dir.file("w4.endor"));
+  CHECK(b->find_tensor("model.layers.3.mlp.up_proj.weight")->info->value_type == ValueType::I4);
+  const std::vector<Linear> la = pruned_linears(*a), lb = pruned_linears(*b);
+  REQUIRE(la.size() == 42);
+  REQUIRE(lb.size() == 42);
+  uint64_t zero_mismatch_block0 = 0, value_changed = 0, short_rows = 0;
+  for (size_t k = 0; k < la.size(); ++k) {
+    const bool block0 = lb[k].name.find(".layers.0.") != std::string::npos;
+    CHECK(la[k].name == lb[k].name);
+    for (uint64_t i = 0; i < lb[k].rows; ++i) {
+      uint64_t zeros = 0;
+      for (uint64_t j = 0; j < lb[k].cols; ++j) {
+        const size_t e = i * lb[k].cols + j;
+        zeros += lb[k].w[e] == 0.0f;
+        if (block0) zero_mismatch_block0 += (la[k].w[e] == 0.0f) != (lb[k].w[e] == 0.0f);
+        value_changed += la[k].w[e] != lb[k].w[e];
+      }
+      short_rows += zeros < lb[k].cols / 2;
+    }
+  }
+  CHECK(zero_mismatch_block0 == 0);
+  CHECK(std::count_if(lb.begin(), lb.end(), [](const Linear& l) { return l.name.find(".layers.0.") != std::string::npos; }) == 7);
+  CHECK(short_rows == 0);
+  CHECK(value_changed > 0);  // the kept weights are on the int4 grid now
 }

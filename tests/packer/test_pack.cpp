@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include "endor/packer.h"
 #include "synthetic_checkpoint.h"
@@ -512,14 +513,19 @@ TEST_CASE("failures leave no output and no temporary file; the input is untouche
   ::mkdir((dir + "/out").c_str(), 0755);
   PackOptions o = prune_options(0.5);
   o.quant = Quantization::Int4;
-  std::vector<std::string> temp_paths;
+  std::map<std::string, int> registered;  // path -> registrations minus releases
+  std::vector<std::string> order;
   PackCallbacks cb;
-  cb.on_temp_path = [&](const std::string& p) { temp_paths.push_back(p); };
+  cb.on_temp_file = [&](const std::string& p, bool exists) {
+    registered[p] += exists ? 1 : -1;
+    order.push_back(p);
+  };
   CHECK_THROWS_WITH_AS(pack_checkpoint(dir + "/bad", dir + "/out/x.endor", o, cb),
                        doctest::Contains("model.layers.1.mlp.down_proj.weight"), Error);
   CHECK(list_dir(dir + "/out").empty());
-  REQUIRE(temp_paths.size() >= 2);
-  CHECK(temp_paths.back().empty());  // the CLI's record is cleared too
+  REQUIRE(order.size() >= 2);
+  CHECK(order.front().find(dir + "/out/x.endor.tmp-") == 0);
+  for (const auto& [path, n] : registered) CHECK_MESSAGE(n == 0, path);  // the CLI's record is cleared too
   CHECK(read_bytes(dir + "/bad/model.safetensors") == before);
 
   CHECK_THROWS_AS(pack_checkpoint(dir + "/ck", dir + "/missing-dir/x.endor", PackOptions()), Error);

@@ -5,7 +5,7 @@
 //
 // Errors: every function reports bad input by throwing endor::Error (format.h) whose what() is
 // one line naming the file and what is wrong. Nothing here calls exit(), prints, or installs
-// signal handlers (the CLI does; see PackCallbacks::on_temp_path).
+// signal handlers (the CLI does; see PackCallbacks::on_temp_file).
 //
 // Tensor names inside a container are the canonical Hugging Face names WITH the `model.`
 // prefix, whatever the source used: OPT "model.decoder.layers.3.fc1.weight", Llama family
@@ -186,6 +186,10 @@ class Pruner {
  public:
   virtual ~Pruner() = default;
   virtual void prune(const std::string& tensor_name, float* w, uint64_t rows, uint64_t cols) = 0;
+  // A pruner that has already encoded a tensor (the calibration driver: its bytes are decided,
+  // e.g. SparseGPT's own quantization codes) hands the blob over here, once; pack then writes it
+  // as it is and does not call prune() for it. Default: nothing precomputed.
+  virtual std::optional<EncodedTensor> take_encoded(const std::string& /*tensor_name*/) { return std::nullopt; }
 };
 // Validates the spec (sparsity in [0,1), 0 < N < M, method known and implemented).
 std::unique_ptr<Pruner> make_pruner(const PruneSpec&);
@@ -239,11 +243,14 @@ struct PackProgress {
   uint64_t bytes_done = 0, bytes_total = 0;  // source bytes
 };
 
+// Temporary files: on_temp_file(path, true) comes BEFORE `path` may be created, and
+// on_temp_file(path, false) once it is gone (renamed, removed or unlinked). Several can be
+// registered at once. The CLI keeps them for its signal handler, which unlinks them.
+using TempFileCallback = std::function<void(const std::string& path, bool exists)>;
+
 struct PackCallbacks {
   std::function<void(const PackProgress&)> on_progress;
-  // Called with the temporary output path as soon as it exists, and with "" once it is gone
-  // (renamed or removed). The CLI keeps it for its signal handler.
-  std::function<void(const std::string&)> on_temp_path;
+  TempFileCallback on_temp_file;
 };
 
 struct PackSummary {
@@ -276,6 +283,10 @@ PreparedTensor prepare_tensor(const Checkpoint&, const CheckpointTensor&, const 
                               Pruner* pruner, const PackOptions&);
 // The encoding rule above, given the element count, stored values and value type.
 Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType, uint32_t group_size, uint64_t nnz);
+// A pruned/quantized f32 tensor w (row-major, `shape`) encoded as pack writes it: choose_encoding
+// over its nonzeros, then encode_tensor (int8/int4 parameters chosen by SPEC.md §7.1/§7.2).
+// group_size: int4 only.
+EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, ValueType, uint32_t group_size);
 
 // Validates options, reads `source_dir`, writes `output_path` atomically (temp + rename).
 PackSummary pack_checkpoint(const std::string& source_dir, const std::string& output_path,
@@ -299,17 +310,24 @@ struct CalibrationOptions {
   uint64_t seq_len = 0;                // --calib-seqlen; 0 = the model's max_position_embeddings
   uint64_t seed = 0;                   // --seed
   int n_threads = 0;                   // CPU backend threads (0 = OpenMP default)
+  // Called with each calibrated Linear's f32 weights [rows, cols] as the algorithm leaves them
+  // (SparseGPT with --quant: the dequantized codes it chose), before they are encoded. Optional.
+  std::function<void(const std::string& tensor, const float* w, uint64_t rows, uint64_t cols)> on_pruned;
 };
 
-// Runs the model block by block on the calibration windows (CPU backend, over a temporary dense
-// f32 container "<output>.calib-f32.tmp-<pid>", removed on every way out), prunes each block's
-// Linears with o.prune.method (wanda | sparsegpt; SparseGPT quantizes jointly when o.quant is
-// set), feeds the pruned block's outputs to the next block, then writes `output_path` through the
-// normal packer path with the pruned f32 weights. Memory: the activations [n_samples, seq_len,
-// hidden] f32 once, one sample's scratch, the statistics of one block, and the pruned Linears as
-// f32 (twice: the kept copy and the runtime's dense replacement).
-// Differs: with --quant, the container's int8/int4 parameters are recomputed by the encoder
-// from SparseGPT's quantized values (not SparseGPT's own scales); see the report of issue 6.
+// Runs the model block by block on the calibration windows (CPU backend) and prunes each block's
+// Linears with o.prune.method (wanda | sparsegpt), feeding the pruned block's outputs to the next
+// block, then writes `output_path` through the normal packer path. Quantization (o.quant):
+// SparseGPT quantizes jointly and the container stores exactly its codes and parameters
+// (encode_quantized); Wanda, like magnitude, is quantized by the encoder after pruning. The
+// pruned re-run of a block uses its weights as they will be stored.
+// Temporary files, next to the output, all "<output>.calib-*.tmp-<pid>": the model converted to a
+// dense container (source dtypes; unlinked once mapped), the activations [n_samples, seq_len,
+// hidden] f32 and the encoded calibrated Linears (both unlinked at creation). Only the first
+// exists by name, and only while it is being written; every one is reported to on_temp_file.
+// Disk: the dense model + n_samples·seq_len·hidden·4 bytes + the calibrated Linears encoded.
+// Memory (peak RSS) does not grow with n_samples: one window's activations and scratch, and one
+// block's weights, statistics and pruning work (calibrate.cpp; measured in packer/README.md).
 PackSummary pack_calibrated(const std::string& source_dir, const std::string& output_path,
                             const PackOptions&, const CalibrationOptions&, const PackCallbacks& = {});
 
@@ -365,8 +383,8 @@ std::string render_compare_svg(const CompareReport&);
 // ==== output files ============================================================================
 
 // Writes `content` to "<path>.tmp-<pid>", fsyncs and renames it to `path`; removes the temp on
-// error. on_temp_path as in PackCallbacks.
+// error. on_temp_file as in PackCallbacks.
 void write_file_atomic(const std::string& path, const std::string& content,
-                       const std::function<void(const std::string&)>& on_temp_path = {});
+                       const TempFileCallback& on_temp_file = {});
 
 }  // namespace endor
