@@ -326,3 +326,91 @@ TEST_CASE("SIGINT during a pack leaves nothing behind") {
   CHECK(snapshot(dir + "/big") == before);
   remove_tree(dir);
 }
+
+namespace {
+
+// The files the process holds open (targets of /proc/PID/fd/*): unlinked ones end in " (deleted)".
+std::vector<std::string> open_files(pid_t pid) {
+  std::vector<std::string> out;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  for (const std::string& n : list_dir(fd_dir)) {
+    char buf[4096];
+    const ssize_t len = ::readlink((fd_dir + "/" + n).c_str(), buf, sizeof buf - 1);
+    if (len > 0) out.emplace_back(buf, size_t(len));
+  }
+  return out;
+}
+
+bool any_contains(const std::vector<std::string>& v, const std::string& a, const std::string& b = "") {
+  for (const std::string& s : v)
+    if (s.find(a) != std::string::npos && s.find(b) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("signals during calibrated pruning leave nothing behind (temporary model, scratch files, output)") {
+  // A random Llama of ~135 MB f32 (converting it takes long enough to interrupt) with the sample's
+  // tokenizer. Phases: the temporary model being written; calibration (the model and the scratch
+  // files are unlinked: even SIGKILL leaves nothing); the output being written.
+  const std::string dir = make_temp_dir("cli-calib-signal");
+  endor::test::LlamaDims d;
+  d.vocab = 4096;  // the sample tokenizer's
+  d.hidden = 1024;
+  d.intermediate = 2816;
+  d.layers = 2;
+  d.heads = 8;
+  d.kv_heads = 8;
+  d.dtype = "F32";
+  endor::test::write_llama_checkpoint(dir + "/big", d);
+  const std::string sample = std::string(ENDOR_SOURCE_DIR) + "/samples/kjv-llama";
+  write_bytes(dir + "/big/tokenizer.json", read_bytes(sample + "/tokenizer.json"));
+  const auto before = snapshot(dir + "/big");
+  const std::string out_dir = dir + "/out", io = dir + "/io";
+  ::mkdir(out_dir.c_str(), 0755);
+  ::mkdir(io.c_str(), 0755);
+
+  struct Phase {
+    const char* what;
+    const char* method;
+    int sig;
+  };
+  for (const Phase& ph : {Phase{"model", "wanda", SIGINT}, Phase{"calibration", "sparsegpt", SIGTERM},
+                          Phase{"calibration", "sparsegpt", SIGKILL}, Phase{"output", "wanda", SIGINT}}) {
+    const std::string what = ph.what;
+    CAPTURE(what);
+    CAPTURE(ph.sig);
+    const pid_t pid = spawn({"prune", dir + "/big", "-o", out_dir + "/x.endor", "--method", ph.method, "--sparsity",
+                             "0.5", "--calib", sample + "/calib.txt", "--calib-samples", "2", "--calib-seqlen", "16"},
+                            io);
+    bool model_seen = false, ready = false, exited = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!ready && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+      const std::vector<std::string> entries = list_dir(out_dir);
+      const bool model_now = !entries.empty() && entries[0].find("x.endor.calib-model.tmp-") == 0;
+      model_seen = model_seen || model_now;
+      if (what == "model") ready = model_now;
+      if (what == "calibration") {
+        const std::vector<std::string> files = open_files(pid);
+        ready = model_seen && entries.empty() && any_contains(files, ".calib-acts.tmp-", " (deleted)") &&
+                any_contains(files, ".calib-tensors.tmp-", " (deleted)");
+      }
+      if (what == "output") ready = !entries.empty() && entries[0].find("x.endor.tmp-") == 0;
+      int status = 0;
+      if (!ready && ::waitpid(pid, &status, WNOHANG) == pid) {  // finished before the phase was seen
+        exited = true;
+        break;
+      }
+      if (!ready) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    REQUIRE_FALSE(exited);
+    REQUIRE(ready);
+    if (what == "calibration") CHECK(list_dir(out_dir).empty());  // scratch files in use, all nameless
+    ::kill(pid, ph.sig);
+    const Run r = wait_for(pid, io);
+    CHECK(r.signal == ph.sig);
+    CHECK(list_dir(out_dir).empty());
+  }
+  CHECK(snapshot(dir + "/big") == before);
+  remove_tree(dir);
+}
