@@ -4,6 +4,7 @@
 #include "endor/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <unordered_set>
@@ -102,7 +103,7 @@ class CudaWeight final : public Weight {
  public:
   CudaWeight(const TensorLayout& layout, int device) : layout_(layout), device_(device) {}
   ~CudaWeight() override {
-    if (blob_) cudaFree(blob_);
+    if (blob_ && owned_) cudaFree(blob_);
   }
   CudaWeight(const CudaWeight&) = delete;
   CudaWeight& operator=(const CudaWeight&) = delete;
@@ -115,9 +116,23 @@ class CudaWeight final : public Weight {
   void upload(const uint8_t* host_blob, cudaStream_t stream) {
     const TensorLayout& L = layout_;
     CUDA_CHECK(cudaMalloc(&blob_, (L.total_bytes + 16 + 255) / 256 * 256));
+    owned_ = true;
     CUDA_CHECK(cudaMemcpyAsync(blob_, host_blob, L.total_bytes, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    const uint8_t* base = static_cast<const uint8_t*>(blob_);
+    bind(blob_);
+  }
+
+  // Points dw_ at the sections of a blob at `device_blob` that someone else owns (a streaming slot).
+  void attach(const void* device_blob) {
+    blob_ = const_cast<void*>(device_blob);
+    owned_ = false;
+    bind(blob_);
+  }
+
+ private:
+  void bind(const void* device_blob) {
+    const TensorLayout& L = layout_;
+    const uint8_t* base = static_cast<const uint8_t*>(device_blob);
     auto section = [&](uint64_t offset, uint64_t bytes) { return bytes ? base + offset : nullptr; };
     dw_.values_type = values_of(L.value_type);
     dw_.bitmap = L.encoding == Encoding::Bitmap;
@@ -138,10 +153,10 @@ class CudaWeight final : public Weight {
     }
   }
 
- private:
   TensorLayout layout_;
   int device_;
   void* blob_ = nullptr;
+  bool owned_ = false;  // false: blob_ is a streaming slot's memory
   DeviceWeight dw_;
 };
 
@@ -214,6 +229,14 @@ class CudaBackend final : public Backend {
     ctx_.activate();
     auto w = std::make_unique<CudaWeight>(view.layout, ctx_.options.device);
     w->upload(view.data, ctx_.copy);
+    return w;
+  }
+  std::unique_ptr<Weight> weight_at(const TensorView& host_view, const void* device_blob) {
+    check_weight(host_view);
+    if (!device_blob || reinterpret_cast<uintptr_t>(device_blob) % 16 != 0)
+      throw Error("cuda backend: a streamed weight's device address must be non-null and 16-byte aligned");
+    auto w = std::make_unique<CudaWeight>(host_view.layout, ctx_.options.device);
+    w->attach(device_blob);
     return w;
   }
 
@@ -377,6 +400,12 @@ void decode_to_f32(Backend& backend, const Weight& w, float* out) { decode_whole
 void decode_to_f16(Backend& backend, const Weight& w, uint16_t* out) { decode_whole(backend, w, Dense::F16, out); }
 void decode_to_bf16(Backend& backend, const Weight& w, uint16_t* out) { decode_whole(backend, w, Dense::BF16, out); }
 
+void* compute_stream(Backend& backend) { return cuda_backend_of(backend).context().compute; }
+int device_ordinal(Backend& backend) { return cuda_backend_of(backend).context().options.device; }
+std::unique_ptr<Weight> make_weight_at(Backend& backend, const TensorView& host_view, const void* device_blob) {
+  return cuda_backend_of(backend).weight_at(host_view, device_blob);
+}
+
 void* alloc_bytes(Backend& backend, size_t n_bytes) { return cuda_backend_of(backend).alloc_raw(n_bytes); }
 void free_bytes(Backend& backend, void* p) { cuda_backend_of(backend).free_raw(p); }
 void download_bytes(Backend& backend, void* host_dst, const void* src, size_t n_bytes) {
@@ -466,6 +495,8 @@ double measure_d2d_copy_gbps(Backend& backend, size_t bytes) {
 }
 
 }  // namespace cuda
+
+bool is_cuda_backend(const Backend& backend) { return dynamic_cast<const CudaBackend*>(&backend) != nullptr; }
 
 std::unique_ptr<Backend> make_cuda_backend(const cuda::Options& options) {
   std::string why;

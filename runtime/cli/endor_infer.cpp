@@ -24,6 +24,7 @@
 
 #include <cxxopts.hpp>
 
+#include "endor/offload.h"
 #include "endor/runtime.h"
 #include "endor/tokenizer.h"
 #include "tokenizer_commands.h"
@@ -72,6 +73,87 @@ void print_stats(const endor::Backend& backend, const endor::Model& model,
       std::fprintf(stderr, "%s%zu:%.3f", l ? " " : " ", l, p.layer_ms[l] / p.n_calls);
     std::fprintf(stderr, "\nembedding + final norm + lm_head: %.3f ms/token\n", p.head_ms / p.n_calls);
   }
+}
+
+// Tiered offloading of this run: the placement (from the manifest or --gpu-mem/--cpu-mem) and, when
+// blocks stream (or on CUDA, for its timings), the provider the model loads its weights through.
+struct Offload {
+  endor::Placement placement;
+  std::unique_ptr<endor::StreamingWeights> weights;  // null: every group read in place (CPU)
+};
+
+std::optional<uint64_t> size_option(const cxxopts::ParseResult& args, const char* name) {
+  if (!args.count(name)) return std::nullopt;
+  try {
+    return endor::parse_memory_size(args[name].as<std::string>(), std::string("--") + name);
+  } catch (const endor::Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+// kv_capacity / max_tokens: the KV cache and the largest forward call of this run (fixed needs).
+Offload setup_offload(const endor::ContainerReader& container, endor::Backend& backend,
+                      const cxxopts::ParseResult& args, size_t kv_capacity, size_t max_tokens) {
+  const bool cuda = endor::is_cuda_device(backend);
+  const endor::Manifest& m = container.manifest();
+  const endor::ModelConfig config = endor::parse_model_config(m.config, container.path());
+  endor::PlacementRequest request;
+  request.groups = endor::group_demands(m);
+  request.gpu_budget = size_option(args, "gpu-mem");
+  request.cpu_budget = size_option(args, "cpu-mem");
+  request.prefetch = args["prefetch"].as<uint32_t>();
+  request.cuda = cuda;
+  request.device_fixed_bytes = endor::device_fixed_bytes(config, m, std::min<size_t>(kv_capacity, config.max_positions),
+                                                         std::min<size_t>(max_tokens, config.max_positions), cuda);
+  if (cuda) request.device_capacity = endor::device_free_bytes(backend);
+  Offload o;
+  o.placement = endor::place_groups(request);
+  if (cuda || o.placement.streams()) {
+    endor::StreamingOptions options;
+    options.prefetch = request.prefetch;
+    options.disk_io = *endor::parse_disk_io(args["disk-io"].as<std::string>());
+    o.weights = endor::make_streaming_weights(container, backend, o.placement, options);
+  }
+  return o;
+}
+
+// The --stats offload table: placement, then per decode token the bytes moved per tier, copy and
+// disk-read time with achieved bandwidth, compute and stall time. The last line
+// ("offload-summary: key=value ...") is for scripts (bench/offload).
+void print_offload_stats(const Offload& o, const endor::OffloadStats& d, size_t steps, double decode_ms) {
+  const double per = steps > 0 ? 1.0 / double(steps) : 1.0;
+  const char* unit = steps > 0 ? "per decode token" : "in all (no decode step)";
+  const std::string device = o.weights ? o.weights->device() : "cpu";
+  std::fprintf(stderr, "offload: device %s, prefetch %u, disk reads: %s\n", device.c_str(),
+               o.placement.n_slots ? o.placement.n_slots - 1 : 0,
+               o.weights ? o.weights->disk_path().c_str() : "none (every group read in place from the mapped file)");
+  std::fprintf(stderr, "%s", endor::describe_placement(o.placement).c_str());
+  const uint64_t cpu_b = d.bytes[int(endor::Tier::Cpu)], disk_b = d.bytes[int(endor::Tier::Disk)];
+  const double copy_gbps = d.copy_s > 0 ? double(d.copy_bytes) / d.copy_s / 1e9 : 0;
+  const double disk_gbps = d.disk.busy_s > 0 ? double(d.disk.bytes) / d.disk.busy_s / 1e9 : 0;
+  std::fprintf(stderr, "%s (%zu steps, %.3f ms each):\n", unit, steps, decode_ms * per);
+  std::fprintf(stderr, "  moved from cpu tier:  %s in %.1f fills\n", endor::format_bytes(uint64_t(cpu_b * per)).c_str(),
+               d.fills[int(endor::Tier::Cpu)] * per);
+  std::fprintf(stderr, "  moved from disk tier: %s in %.1f fills\n", endor::format_bytes(uint64_t(disk_b * per)).c_str(),
+               d.fills[int(endor::Tier::Disk)] * per);
+  std::fprintf(stderr, "  copies into slots: %.3f ms, %.2f GB/s achieved (%s)\n", d.copy_s * 1e3 * per, copy_gbps,
+               device == "cuda" ? "host to device" : "host memcpy");
+  std::fprintf(stderr, "  disk reads: %.3f ms in read calls, %.2f GB/s achieved\n", d.disk.busy_s * 1e3 * per, disk_gbps);
+  std::fprintf(stderr, "  blocks: %.1f computed, compute %.3f ms, stall %.3f ms (waiting for weights), host waited "
+               "for disk %.3f ms\n", d.blocks * per, d.compute_s * 1e3 * per, d.stall_s * 1e3 * per,
+               d.host_wait_s * 1e3 * per);
+  const endor::Placement& p = o.placement;
+  std::fprintf(stderr,
+               "offload-summary: device=%s steps=%zu decode_ms_per_token=%.4f moved_cpu_bytes=%.0f "
+               "moved_disk_bytes=%.0f copy_ms=%.4f h2d_gbps=%.3f disk_read_ms=%.4f disk_gbps=%.3f compute_ms=%.4f "
+               "stall_ms=%.4f host_wait_ms=%.4f gpu_groups=%u cpu_groups=%u disk_groups=%u gpu_bytes=%llu "
+               "cpu_bytes=%llu disk_bytes=%llu disk_direct=%d\n",
+               device.c_str(), steps, decode_ms * per, cpu_b * per, disk_b * per, d.copy_s * 1e3 * per, copy_gbps,
+               d.disk.busy_s * 1e3 * per, disk_gbps, d.compute_s * 1e3 * per, d.stall_s * 1e3 * per,
+               d.host_wait_s * 1e3 * per, p.tier_groups[0], p.tier_groups[1], p.tier_groups[2],
+               static_cast<unsigned long long>(p.tier_bytes[0]), static_cast<unsigned long long>(p.tier_bytes[1]),
+               static_cast<unsigned long long>(p.tier_bytes[2]),
+               o.weights && o.weights->disk_path().rfind("O_DIRECT", 0) == 0 ? 1 : 0);
 }
 
 std::string read_file_bytes(const std::string& path) {
@@ -150,10 +232,20 @@ int run(int argc, char** argv) {
      cxxopts::value<float>())
     ("seed", "random seed (default: random)", cxxopts::value<uint64_t>())
     ("threads", "CPU threads (0 = all)", cxxopts::value<int>()->default_value("0"))
-    ("device", "cpu, cuda or auto", cxxopts::value<std::string>()->default_value("auto"))
+    ("device", "cpu, cuda or auto (cuda when this build and machine have it)",
+     cxxopts::value<std::string>()->default_value("auto"))
+    ("gpu-mem", "GPU memory budget, e.g. 3G: decoder blocks that do not fit stream from host memory "
+                "(overrides the container's tiers)", cxxopts::value<std::string>())
+    ("cpu-mem", "host memory budget for offloaded blocks, e.g. 16G: blocks past it stream from disk "
+                "(on the CPU device: blocks read in place)", cxxopts::value<std::string>())
+    ("prefetch", "offloaded blocks in flight ahead of the computing one",
+     cxxopts::value<uint32_t>()->default_value("2"))
+    ("disk-io", "how disk-tier blocks are read: auto, direct (O_DIRECT, buffered where refused), buffered, "
+                "cufile", cxxopts::value<std::string>()->default_value("auto"))
     ("dump-logits", "write the prompt's logits [tokens, vocab] as float32 .npy",
      cxxopts::value<std::string>())
-    ("stats", "print prefill/decode speed, time per layer and bytes read per token to stderr")
+    ("stats", "print prefill/decode speed, time per layer, bytes read per token and the offload table "
+              "(placement, bytes moved, bandwidth, compute and stall time per token) to stderr")
     ("h,help", "show this help");
   options.parse_positional({"file"});
   cxxopts::ParseResult args = options.parse(argc, argv);
@@ -169,6 +261,12 @@ int run(int argc, char** argv) {
   if (args.count("ctx") && !measure) throw UsageError("--ctx goes with --perplexity");
   if (args.count("ctx") && args["ctx"].as<size_t>() < 2) throw UsageError("--ctx must be at least 2 tokens");
   if (args["threads"].as<int>() < 0) throw UsageError("--threads must be >= 0");
+  if (args["prefetch"].as<uint32_t>() < 1 || args["prefetch"].as<uint32_t>() > 64)
+    throw UsageError("--prefetch must be in [1, 64]");
+  if (!endor::parse_disk_io(args["disk-io"].as<std::string>()))
+    throw UsageError("--disk-io must be auto, direct, buffered or cufile");
+  size_option(args, "gpu-mem");  // usage errors before anything is opened
+  size_option(args, "cpu-mem");
   std::vector<int32_t> prompt;
   if (args.count("ids")) prompt = parse_ids(args["ids"].as<std::string>());
 
@@ -184,7 +282,22 @@ int run(int argc, char** argv) {
   }
   std::unique_ptr<endor::Backend> backend =
       endor::make_backend(args["device"].as<std::string>(), args["threads"].as<int>());
-  std::unique_ptr<endor::Model> model = endor::load_model(*container, *backend);
+  if (args.count("gpu-mem") && !endor::is_cuda_device(*backend))
+    throw endor::Error("--gpu-mem needs the CUDA device, but this run uses " + backend->name());
+  std::string no_cufile;
+  if (args["disk-io"].as<std::string>() == "cufile" && !endor::cufile_available(&no_cufile))
+    throw endor::Error("--disk-io cufile: " + no_cufile);
+
+  // The KV cache and the largest call of this run size the placement's fixed needs.
+  const std::string prompt_text = args.count("prompt") ? args["prompt"].as<std::string>() : "";
+  if (tokenizer && !measure) prompt = tokenizer->encode(prompt_text, true);
+  const size_t n_new = args["n-tokens"].as<size_t>();
+  const size_t context = endor::parse_model_config(container->manifest().config, file).max_positions;
+  const size_t ctx_tokens = args.count("ctx") ? args["ctx"].as<size_t>() : context;
+  const size_t kv_capacity = measure ? ctx_tokens : prompt.size() + std::max<size_t>(n_new, 1) - 1;
+  const size_t max_tokens = measure ? ctx_tokens : prompt.size();
+  const Offload offload = setup_offload(*container, *backend, args, kv_capacity, max_tokens);
+  std::unique_ptr<endor::Model> model = endor::load_model(*container, *backend, offload.weights.get());
 
   if (measure) {
     const size_t ctx = args.count("ctx") ? args["ctx"].as<size_t>() : model->config().max_positions;
@@ -194,9 +307,6 @@ int run(int argc, char** argv) {
     run_perplexity(*model, *tokenizer, args["perplexity"].as<std::string>(), ctx);
     return 0;
   }
-  const std::string prompt_text = args.count("prompt") ? args["prompt"].as<std::string>() : "";
-  if (tokenizer) prompt = tokenizer->encode(prompt_text, true);
-
   const uint64_t seed = args.count("seed") ? args["seed"].as<uint64_t>() : std::random_device{}();
   endor::SamplerOptions sampling =
       endor::default_sampler_options(container->manifest().generation_config, seed);
@@ -206,7 +316,7 @@ int run(int argc, char** argv) {
   endor::Sampler sampler(sampling);
 
   endor::GenerationOptions gen;
-  gen.max_new_tokens = args["n-tokens"].as<size_t>();
+  gen.max_new_tokens = n_new;
   gen.stop_at_eos = args.count("ignore-eos") == 0;
   const std::string dump_path = args.count("dump-logits") ? args["dump-logits"].as<std::string>() : "";
   if (!dump_path.empty()) {
@@ -217,6 +327,14 @@ int run(int argc, char** argv) {
   }
   const bool stats = args.count("stats") > 0;
   model->set_profiling(stats);
+  // Offload counters at the first new token (prefill done): the table reports decode steps only.
+  endor::OffloadStats at_first_token;
+  bool first_token = true;
+  auto mark_token = [&]() {
+    if (!first_token) return;
+    first_token = false;
+    if (offload.weights) at_first_token = offload.weights->stats();
+  };
 
   endor::GenerationStats st;
   if (tokenizer) {
@@ -231,6 +349,7 @@ int run(int argc, char** argv) {
     const std::vector<int32_t>& eos = model->config().eos_token_ids;
     endor::generate(*model, prompt, sampler, gen,
                     [&](int32_t id) {
+                      mark_token();
                       if (gen.stop_at_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) return;
                       const std::string piece = decoder.push(id);
                       if (!piece.empty()) last = piece;
@@ -245,6 +364,7 @@ int run(int argc, char** argv) {
     size_t n_printed = 0;
     endor::generate(*model, prompt, sampler, gen,
                     [&](int32_t id) {
+                      mark_token();
                       std::printf(n_printed++ ? " %d" : "%d", id);
                       std::fflush(stdout);
                     },
@@ -255,7 +375,15 @@ int run(int argc, char** argv) {
   if (st.stop == endor::StopReason::Context)
     std::fprintf(stderr, "note: stopped at the context length %u (max_position_embeddings)\n",
                  model->config().max_positions);
-  if (stats) print_stats(*backend, *model, st, seed);
+  if (stats) {
+    print_stats(*backend, *model, st, seed);
+    endor::OffloadStats decode;
+    if (offload.weights) {
+      offload.weights->synchronize();
+      decode = offload.weights->stats() - at_first_token;
+    }
+    print_offload_stats(offload, decode, st.n_decode_steps, st.decode_ms);
+  }
   return 0;
 }
 

@@ -21,7 +21,8 @@ struct LlamaLayer {
 
 class LlamaModel final : public Model {
  public:
-  LlamaModel(const ModelConfig& config, const ContainerReader& container, Backend& backend);
+  LlamaModel(const ModelConfig& config, const ContainerReader& container, Backend& backend,
+             WeightProvider* provider);
   void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
                std::vector<float>& logits) override;
   void embed(const int32_t* ids, size_t n, float* hidden_out) override;
@@ -51,8 +52,9 @@ class LlamaModel final : public Model {
   std::vector<int32_t> positions_;   // host, [n] of the current call
 };
 
-LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, Backend& backend)
-    : Model(c, backend), store_(container, backend), scratch_(backend) {
+LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, Backend& backend,
+                       WeightProvider* provider)
+    : Model(c, backend), store_(container, backend, provider), scratch_(backend) {
   const uint64_t H = c.hidden, I = c.intermediate, V = c.vocab;
   const uint64_t q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
   uint64_t bytes = 0;
@@ -130,6 +132,7 @@ void LlamaModel::run_block(uint32_t l, float* x, size_t n, size_t n_past, float*
   float* up = scratch_.get(kUp, n * I);
   float* act = scratch_.get(kAct, n * I);
   const LlamaLayer& L = layers_[l];
+  const BlockResidency resident(store_, L.group);  // streamed blocks: weights in place until scope end
   // New keys/values go straight into the cache rows [n_past, n_past + n).
   float* k_new = k_cache + n_past * kv_dim;
   float* v_new = v_cache + n_past * kv_dim;
@@ -260,8 +263,8 @@ void LlamaModel::replace_block_weight(uint32_t layer, const std::string& linear,
 }  // namespace
 
 std::unique_ptr<Model> make_llama_model(const ModelConfig& config, const ContainerReader& container,
-                                        Backend& backend) {
-  return std::make_unique<LlamaModel>(config, container, backend);
+                                        Backend& backend, WeightProvider* provider) {
+  return std::make_unique<LlamaModel>(config, container, backend, provider);
 }
 
 }  // namespace endor

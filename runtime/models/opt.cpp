@@ -24,7 +24,8 @@ struct OptLayer {
 
 class OptModel final : public Model {
  public:
-  OptModel(const ModelConfig& config, const ContainerReader& container, Backend& backend);
+  OptModel(const ModelConfig& config, const ContainerReader& container, Backend& backend,
+           WeightProvider* provider);
   void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
                std::vector<float>& logits) override;
   void embed(const int32_t* ids, size_t n, float* hidden_out) override;
@@ -59,8 +60,9 @@ class OptModel final : public Model {
   std::vector<int32_t> position_rows_;  // host, [n]
 };
 
-OptModel::OptModel(const ModelConfig& c, const ContainerReader& container, Backend& backend)
-    : Model(c, backend), store_(container, backend), scratch_(backend) {
+OptModel::OptModel(const ModelConfig& c, const ContainerReader& container, Backend& backend,
+                   WeightProvider* provider)
+    : Model(c, backend), store_(container, backend, provider), scratch_(backend) {
   const uint64_t H = c.hidden, F = c.intermediate, V = c.vocab, Dw = c.word_embed_dim;
   uint64_t bytes = 0;
   auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
@@ -153,6 +155,7 @@ void OptModel::run_block(uint32_t l, float*& x, float*& h, size_t n, size_t n_pa
   float* proj = scratch_.get(kProj, n * H);
   float* ffn = scratch_.get(kFfn, n * F);
   const OptLayer& L = layers_[l];
+  const BlockResidency resident(store_, L.group);  // streamed blocks: weights in place until scope end
   float* k_new = k_cache + n_past * H;
   float* v_new = v_cache + n_past * H;
   const float* in = x;
@@ -299,8 +302,8 @@ void OptModel::replace_block_weight(uint32_t layer, const std::string& linear, c
 }  // namespace
 
 std::unique_ptr<Model> make_opt_model(const ModelConfig& config, const ContainerReader& container,
-                                      Backend& backend) {
-  return std::make_unique<OptModel>(config, container, backend);
+                                      Backend& backend, WeightProvider* provider) {
+  return std::make_unique<OptModel>(config, container, backend, provider);
 }
 
 }  // namespace endor

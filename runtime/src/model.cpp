@@ -47,6 +47,10 @@ void Model::reset_profile() {
 }
 
 std::unique_ptr<Model> load_model(const ContainerReader& container, Backend& backend) {
+  return load_model(container, backend, nullptr);
+}
+
+std::unique_ptr<Model> load_model(const ContainerReader& container, Backend& backend, WeightProvider* weights) {
   const Manifest& m = container.manifest();
   ModelConfig config = parse_model_config(m.config, container.path());
   // generate() stops where transformers would: generation_config's eos ids take precedence.
@@ -60,8 +64,8 @@ std::unique_ptr<Model> load_model(const ContainerReader& container, Backend& bac
     }
   }
   std::unique_ptr<Model> model = config.arch == Architecture::Opt
-                                     ? make_opt_model(config, container, backend)
-                                     : make_llama_model(config, container, backend);
+                                     ? make_opt_model(config, container, backend, weights)
+                                     : make_llama_model(config, container, backend, weights);
   model->reset_profile();
   return model;
 }

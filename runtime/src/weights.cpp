@@ -16,8 +16,8 @@ std::string shape_text(const std::vector<uint64_t>& shape) {
 
 }  // namespace
 
-WeightStore::WeightStore(const ContainerReader& container, Backend& backend)
-    : container_(container), backend_(backend) {}
+WeightStore::WeightStore(const ContainerReader& container, Backend& backend, WeightProvider* provider)
+    : container_(container), backend_(backend), provider_(provider) {}
 
 WeightStore::~WeightStore() {
   for (float* p : buffers_) backend_.free(p);
@@ -47,7 +47,7 @@ const Weight& WeightStore::matrix(const std::string& name, uint64_t rows, uint64
   const TensorView& view = views_.emplace_back(container_.tensor(info));
   // The kernels trust the bitmap index; check it once here (O(bitmap bytes), ~1/16 of f16 data).
   validate_bitmap(view, path() + ": tensor \"" + info.name + "\"");
-  std::unique_ptr<Weight> w = backend_.prepare_weight(view);
+  std::unique_ptr<Weight> w = provider_ ? provider_->prepare(backend_, view, info.group) : backend_.prepare_weight(view);
   const Weight* raw = w.get();
   weights_by_group_[info.group].push_back(std::move(w));
   matrices_[info.name] = raw;

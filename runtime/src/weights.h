@@ -20,7 +20,8 @@ namespace endor {
 // streaming placement moves), and their encoded sizes are recorded.
 class WeightStore {
  public:
-  WeightStore(const ContainerReader& container, Backend& backend);
+  // `provider` (may be null) prepares the matrices and is told when each block runs.
+  WeightStore(const ContainerReader& container, Backend& backend, WeightProvider* provider = nullptr);
   ~WeightStore();
   WeightStore(const WeightStore&) = delete;
   WeightStore& operator=(const WeightStore&) = delete;
@@ -43,14 +44,37 @@ class WeightStore {
   uint64_t encoded_bytes(const std::string& name) const;
   uint32_t group_of(const std::string& name) const;
 
+  // Around a decoder block's compute (WeightProvider::acquire/release); no-ops without a provider.
+  void acquire(uint32_t group) {
+    if (provider_) provider_->acquire(group);
+  }
+  void release(uint32_t group) {
+    if (provider_) provider_->release(group);
+  }
+
  private:
   const TensorInfo& require(const std::string& name, const std::vector<uint64_t>& shape) const;
   const ContainerReader& container_;
   Backend& backend_;
+  WeightProvider* provider_ = nullptr;
   std::deque<TensorView> views_;  // stable addresses, one per placed matrix
   std::map<uint32_t, std::vector<std::unique_ptr<Weight>>> weights_by_group_;
   std::map<std::string, const Weight*> matrices_;  // by stored name: tied uses share one Weight
   std::vector<float*> buffers_;                    // backend allocations owned here
+};
+
+// Holds a decoder block's weights for the scope of its compute (acquire ... release), so the
+// forward loops of every architecture bracket a block the same way.
+class BlockResidency {
+ public:
+  BlockResidency(WeightStore& store, uint32_t group) : store_(store), group_(group) { store_.acquire(group_); }
+  ~BlockResidency() { store_.release(group_); }
+  BlockResidency(const BlockResidency&) = delete;
+  BlockResidency& operator=(const BlockResidency&) = delete;
+
+ private:
+  WeightStore& store_;
+  uint32_t group_;
 };
 
 // Activation buffers reused across forward calls; slot i grows to the largest size asked.
@@ -99,8 +123,8 @@ std::unique_ptr<Weight> prepare_replacement(Backend& backend, const TensorView& 
                                             uint64_t cols, const std::string& what);
 
 std::unique_ptr<Model> make_opt_model(const ModelConfig& config, const ContainerReader& container,
-                                      Backend& backend);
+                                      Backend& backend, WeightProvider* provider);
 std::unique_ptr<Model> make_llama_model(const ModelConfig& config, const ContainerReader& container,
-                                        Backend& backend);
+                                        Backend& backend, WeightProvider* provider);
 
 }  // namespace endor

@@ -90,6 +90,23 @@ class KvCache {
   std::vector<float*> keys_, values_;
 };
 
+// ---- weight residency -----------------------------------------------------------------------------
+// Where a decoder block's weights are when it runs. Without a provider every matrix is prepared
+// once on the backend (CPU: a view into the mapping; CUDA: a device-resident compressed copy).
+// runtime/offload's streaming provider keeps some blocks off the device and brings each one in
+// ahead of use. The model calls prepare() once per matrix at load (group = the tensor's manifest
+// group), and around every decoder block: acquire(group) before the block's first operation is
+// queued on the backend and release(group) after its last one is queued. On an asynchronous
+// backend (CUDA) the work may still be running after release(): the provider orders any reuse of
+// the block's memory after it (events), not the model.
+class WeightProvider {
+ public:
+  virtual ~WeightProvider() = default;
+  virtual std::unique_ptr<Weight> prepare(Backend& backend, const TensorView& view, uint32_t group) = 0;
+  virtual void acquire(uint32_t group) = 0;
+  virtual void release(uint32_t group) = 0;
+};
+
 // ---- model --------------------------------------------------------------------------------------
 // Wall time and weight traffic of the forward passes since the last reset (profiling only:
 // per-layer times need a backend synchronize per layer, so they are off by default).
@@ -157,6 +174,9 @@ class Model {
 // shape agreeing with the config) and prepares them on `backend`. The reader and the backend
 // must outlive the model.
 std::unique_ptr<Model> load_model(const ContainerReader& container, Backend& backend);
+// The same with block weights placed by `weights` (may be null: everything resident); the
+// provider must outlive the model.
+std::unique_ptr<Model> load_model(const ContainerReader& container, Backend& backend, WeightProvider* weights);
 
 // ---- sampling ---------------------------------------------------------------------------------
 struct SamplerOptions {

@@ -72,7 +72,23 @@ double time_device_ms(Backend& cuda_backend, const std::function<void()>& work, 
 // read + bytes written per second (the convention decode GB/s is reported in), median of 5 runs.
 double measure_d2d_copy_gbps(Backend& cuda_backend, size_t bytes = 0);
 
+// ---- streaming (runtime/offload) -----------------------------------------------------------
+// The backend's compute stream, as a cudaStream_t: every kernel the Backend calls queue runs there
+// in call order, so a copy stream can be ordered against it with events.
+void* compute_stream(Backend& cuda_backend);
+// The device ordinal the backend runs on (make it current before other CUDA calls).
+int device_ordinal(Backend& cuda_backend);
+// A Weight over compressed bytes the caller keeps at `device_blob` (device memory, 16-byte
+// aligned, at least layout.total_bytes + 16 bytes readable): nothing is copied. The layout and
+// bitmap index are checked on `host_view`, whose bytes the device blob must hold whenever work
+// using the weight runs (a streaming slot filled before the block computes). The caller keeps the
+// memory alive while the Weight exists.
+std::unique_ptr<Weight> make_weight_at(Backend& cuda_backend, const TensorView& host_view, const void* device_blob);
+
 }  // namespace cuda
+
+// True when `backend` was made by make_cuda_backend.
+bool is_cuda_backend(const Backend& backend);
 
 // The CUDA backend on `device`. Throws endor::Error when there is no such device.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);

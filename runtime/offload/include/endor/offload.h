@@ -1,0 +1,236 @@
+// Tiered offloading (runtime/offload): where each layer group of a container lives at run time,
+// and how an offloaded decoder block's compressed bytes reach the compute device before it runs.
+//
+//   gpu  — resident on the compute device in compressed form (the backend's prepare_weight).
+//   cpu  — compressed bytes in pinned host memory (CUDA), copied to a device slot ahead of use.
+//   disk — read from the container by a reader thread (O_DIRECT where the file system allows it)
+//          into a ring of aligned staging buffers, then copied to a device slot.
+// Offloaded blocks pass through a ring of k + 1 device slots (k = prefetch depth): while block i
+// computes, blocks i+1..i+k are in flight on a copy stream, ordered by events (CUDA). On the CPU
+// device, `gpu` and `cpu` both mean "read in place from the mapped file", and only `disk` groups
+// stream (through host slots).
+//
+// Pieces, each usable alone: memory sizes (parse/format), placement (a pure function of sizes
+// and budgets), DiskReader (a reader thread over one file), StreamingWeights (the
+// WeightProvider the model calls around each block), bandwidth probes.
+//
+// Errors: bad input (budgets too small, unreadable or truncated files) throws endor::Error whose
+// what() is one line naming the file or the option and what is wrong.
+// Thread safety: DiskReader's methods may be called from any thread; StreamingWeights is used
+// by the one thread that runs the model.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "endor/format.h"
+#include "endor/kernels.h"
+#include "endor/runtime.h"
+
+namespace endor {
+
+// ---- memory sizes ---------------------------------------------------------------------------------
+// "3G", "512M", "1.5G", "64K", "4096" (bytes); optional "B" or "iB"; binary units (G = 2^30).
+// Throws naming `option` (e.g. "--gpu-mem") when the text is not a size.
+uint64_t parse_memory_size(const std::string& text, const std::string& option);
+// 3221225472 -> "3.00 GiB", 1536 -> "1.50 KiB", 12 -> "12 B".
+std::string format_bytes(uint64_t bytes);
+
+// ---- placement -------------------------------------------------------------------------------------
+// What one manifest group asks of the machine.
+struct GroupDemand {
+  std::string name;             // manifest group name ("embed", "layers.0", ..., "head")
+  uint64_t bytes = 0;           // compressed bytes: the group's one contiguous range in the file
+  uint64_t resident_bytes = 0;  // on the compute device whatever the tier: 1-D tensors as f32
+  Tier manifest_tier = Tier::Gpu;
+  bool streamable = false;      // a decoder block ("layers.N"); others always stay resident
+  bool loaded = true;           // false: not loaded by the model at all (the "files" group)
+};
+
+struct PlacementRequest {
+  std::vector<GroupDemand> groups;                // in execution order (the manifest's order)
+  std::optional<uint64_t> gpu_budget, cpu_budget; // --gpu-mem / --cpu-mem; both absent: manifest tiers
+  uint64_t device_fixed_bytes = 0;  // KV cache, activations and workspaces on the compute device
+  std::optional<uint64_t> device_capacity;  // memory the device has free (checks manifest tiers)
+  uint32_t prefetch = 2;            // k >= 1; the slot ring has k + 1 slots
+  bool cuda = true;                 // false: the CPU device (only disk groups stream)
+};
+
+struct Placement {
+  std::vector<Tier> tiers;          // per group of the request (unloaded groups: their manifest tier)
+  bool cuda = true;                 // made for the CUDA device (else the CPU device)
+  bool from_manifest = false;       // no budget given: the manifest's tiers (embed/head forced to gpu)
+  uint32_t n_slots = 0;             // slot ring (0 when no group streams)
+  uint64_t slot_bytes = 0;          // each slot: the largest streamed group, padded (multiple of 4096)
+  uint32_t n_staging = 0;           // disk staging buffers (0 when no group is on disk)
+  uint64_t staging_bytes = 0;       // each staging buffer (multiple of 4096)
+  uint64_t tier_bytes[3] = {0, 0, 0};   // group bytes per tier (index: Tier)
+  uint32_t tier_groups[3] = {0, 0, 0};  // loaded groups per tier
+  uint64_t device_bytes = 0;        // what the device holds in all: resident groups, slots, fixed needs
+  uint64_t host_pinned_bytes = 0;   // pinned host memory: cpu-tier groups (CUDA) and staging buffers
+  bool streams() const { return n_slots > 0; }
+};
+
+// Decides each group's tier. With a budget, greedy in execution order: embed and head (and every
+// group's 1-D tensors, and the fixed needs) on the device first; then, when not everything fits,
+// k + 1 slots are reserved and decoder blocks fill the rest of the device budget in order; the
+// remaining blocks go to pinned host memory while --cpu-mem lasts (less the staging ring, when
+// something must go to disk), then to disk. Once a block spills to a slower tier, later blocks
+// stay at that tier or slower. An absent budget is unlimited. On the CPU device there is no gpu
+// tier: blocks fill --cpu-mem (in the mapping), then go to disk.
+// Throws (one line) when the must-have part does not fit: e.g. "--gpu-mem 1.00 GiB is too small:
+// embed and head groups (..) plus KV cache and activations (..) need at least .. ".
+Placement place_groups(const PlacementRequest& request);
+
+// The groups of a container as placement demands (sizes from the manifest; 1-D tensors' f32 size).
+std::vector<GroupDemand> group_demands(const Manifest& manifest);
+
+// Device memory the model needs besides its weights: KV cache for `kv_capacity` tokens,
+// activation scratch for calls of up to `max_tokens` tokens, and (CUDA) the prefill path's
+// decoded-panel and converted-activation buffers plus a fixed 64 MiB for cuBLAS and small buffers.
+uint64_t device_fixed_bytes(const ModelConfig& config, const Manifest& manifest, size_t kv_capacity,
+                            size_t max_tokens, bool cuda);
+
+// Several lines describing a placement ("tier  groups  bytes" and the rings), for --stats.
+std::string describe_placement(const Placement& placement);
+
+// ---- disk reader -----------------------------------------------------------------------------------
+struct DiskReaderOptions {
+  uint32_t n_buffers = 2;         // staging ring size (>= 1)
+  uint64_t max_request = 0;       // the largest range one request may ask for (> 0)
+  bool direct = true;             // try O_DIRECT; buffered pread where it is refused
+  uint32_t alignment = 4096;      // O_DIRECT granularity of offsets, lengths and buffer addresses
+  // Staging memory; empty: posix_memalign/free. (CUDA: cudaHostAlloc, so copies out are DMA.)
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void*)> deallocate;
+};
+
+struct DiskReaderStats {
+  uint64_t reads = 0, bytes = 0;  // requests served and wanted bytes delivered
+  uint64_t device_bytes = 0;      // bytes actually read (O_DIRECT widens to the alignment)
+  double busy_s = 0;              // time spent inside read calls
+  double backpressure_s = 0;      // time the thread waited for a buffer to be released
+};
+
+// Reads byte ranges of one file, in request order, on its own thread into a ring of staging
+// buffers: request t uses buffer t mod n_buffers, and waits until the request that last used it
+// has been released (back-pressure). With O_DIRECT, reads are widened to `alignment` and the
+// wanted range is trimmed out; where the file system refuses O_DIRECT (tmpfs, some network file
+// systems) the reader falls back to buffered pread and mode() says so.
+class DiskReader {
+ public:
+  using Ticket = uint64_t;
+  struct Chunk {
+    const uint8_t* data = nullptr;  // the first wanted byte; `length` bytes follow
+    uint64_t length = 0;
+  };
+
+  DiskReader(const std::string& path, const DiskReaderOptions& options);
+  ~DiskReader();  // stops the thread (a read in progress finishes; queued ones are dropped)
+  DiskReader(const DiskReader&) = delete;
+  DiskReader& operator=(const DiskReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint32_t n_buffers() const { return n_buffers_; }
+  // Queues a read of [offset, offset + length); never blocks. Throws when length is 0 or over
+  // max_request, or offset + length overflows.
+  Ticket submit(uint64_t offset, uint64_t length);
+  // Blocks until ticket t is read and returns its bytes, valid until release(t). Throws (one
+  // line naming the file) when the read failed (I/O error, the file ends before the range
+  // does), when t was never submitted or is already released, or when t can never be read
+  // because the ticket holding its buffer (t - n_buffers) is still unreleased.
+  Chunk wait(Ticket t);
+  bool ready(Ticket t) const;  // read finished (successfully or not); never blocks
+  // Gives ticket t's buffer back to the ring. Callable from any thread (e.g. a CUDA host
+  // callback once the copy out of the buffer is done); releasing an unread ticket drops it.
+  void release(Ticket t);
+  // "O_DIRECT" or "buffered pread (O_DIRECT refused: <reason>)" or "buffered pread (asked)".
+  std::string mode() const;
+  bool direct() const;
+  DiskReaderStats stats() const;
+
+ private:
+  struct State;
+  std::string path_;
+  uint32_t n_buffers_;
+  std::unique_ptr<State> state_;
+};
+
+// ---- streaming ------------------------------------------------------------------------------------
+// How disk groups reach the device: "auto" = cuFile (GPUDirect Storage) when built with it and the
+// system has the nvidia-fs driver, else "direct" (O_DIRECT into pinned staging, buffered fallback).
+enum class DiskIo { Auto, Direct, Buffered, CuFile };
+std::optional<DiskIo> parse_disk_io(const std::string& text);  // "auto", "direct", "buffered", "cufile"
+// Whether disk groups can be read with cuFile here: the build found cufile.h, libcufile loads, and
+// the system has the nvidia-fs driver (without it cuFile only emulates with POSIX reads, which the
+// staged path already does). Otherwise false, and *why (when non-null) says what is missing.
+bool cufile_available(std::string* why);
+
+struct StreamingOptions {
+  uint32_t prefetch = 2;          // k: blocks in flight ahead of the computing one (>= 1)
+  DiskIo disk_io = DiskIo::Auto;
+  // Checks every slot fill against the scheduling invariants and throws on a violation (tests).
+  bool check_invariants = true;
+};
+
+// Traffic and time of the streaming since construction (or the last snapshot difference).
+struct OffloadStats {
+  uint64_t blocks = 0;               // acquire() calls of decoder blocks
+  uint64_t fills[3] = {0, 0, 0};     // slot fills per source tier (cpu, disk; gpu always 0)
+  uint64_t bytes[3] = {0, 0, 0};     // bytes moved into slots per source tier
+  double copy_s = 0;                 // time the copies into slots took (CUDA: copy-stream events)
+  uint64_t copy_bytes = 0;           // bytes of the copies timed in copy_s
+  double compute_s = 0;              // time blocks computed (CUDA: compute-stream events)
+  double stall_s = 0;                // time between consecutive blocks spent waiting for weights
+  double host_wait_s = 0;            // host thread blocked waiting for disk reads
+  DiskReaderStats disk;              // the reader's own counters (disk groups)
+  OffloadStats operator-(const OffloadStats& earlier) const;
+};
+
+// The WeightProvider of an offloading placement. Construct before the model, pass to
+// load_model(), keep alive until the model is destroyed.
+class StreamingWeights : public WeightProvider {
+ public:
+  ~StreamingWeights() override = default;
+  virtual const Placement& placement() const = 0;
+  // Counters so far; finished asynchronous work only unless synchronize() was called first.
+  virtual OffloadStats stats() = 0;
+  // Waits for every queued copy and read (then stats() is complete).
+  virtual void synchronize() = 0;
+  // What moves disk groups: "cuFile (GPUDirect Storage)", "O_DIRECT into pinned staging", ...
+  virtual std::string disk_path() const = 0;
+  virtual std::string device() const = 0;  // "cuda" or "cpu"
+};
+
+// A provider for `placement` (from place_groups over group_demands(container.manifest())) on
+// `backend` (the CPU backend or one made by make_cuda_backend). The container and the backend
+// must outlive it. Allocates the slots, the staging ring and (CUDA) pinned copies of the cpu-tier
+// groups; opens the disk reader when a group is on disk.
+std::unique_ptr<StreamingWeights> make_streaming_weights(const ContainerReader& container, Backend& backend,
+                                                         const Placement& placement,
+                                                         const StreamingOptions& options);
+
+// ---- bandwidth probes (benchmarks, --stats) -------------------------------------------------------
+// Sequential reads of [offset, offset + bytes) of `path` through a DiskReader (requests of
+// `request` bytes, 2 buffers): delivered bytes per second of wall time, and the reader's mode.
+struct DiskProbe {
+  double gbps = 0;
+  std::string mode;
+  uint64_t bytes = 0;
+};
+DiskProbe probe_disk_read(const std::string& path, uint64_t offset, uint64_t bytes, uint64_t request,
+                          bool direct = true);
+// True when `backend` is the CUDA backend (false in builds without CUDA).
+bool is_cuda_device(const Backend& backend);
+// Free memory of the CUDA backend's device (cudaMemGetInfo); nullopt for other backends.
+std::optional<uint64_t> device_free_bytes(Backend& backend);
+// Host-to-device copy bandwidth from pinned memory (`bytes` per copy, best of `repeats`) on the
+// CUDA backend's device; nullopt when `backend` is not a CUDA backend or the build has no CUDA.
+std::optional<double> probe_h2d_gbps(Backend& backend, uint64_t bytes, int repeats);
+
+}  // namespace endor

@@ -1,0 +1,330 @@
+// Tier placement: which layer group lives on the device, in pinned host memory or on disk, from
+// the manifest or from run-time budgets. Pure arithmetic over sizes (no device, no file access).
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <sstream>
+
+#include "endor/offload.h"
+
+namespace endor {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kWorkspaceBytes = uint64_t(64) << 20;  // cuBLAS workspace, staging of small inputs
+constexpr uint64_t kPanelCap = uint64_t(256) << 20;       // the CUDA DecodeGemm panel cap (linear.cpp)
+constexpr uint32_t kMaxPrefetch = 64;
+
+uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// Overflow-safe sum for byte counts that come from a validated manifest (each < 2^63).
+uint64_t add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t mul(uint64_t a, uint64_t b) { return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
+
+}  // namespace
+
+uint64_t parse_memory_size(const std::string& text, const std::string& option) {
+  const std::string bad = option + ": invalid size \"" + text + "\" (examples: 3G, 512M, 1.5G, 4096)";
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) throw Error(bad);
+  const std::string number = text.substr(0, i);
+  if (number.find('.') != number.rfind('.') || number == ".") throw Error(bad);
+  char* end = nullptr;
+  const double value = std::strtod(number.c_str(), &end);
+  if (end != number.c_str() + number.size() || !std::isfinite(value) || value < 0) throw Error(bad);
+  std::string unit = text.substr(i);
+  for (char& c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.size() >= 2 && unit.compare(unit.size() - 2, 2, "IB") == 0)
+    unit.resize(unit.size() - 2);
+  else if (!unit.empty() && unit.back() == 'B')
+    unit.pop_back();
+  double scale = 1;
+  if (unit.empty()) scale = 1;
+  else if (unit == "K") scale = 1024.0;
+  else if (unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
+  else throw Error(bad);
+  const double bytes = value * scale;
+  if (bytes >= 1.8e19) throw Error(bad);
+  return uint64_t(bytes);
+}
+
+std::string format_bytes(uint64_t bytes) {
+  static const char* const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = double(bytes) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f %s", v, units[u]);
+  return text;
+}
+
+std::vector<GroupDemand> group_demands(const Manifest& m) {
+  std::vector<GroupDemand> out;
+  out.reserve(m.groups.size());
+  for (const GroupInfo& g : m.groups) {
+    GroupDemand d;
+    d.name = g.name;
+    d.bytes = g.size;
+    d.manifest_tier = g.tier;
+    d.streamable = g.name.rfind("layers.", 0) == 0;
+    d.loaded = !g.tensors.empty();
+    for (uint32_t t : g.tensors) {
+      const TensorInfo& info = m.tensors[t];
+      if (info.shape.size() == 1) d.resident_bytes = add(d.resident_bytes, mul(info.numel(), 4));
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+uint64_t device_fixed_bytes(const ModelConfig& c, const Manifest& m, size_t kv_capacity, size_t max_tokens,
+                            bool cuda) {
+  const uint64_t H = c.hidden, I = c.intermediate, V = c.vocab;
+  const uint64_t q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
+  const uint64_t T = std::max<uint64_t>(max_tokens, 1);
+  const uint64_t kv = mul(mul(mul(2, c.n_layers), std::max<uint64_t>(kv_capacity, 1)), mul(kv_dim, 4));
+  // Scratch of both architectures (runtime/models): residual, normed, q, attention, projection,
+  // three MLP-wide buffers, logits, block keys/values and OPT's word-embedding width, all f32.
+  const uint64_t per_token = 4 * H + 2 * q_dim + 3 * I + V + 2 * kv_dim + c.word_embed_dim;
+  uint64_t fixed = add(kv, mul(mul(T, per_token), 4));
+  if (cuda) {
+    fixed = add(fixed, kWorkspaceBytes);
+    if (T > 8) {  // the DecodeGemm path (linear.cpp): activations converted for cuBLAS + a decoded panel
+      uint64_t max_cols = 0, panel = 0;
+      for (const TensorInfo& t : m.tensors) {
+        if (t.shape.size() != 2) continue;
+        max_cols = std::max(max_cols, t.shape[1]);
+        const bool in_place = t.encoding == Encoding::Dense &&
+                              (t.value_type == ValueType::F16 || t.value_type == ValueType::BF16 ||
+                               t.value_type == ValueType::F32);
+        if (!in_place)
+          panel = std::max(panel, mul(mul(t.shape[0], t.shape[1]), t.value_type == ValueType::F32 ? 4 : 2));
+      }
+      fixed = add(fixed, add(mul(mul(T, max_cols), 4), std::min(panel, kPanelCap)));
+    }
+  }
+  return fixed;
+}
+
+Placement place_groups(const PlacementRequest& r) {
+  if (r.prefetch < 1 || r.prefetch > kMaxPrefetch)
+    throw Error("--prefetch " + std::to_string(r.prefetch) + " is outside [1, " + std::to_string(kMaxPrefetch) + "]");
+  if (!r.cuda && r.gpu_budget) throw Error("--gpu-mem applies to the CUDA device only (this run uses the CPU)");
+  const size_t n = r.groups.size();
+  Placement p;
+  p.cuda = r.cuda;
+  p.tiers.resize(n);
+  const Tier fast = r.cuda ? Tier::Gpu : Tier::Cpu;  // where resident groups live on this device
+  const uint32_t n_slots = r.prefetch + 1;
+  const uint32_t n_staging = std::max<uint32_t>(2, r.prefetch);
+
+  uint64_t must = r.device_fixed_bytes;  // always on the device: fixed needs, 1-D tensors, embed/head
+  uint64_t must_groups = 0, layers_total = 0, max_layer = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const GroupDemand& g = r.groups[i];
+    p.tiers[i] = g.manifest_tier;
+    if (!g.loaded) continue;
+    must = add(must, g.resident_bytes);
+    if (g.streamable) {
+      layers_total = add(layers_total, g.bytes);
+      max_layer = std::max(max_layer, g.bytes);
+    } else {
+      must_groups = add(must_groups, g.bytes);
+    }
+  }
+  must = add(must, must_groups);
+  const uint64_t slot_size = round_up(add(max_layer, 16), kPage);
+  const uint64_t staging_size = round_up(max_layer, kPage) + 2 * kPage;  // O_DIRECT widening slack
+
+  const std::string gpu_name = r.cuda ? "--gpu-mem " : "--cpu-mem ";
+  if (!r.gpu_budget && !r.cpu_budget) {
+    p.from_manifest = true;
+    for (size_t i = 0; i < n; ++i) {
+      const GroupDemand& g = r.groups[i];
+      if (!g.loaded) continue;
+      if (!g.streamable || g.manifest_tier == Tier::Gpu) p.tiers[i] = fast;
+      else if (!r.cuda && g.manifest_tier == Tier::Cpu) p.tiers[i] = Tier::Cpu;
+    }
+  } else if (r.cuda) {
+    const std::optional<uint64_t> gpu = r.gpu_budget ? r.gpu_budget : r.device_capacity;
+    const std::string budget = r.gpu_budget ? "--gpu-mem " + format_bytes(*r.gpu_budget)
+                                            : "the device's free memory (" + format_bytes(gpu ? *gpu : 0) + ")";
+    if (gpu && must > *gpu)
+      throw Error(budget + " is too small: the embed and head groups (" + format_bytes(must_groups) +
+                  ") plus KV cache, activations and norms (" + format_bytes(must - must_groups) +
+                  ") need at least " + format_bytes(must));
+    for (size_t i = 0; i < n; ++i)
+      if (r.groups[i].loaded) p.tiers[i] = Tier::Gpu;
+    if (gpu && add(must, layers_total) > *gpu) {
+      const uint64_t ring = mul(n_slots, slot_size);
+      if (add(must, ring) > *gpu)
+        throw Error(budget + " is too small to stream: the embed and head groups, KV cache and activations (" +
+                    format_bytes(must) + ") plus " + std::to_string(n_slots) + " slots of " + format_bytes(slot_size) +
+                    " (--prefetch " + std::to_string(r.prefetch) + ") need at least " + format_bytes(add(must, ring)));
+      uint64_t room = *gpu - must - ring;
+      bool spilled = false;
+      uint64_t off_gpu = 0, max_off = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const GroupDemand& g = r.groups[i];
+        if (!g.loaded || !g.streamable) continue;
+        if (!spilled && g.bytes <= room) {
+          room -= g.bytes;
+          continue;
+        }
+        spilled = true;
+        p.tiers[i] = Tier::Cpu;
+        off_gpu = add(off_gpu, g.bytes);
+        max_off = std::max(max_off, g.bytes);
+      }
+      if (r.cpu_budget && off_gpu > *r.cpu_budget) {
+        const uint64_t staging = mul(n_staging, round_up(max_off, kPage) + 2 * kPage);
+        if (staging > *r.cpu_budget)
+          throw Error("--cpu-mem " + format_bytes(*r.cpu_budget) + " is too small for the disk staging ring (" +
+                      std::to_string(n_staging) + " buffers of " + format_bytes(staging / n_staging) +
+                      "); give at least " + format_bytes(staging));
+        uint64_t cpu_room = *r.cpu_budget - staging;
+        bool to_disk = false;
+        for (size_t i = 0; i < n; ++i) {
+          if (p.tiers[i] != Tier::Cpu || !r.groups[i].loaded || !r.groups[i].streamable) continue;
+          if (!to_disk && r.groups[i].bytes <= cpu_room) {
+            cpu_room -= r.groups[i].bytes;
+            continue;
+          }
+          to_disk = true;
+          p.tiers[i] = Tier::Disk;
+        }
+      }
+    }
+  } else {
+    // CPU device: resident groups are read in place from the mapping; --cpu-mem bounds them, the
+    // host slots and the staging ring; blocks past it are read from disk into the slots.
+    const uint64_t cpu = *r.cpu_budget;
+    if (must > cpu)
+      throw Error("--cpu-mem " + format_bytes(cpu) + " is too small: the embed and head groups (" +
+                  format_bytes(must_groups) + ") plus KV cache, activations and norms (" +
+                  format_bytes(must - must_groups) + ") need at least " + format_bytes(must));
+    for (size_t i = 0; i < n; ++i)
+      if (r.groups[i].loaded) p.tiers[i] = Tier::Cpu;
+    if (add(must, layers_total) > cpu) {
+      const uint64_t rings = add(mul(n_slots, slot_size), mul(n_staging, staging_size));
+      if (add(must, rings) > cpu)
+        throw Error("--cpu-mem " + format_bytes(cpu) + " is too small to stream from disk: the embed and head " +
+                    "groups, KV cache and activations (" + format_bytes(must) + ") plus " + std::to_string(n_slots) +
+                    " slots and " + std::to_string(n_staging) + " staging buffers of " + format_bytes(slot_size) +
+                    " need at least " + format_bytes(add(must, rings)));
+      uint64_t room = cpu - must - rings;
+      bool spilled = false;
+      for (size_t i = 0; i < n; ++i) {
+        const GroupDemand& g = r.groups[i];
+        if (!g.loaded || !g.streamable) continue;
+        if (!spilled && g.bytes <= room) {
+          room -= g.bytes;
+          continue;
+        }
+        spilled = true;
+        p.tiers[i] = Tier::Disk;
+      }
+    }
+  }
+
+  // Totals and rings of the final tiers.
+  uint64_t max_streamed = 0, max_disk = 0, cpu_pinned = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const GroupDemand& g = r.groups[i];
+    if (!g.loaded) continue;
+    const Tier t = p.tiers[i];
+    p.tier_bytes[int(t)] = add(p.tier_bytes[int(t)], g.bytes);
+    p.tier_groups[int(t)] += 1;
+    const bool streamed = r.cuda ? t != Tier::Gpu : t == Tier::Disk;
+    if (streamed) max_streamed = std::max(max_streamed, g.bytes);
+    if (t == Tier::Disk) max_disk = std::max(max_disk, g.bytes);
+    if (r.cuda && t == Tier::Cpu) cpu_pinned = add(cpu_pinned, g.bytes);
+  }
+  if (max_streamed > 0) {
+    p.n_slots = n_slots;
+    p.slot_bytes = round_up(add(max_streamed, 16), kPage);
+  }
+  if (max_disk > 0) {
+    p.n_staging = n_staging;
+    p.staging_bytes = round_up(max_disk, kPage) + 2 * kPage;
+  }
+  const uint64_t slots = mul(p.n_slots, p.slot_bytes), staging = mul(p.n_staging, p.staging_bytes);
+  if (r.cuda) {
+    p.device_bytes = add(add(r.device_fixed_bytes, p.tier_bytes[int(Tier::Gpu)]), slots);
+    for (const GroupDemand& g : r.groups)
+      if (g.loaded) p.device_bytes = add(p.device_bytes, g.resident_bytes);
+    p.host_pinned_bytes = add(cpu_pinned, staging);
+    if (p.from_manifest && r.device_capacity && p.device_bytes > *r.device_capacity)
+      throw Error("the container's manifest places " + format_bytes(p.device_bytes) +
+                  " on the GPU (with KV cache and activations), more than the " + format_bytes(*r.device_capacity) +
+                  " the device has free; give --gpu-mem to offload blocks to host memory");
+  } else {
+    p.device_bytes = add(add(r.device_fixed_bytes, p.tier_bytes[int(Tier::Cpu)]), add(slots, staging));
+    for (const GroupDemand& g : r.groups)
+      if (g.loaded) p.device_bytes = add(p.device_bytes, g.resident_bytes);
+    p.host_pinned_bytes = 0;
+  }
+  return p;
+}
+
+std::string describe_placement(const Placement& p) {
+  std::ostringstream s;
+  const bool cuda = p.cuda;
+  s << "placement (" << (p.from_manifest ? "the container's manifest" : "--gpu-mem/--cpu-mem budgets") << "):\n";
+  const char* what[3] = {"resident on the device, compressed", cuda ? "pinned host memory" : "read in place (mapping)",
+                         "read from disk"};
+  for (int t = 0; t < 3; ++t) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-5s %4u groups %12s  (%s)\n", to_string(Tier(t)), p.tier_groups[t],
+                  format_bytes(p.tier_bytes[t]).c_str(), what[t]);
+    s << line;
+  }
+  if (p.streams())
+    s << "  slots: " << p.n_slots << " x " << format_bytes(p.slot_bytes) << (cuda ? " on the device" : " in host memory")
+      << "\n";
+  if (p.n_staging > 0) s << "  disk staging: " << p.n_staging << " x " << format_bytes(p.staging_bytes) << "\n";
+  s << "  " << (cuda ? "device" : "host") << " total " << format_bytes(p.device_bytes);
+  if (cuda) s << ", pinned host " << format_bytes(p.host_pinned_bytes);
+  s << "\n";
+  return s.str();
+}
+
+std::optional<DiskIo> parse_disk_io(const std::string& text) {
+  if (text == "auto") return DiskIo::Auto;
+  if (text == "direct") return DiskIo::Direct;
+  if (text == "buffered") return DiskIo::Buffered;
+  if (text == "cufile") return DiskIo::CuFile;
+  return std::nullopt;
+}
+
+OffloadStats OffloadStats::operator-(const OffloadStats& e) const {
+  OffloadStats d = *this;
+  d.blocks -= e.blocks;
+  for (int t = 0; t < 3; ++t) {
+    d.fills[t] -= e.fills[t];
+    d.bytes[t] -= e.bytes[t];
+  }
+  d.copy_s -= e.copy_s;
+  d.copy_bytes -= e.copy_bytes;
+  d.compute_s -= e.compute_s;
+  d.stall_s -= e.stall_s;
+  d.host_wait_s -= e.host_wait_s;
+  d.disk.reads -= e.disk.reads;
+  d.disk.bytes -= e.disk.bytes;
+  d.disk.device_bytes -= e.disk.device_bytes;
+  d.disk.busy_s -= e.disk.busy_s;
+  d.disk.backpressure_s -= e.disk.backpressure_s;
+  return d;
+}
+
+}  // namespace endor
