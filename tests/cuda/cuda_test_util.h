@@ -20,6 +20,7 @@
 #include "endor/cuda_backend.h"
 #include "endor/format.h"
 #include "endor/kernels.h"
+#include "../kernels/kernel_test_util.h"
 
 namespace endor::cudatest {
 
@@ -83,20 +84,11 @@ class DeviceFloats {
 };
 
 // ---- random inputs ----
-// Values ±U(1e-3, 1) (never 0 by accident), each set to 0 with probability `sparsity` (exactly
-// none for 0, all for 1).
-inline std::vector<float> random_weights(uint64_t rows, uint64_t cols, double sparsity, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> mag(1e-3f, 1.0f);
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  std::vector<float> w(rows * cols);
-  for (float& v : w) {
-    const float m = mag(rng);
-    v = (rng() & 1) ? m : -m;
-    if (sparsity >= 1.0 || (sparsity > 0.0 && coin(rng) < sparsity)) v = 0.0f;
-  }
-  return w;
-}
+// Random weights (exactly round(sparsity·numel) zeros) and encoded weights
+// are the CPU kernel tests' (tests/kernels/kernel_test_util.h): one definition for both backends.
+using ktest::EncodedWeight;
+using ktest::encode;
+using ktest::random_weights;
 
 inline std::vector<float> random_normal(size_t n, uint32_t seed, float mean = 0.0f, float stddev = 1.0f) {
   std::mt19937 rng(seed);
@@ -158,26 +150,6 @@ inline std::vector<float> exact_weights(uint64_t rows, uint64_t cols, double spa
     }
   }
   return w;
-}
-
-// ---- encoded weights ----
-struct EncodedWeight {
-  EncodedTensor enc;
-  TensorView view() const {
-    TensorView v;
-    v.layout = enc.layout;
-    v.data = enc.bytes.data();
-    return v;
-  }
-};
-
-inline EncodedWeight encode(const std::vector<float>& w, uint64_t rows, uint64_t cols, Encoding e, ValueType vt,
-                            uint32_t group_size = kDefaultGroupSize) {
-  EncodeOptions opt;
-  opt.encoding = e;
-  opt.value_type = vt;
-  opt.group_size = vt == ValueType::I4 ? group_size : 0;
-  return EncodedWeight{encode_tensor(w.data(), {rows, cols}, opt)};
 }
 
 // ---- linear reference ----
