@@ -144,9 +144,7 @@ Placement place_groups(const PlacementRequest& r) {
   }
   must = add(must, must_groups);
   const uint64_t slot_size = round_up(add(max_layer, 16), kPage);
-  const uint64_t staging_size = round_up(max_layer, kPage) + 2 * kPage;  // O_DIRECT widening slack
 
-  const std::string gpu_name = r.cuda ? "--gpu-mem " : "--cpu-mem ";
   if (!r.gpu_budget && !r.cpu_budget) {
     p.from_manifest = true;
     for (size_t i = 0; i < n; ++i) {
@@ -173,7 +171,7 @@ Placement place_groups(const PlacementRequest& r) {
                     " (--prefetch " + std::to_string(r.prefetch) + ") need at least " + format_bytes(add(must, ring)));
       uint64_t room = *gpu - must - ring;
       bool spilled = false;
-      uint64_t off_gpu = 0, max_off = 0;
+      uint64_t off_gpu = 0;
       for (size_t i = 0; i < n; ++i) {
         const GroupDemand& g = r.groups[i];
         if (!g.loaded || !g.streamable) continue;
@@ -184,15 +182,11 @@ Placement place_groups(const PlacementRequest& r) {
         spilled = true;
         p.tiers[i] = Tier::Cpu;
         off_gpu = add(off_gpu, g.bytes);
-        max_off = std::max(max_off, g.bytes);
       }
+      // --cpu-mem bounds the pinned copies of cpu-tier blocks (the staging ring is extra, as in
+      // endor-pack's plan); the blocks past it are read from disk.
       if (r.cpu_budget && off_gpu > *r.cpu_budget) {
-        const uint64_t staging = mul(n_staging, round_up(max_off, kPage) + 2 * kPage);
-        if (staging > *r.cpu_budget)
-          throw Error("--cpu-mem " + format_bytes(*r.cpu_budget) + " is too small for the disk staging ring (" +
-                      std::to_string(n_staging) + " buffers of " + format_bytes(staging / n_staging) +
-                      "); give at least " + format_bytes(staging));
-        uint64_t cpu_room = *r.cpu_budget - staging;
+        uint64_t cpu_room = *r.cpu_budget;
         bool to_disk = false;
         for (size_t i = 0; i < n; ++i) {
           if (p.tiers[i] != Tier::Cpu || !r.groups[i].loaded || !r.groups[i].streamable) continue;
@@ -206,34 +200,22 @@ Placement place_groups(const PlacementRequest& r) {
       }
     }
   } else {
-    // CPU device: resident groups are read in place from the mapping; --cpu-mem bounds them, the
-    // host slots and the staging ring; blocks past it are read from disk into the slots.
-    const uint64_t cpu = *r.cpu_budget;
-    if (must > cpu)
-      throw Error("--cpu-mem " + format_bytes(cpu) + " is too small: the embed and head groups (" +
-                  format_bytes(must_groups) + ") plus KV cache, activations and norms (" +
-                  format_bytes(must - must_groups) + ") need at least " + format_bytes(must));
-    for (size_t i = 0; i < n; ++i)
-      if (r.groups[i].loaded) p.tiers[i] = Tier::Cpu;
-    if (add(must, layers_total) > cpu) {
-      const uint64_t rings = add(mul(n_slots, slot_size), mul(n_staging, staging_size));
-      if (add(must, rings) > cpu)
-        throw Error("--cpu-mem " + format_bytes(cpu) + " is too small to stream from disk: the embed and head " +
-                    "groups, KV cache and activations (" + format_bytes(must) + ") plus " + std::to_string(n_slots) +
-                    " slots and " + std::to_string(n_staging) + " staging buffers of " + format_bytes(slot_size) +
-                    " need at least " + format_bytes(add(must, rings)));
-      uint64_t room = cpu - must - rings;
-      bool spilled = false;
-      for (size_t i = 0; i < n; ++i) {
-        const GroupDemand& g = r.groups[i];
-        if (!g.loaded || !g.streamable) continue;
-        if (!spilled && g.bytes <= room) {
-          room -= g.bytes;
-          continue;
-        }
-        spilled = true;
-        p.tiers[i] = Tier::Disk;
+    // CPU device: --cpu-mem bounds the decoder blocks read in place from the mapping (embed,
+    // head, KV cache and activations are always in memory; the host slots and the staging ring
+    // are extra); the blocks past it are read from disk into the slots.
+    uint64_t room = *r.cpu_budget;
+    bool spilled = false;
+    for (size_t i = 0; i < n; ++i) {
+      const GroupDemand& g = r.groups[i];
+      if (!g.loaded) continue;
+      p.tiers[i] = Tier::Cpu;
+      if (!g.streamable) continue;
+      if (!spilled && g.bytes <= room) {
+        room -= g.bytes;
+        continue;
       }
+      spilled = true;
+      p.tiers[i] = Tier::Disk;
     }
   }
 

@@ -54,7 +54,11 @@ struct GroupDemand {
 
 struct PlacementRequest {
   std::vector<GroupDemand> groups;                // in execution order (the manifest's order)
-  std::optional<uint64_t> gpu_budget, cpu_budget; // --gpu-mem / --cpu-mem; both absent: manifest tiers
+  // --gpu-mem: all the device holds (fixed needs, norms, embed/head, resident blocks, slots).
+  // --cpu-mem: the decoder blocks kept in host memory (CUDA: pinned cpu tier; CPU device: read in
+  // place), as endor-pack's --cpu-mem; the staging ring (and the CPU device's slots) come on top.
+  // Both absent: the manifest's tiers.
+  std::optional<uint64_t> gpu_budget, cpu_budget;
   uint64_t device_fixed_bytes = 0;  // KV cache, activations and workspaces on the compute device
   std::optional<uint64_t> device_capacity;  // memory the device has free (checks manifest tiers)
   uint32_t prefetch = 2;            // k >= 1; the slot ring has k + 1 slots
@@ -79,10 +83,10 @@ struct Placement {
 // Decides each group's tier. With a budget, greedy in execution order: embed and head (and every
 // group's 1-D tensors, and the fixed needs) on the device first; then, when not everything fits,
 // k + 1 slots are reserved and decoder blocks fill the rest of the device budget in order; the
-// remaining blocks go to pinned host memory while --cpu-mem lasts (less the staging ring, when
-// something must go to disk), then to disk. Once a block spills to a slower tier, later blocks
-// stay at that tier or slower. An absent budget is unlimited. On the CPU device there is no gpu
-// tier: blocks fill --cpu-mem (in the mapping), then go to disk.
+// remaining blocks go to pinned host memory while --cpu-mem lasts, then to disk (--cpu-mem 0: every
+// offloaded block on disk). Once a block spills to a slower tier, later blocks stay at that tier
+// or slower. An absent budget is unlimited (the GPU's: the device's free memory when known). On
+// the CPU device there is no gpu tier: blocks fill --cpu-mem (read in place), then go to disk.
 // Throws (one line) when the must-have part does not fit: e.g. "--gpu-mem 1.00 GiB is too small:
 // embed and head groups (..) plus KV cache and activations (..) need at least .. ".
 Placement place_groups(const PlacementRequest& request);
