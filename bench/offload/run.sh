@@ -87,6 +87,10 @@ do_build() {
   command -v ninja >/dev/null && gen=(-G Ninja)
   if [[ "$device" == cuda ]]; then
     cuda_args=(-DENDOR_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
+    # GPUDirect Storage headers from the nvidia-cufile wheel, when the toolkit has none: the run then
+    # reports whether the machine could use cuFile (the staged path is used either way).
+    export ENDOR_CUFILE_ROOT=${ENDOR_CUFILE_ROOT:-$(python3 -c "import glob, site; h = [p for d in site.getsitepackages() for p in glob.glob(d + '/nvidia/*/include/cufile.h')]; print(h[0].rsplit('/include/', 1)[0] if h else '')" 2>/dev/null)}
+    note "cuFile headers: ${ENDOR_CUFILE_ROOT:-none}; nvidia-fs driver: $([[ -e /proc/driver/nvidia-fs ]] && echo present || echo absent)"
     targets+=(bench_cuda_kernels test_cuda_kernels test_offload_cuda)
   fi
   # oneDNN only speeds up CPU prefill; its carried CMake config is the likeliest thing to break.
