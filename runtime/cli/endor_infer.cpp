@@ -109,7 +109,11 @@ Offload setup_offload(const endor::ContainerReader& container, endor::Backend& b
                                                          std::min<size_t>(max_tokens, config.max_positions), cuda);
   if (cuda) request.device_capacity = endor::device_free_bytes(backend);
   Offload o;
-  o.placement = endor::place_groups(request);
+  try {
+    o.placement = endor::place_groups(request);
+  } catch (const endor::Error& e) {
+    throw endor::Error(container.path() + ": " + e.what());  // budgets that cannot hold this model
+  }
   if (cuda || o.placement.streams()) {
     endor::StreamingOptions options;
     options.prefetch = request.prefetch;

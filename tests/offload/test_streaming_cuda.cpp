@@ -100,7 +100,7 @@ GPU_TEST_CASE("offload cuda: cpu- and disk-tier blocks give the resident logits 
       REQUIRE(p.streams());
       const Streamed s = streamed_logits(*c, p, k, prompt, steps);
       CHECK(bit_equal(s.logits, want));
-      CHECK(s.stats.blocks == 7 * 5);
+      CHECK(s.stats.blocks == 7 * (p.tier_groups[int(Tier::Cpu)] + p.tier_groups[int(Tier::Disk)]));
       CHECK(s.stats.copy_bytes > 0);
       CHECK(s.stats.copy_s > 0);
       CHECK(s.stats.compute_s > 0);
@@ -141,7 +141,10 @@ GPU_TEST_CASE("offload cuda: every fixture architecture, f16 and int4 at 50 %, s
       }
       INFO("max |logit| ", scale, ", prefill max diff ", worst_prefill, ", decode max diff ", worst_decode);
       CHECK(worst_decode <= 1e-4 * std::max(1.0, scale));
-      CHECK(worst_prefill <= 2e-2 * std::max(1.0, scale));
+      // Weights kept in bf16 (the bf16 fixture's tied embedding / lm_head when only blocks are
+      // quantized) multiply bf16-rounded activations: 8 bits of mantissa (f16: 11), a looser bound.
+      const bool bf16 = std::string(fixture).find("bf16") != std::string::npos;
+      CHECK(worst_prefill <= (bf16 ? 1e-1 : 2e-2) * std::max(1.0, scale));
     }
   }
 }
@@ -169,14 +172,20 @@ GPU_TEST_CASE("offload cuda: the block API in any order, stats, and the host-to-
       model->forward_block(layer, h.data(), n, {});
       CHECK(bit_equal(h, h_ref));
     }
-    // Generation in order: per token every block moves once (6 blocks, 3 slots).
-    const OffloadStats before = weights->stats();
+    // Generation in order: per forward pass every block moves once (6 blocks, 3 slots). The first
+    // generate() follows the block calls (what their prefetches left in the slots depends on timing);
+    // the second one starts in order and is counted.
     SamplerOptions so;
-    Sampler a(so), b(so);
     GenerationOptions go;
     go.max_new_tokens = 5;
     go.stop_at_eos = false;
-    CHECK(generate(*model, prompt, a, go, {}) == generate(*ref_model, prompt, b, go, {}));
+    OffloadStats before;
+    for (int round = 0; round < 2; ++round) {
+      Sampler a(so), b(so);
+      weights->synchronize();
+      before = weights->stats();
+      CHECK(generate(*model, prompt, a, go, {}) == generate(*ref_model, prompt, b, go, {}));
+    }
     weights->synchronize();
     const OffloadStats d = weights->stats() - before;
     CHECK(d.blocks == 5 * 6);
@@ -191,4 +200,37 @@ GPU_TEST_CASE("offload cuda: the block API in any order, stats, and the host-to-
   CHECK(*gbps > 1.0);
   auto cpu = make_cpu_backend(1);
   CHECK_FALSE(probe_h2d_gbps(*cpu, 1 << 20, 1).has_value());
+}
+
+GPU_TEST_CASE("offload cuda: endor-infer --gpu-mem streams blocks, same ids; a budget too small is one line") {
+  REQUIRE_GPU();
+  TempDir dir;
+  const std::string model = dir.file("m.endor");
+  write_tiered_container(model, synthetic_config(8), 33, ValueType::F16, [](const std::string&) { return Tier::Gpu; });
+  const std::string infer = test::endor_infer() + " " + model + " --device cuda --ids \"1 5 9 13 17 21 25 29 33 37\" -n 8 "
+                            "--temperature 0 --ignore-eos";
+  const auto resident = test::run_capture(infer, dir);
+  REQUIRE(resident.status == 0);
+  // Budget: everything but the blocks, 3 slots, and room for 2 of the 8 blocks.
+  auto c = ContainerReader::open(model);
+  const ModelConfig cfg = parse_model_config(c->manifest().config, model);
+  uint64_t must = device_fixed_bytes(cfg, c->manifest(), 10 + 8 - 1, 10, true), layer = 0;
+  for (const GroupDemand& g : group_demands(c->manifest())) {
+    must += g.resident_bytes + (g.streamable || !g.loaded ? 0 : g.bytes);
+    if (g.streamable) layer = std::max(layer, g.bytes);
+  }
+  const uint64_t budget = must + 3 * ((layer + 16 + 4095) / 4096 * 4096) + 2 * layer + 100;
+  for (const std::string& extra :
+       std::vector<std::string>{"", " --cpu-mem 0", " --cpu-mem " + std::to_string(3 * layer) + " --prefetch 1"}) {
+    CAPTURE(extra);
+    const auto r = test::run_capture(infer + " --stats --gpu-mem " + std::to_string(budget) + extra, dir);
+    INFO("stderr: ", r.err);
+    REQUIRE(r.status == 0);
+    CHECK(r.out == resident.out);
+    CHECK(r.err.find("offload-summary: device=cuda") != std::string::npos);
+  }
+  const auto small = test::run_capture(infer + " --gpu-mem 1M", dir);
+  CHECK(small.status == 1);
+  CHECK(small.err.rfind("error: " + model + ": --gpu-mem 1.00 MiB is too small", 0) == 0);
+  CHECK(small.err.find('\n') == small.err.size() - 1);
 }
