@@ -19,7 +19,7 @@
 #
 # Environment (defaults): ENDOR_BENCH_WORK (/tmp/endor-offload-bench), ENDOR_BENCH_BUILD (empty:
 # build in $WORK/build), ENDOR_BENCH_SHAPE (7b), ENDOR_BENCH_DEVICE (cuda), ENDOR_BENCH_GPU_MEM (3G),
-# ENDOR_BENCH_STEPS (6 decode steps; disk: ENDOR_BENCH_DISK_STEPS, 4), ENDOR_BENCH_DEADLINE (540 s
+# ENDOR_BENCH_STEPS (6 decode steps; disk: ENDOR_BENCH_DISK_STEPS, 3), ENDOR_BENCH_DEADLINE (540 s
 # for the whole call).
 # On the GPU machine, first: source .device-deps/unpack.sh (the Debian build dependencies).
 set -uo pipefail
@@ -39,7 +39,7 @@ shape=${ENDOR_BENCH_SHAPE:-7b}
 device=${ENDOR_BENCH_DEVICE:-cuda}
 gpu_mem=${ENDOR_BENCH_GPU_MEM:-3G}
 steps=${ENDOR_BENCH_STEPS:-6}
-disk_steps=${ENDOR_BENCH_DISK_STEPS:-4}
+disk_steps=${ENDOR_BENCH_DISK_STEPS:-3}
 deadline=${ENDOR_BENCH_DEADLINE:-540}
 build=${ENDOR_BENCH_BUILD:-$work/build}
 results="$work/results"

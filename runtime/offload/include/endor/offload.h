@@ -146,8 +146,8 @@ class DiskReader {
   Ticket submit(uint64_t offset, uint64_t length);
   // Blocks until ticket t is read and returns its bytes, valid until release(t). Throws (one
   // line naming the file) when the read failed (I/O error, the file ends before the range
-  // does), when t was never submitted or is already released, or when t can never be read
-  // because the ticket holding its buffer (t - n_buffers) is still unreleased.
+  // does), or when t was never submitted or is already released. Ticket t - n_buffers must be
+  // released first, by this thread or another one (e.g. a CUDA host callback), or t never comes.
   Chunk wait(Ticket t);
   bool ready(Ticket t) const;  // read finished (successfully or not); never blocks
   // Gives ticket t's buffer back to the ring. Callable from any thread (e.g. a CUDA host
