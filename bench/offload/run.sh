@@ -85,6 +85,10 @@ do_build() {
   note "build: $build (Release, $device)"
   local gen=() cuda_args=(-DENDOR_CUDA=OFF) targets=(endor-pack endor-infer bench_offload_probe)
   command -v ninja >/dev/null && gen=(-G Ninja)
+  # The image may lack pkg-config (CMake needs it for zstd and xxhash): the carried pkgconf debs have one.
+  if ! command -v pkg-config >/dev/null && [[ -x /opt/endor-deps/usr/bin/pkg-config ]]; then
+    export PATH="/opt/endor-deps/usr/bin:$PATH"
+  fi
   if [[ "$device" == cuda ]]; then
     cuda_args=(-DENDOR_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
     # GPUDirect Storage headers from the nvidia-cufile wheel, when the toolkit has none: the run then
@@ -94,7 +98,9 @@ do_build() {
     targets+=(bench_cuda_kernels test_cuda_kernels test_offload_cuda)
   fi
   # oneDNN only speeds up CPU prefill; its carried CMake config is the likeliest thing to break.
+  # CMAKE_POLICY_VERSION_MINIMUM: CMake 4 (pip's) refuses package files written for CMake < 3.5.
   cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" -DCMAKE_DISABLE_FIND_PACKAGE_dnnl=ON \
+        -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
         "-DENDOR_TEST_AREAS=cuda;offload" -DENDOR_TESTS=ON -DENDOR_BENCH=ON >"$work/cmake.log" 2>&1 ||
     { tail -30 "$work/cmake.log"; echo "error: cmake configure failed (log: $work/cmake.log)"; exit 1; }
   cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >"$work/build.log" 2>&1 ||
@@ -146,8 +152,14 @@ do_prepare() {
   ls -la "$work"/*.endor
   if [[ ! -f "$results/probe.txt" ]]; then
     note "probe: bandwidths"
-    "$build/bench/bench_offload_probe" --device "$device" --container "${container[b]}" --disk-bytes 4G \
-      | tee "$results/probe.txt"
+    if "$build/bench/bench_offload_probe" --device "$device" --container "${container[b]}" --disk-bytes 4G \
+         >"$work/probe.out"; then
+      cp "$work/probe.out" "$results/probe.txt"
+      cat "$results/probe.txt"
+    else
+      echo "error: bench_offload_probe failed"
+      exit 1
+    fi
   fi
   cp "$results/probe.txt" "$out/" 2>/dev/null
   return 0
