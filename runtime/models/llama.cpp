@@ -2,7 +2,7 @@
 // config (GQA, head_dim, RoPE scaling, sliding windows, q/k/v/o/MLP biases).
 #include <cmath>
 
-#include "weights.h"
+#include "block_model.h"
 
 namespace endor {
 namespace {
@@ -19,31 +19,23 @@ struct LlamaLayer {
   AttentionParams attention;
 };
 
-class LlamaModel final : public Model {
+class LlamaModel final : public BlockModel {
  public:
   LlamaModel(const ModelConfig& config, const ContainerReader& container, Backend& backend,
              WeightProvider* provider);
-  void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
-               std::vector<float>& logits) override;
-  void embed(const int32_t* ids, size_t n, float* hidden_out) override;
-  void forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) override;
-  void head(const float* hidden, size_t n, std::vector<float>& logits) override;
-  void replace_block_weight(uint32_t layer, const std::string& linear, const TensorView& view) override;
-  std::vector<std::string> block_linear_names() const override;
 
  private:
-  enum Slot { kX, kNormed, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits, kBlockK, kBlockV };
-  // Block l on the residual stream x [n, H] (backend memory) at positions positions_[0..n),
-  // keys/values rows [n_past, n_past + n) written into k_cache/v_cache [.., kv_dim].
-  void run_block(uint32_t l, float* x, size_t n, size_t n_past, float* k_cache, float* v_cache,
-                 const LinearInputHook* hook);
-  // x [rows, H] (backend) -> logits [rows, V] (host).
-  void run_head(const float* x, size_t rows, std::vector<float>& logits);
+  enum Slot : size_t { kNormed = kFirstArchSlot, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits };
+  void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
+  void run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* k_cache, float* v_cache,
+                 const LinearInputHook* hook) override;
+  void run_head(const float* x, size_t rows, std::vector<float>& logits) override;
+  std::vector<LinearSlot> linear_slots(uint32_t layer) override;
+  size_t kv_dim() const override { return size_t(config_.n_kv_heads) * config_.head_dim; }
+  const char* arch_name() const override { return "Llama"; }
+  std::string block_prefix(uint32_t layer) const override { return "layers." + std::to_string(layer) + "."; }
   void set_positions(size_t n_past, size_t n);
-  BlockHookCaller hook_caller_{backend_};
-  std::vector<std::unique_ptr<Weight>> replaced_;  // weights given by replace_block_weight
-  WeightStore store_;
-  ScratchBuffers scratch_;
+
   const Weight* embed_ = nullptr;    // [V, H]
   const Weight* lm_head_ = nullptr;  // [V, H] (the embedding when tied)
   float* final_norm_ = nullptr;      // [H]
@@ -54,7 +46,7 @@ class LlamaModel final : public Model {
 
 LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, Backend& backend,
                        WeightProvider* provider)
-    : Model(c, backend), store_(container, backend, provider), scratch_(backend) {
+    : BlockModel(c, container, backend, provider) {
   const uint64_t H = c.hidden, I = c.intermediate, V = c.vocab;
   const uint64_t q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
   uint64_t bytes = 0;
@@ -119,8 +111,13 @@ void LlamaModel::set_positions(size_t n_past, size_t n) {
   for (size_t t = 0; t < n; ++t) positions_[t] = static_cast<int32_t>(n_past + t);
 }
 
-void LlamaModel::run_block(uint32_t l, float* x, size_t n, size_t n_past, float* k_cache,
+void LlamaModel::run_embed(const int32_t* ids, size_t n, size_t /*n_past*/, float* x) {
+  backend_.embed(*embed_, ids, n, x);
+}
+
+void LlamaModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* k_cache,
                            float* v_cache, const LinearInputHook* hook) {
+  set_positions(n_past, n);  // n ints: cheaper than tracking which call set them
   const ModelConfig& c = config_;
   const size_t H = c.hidden, I = c.intermediate;
   const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
@@ -172,92 +169,15 @@ void LlamaModel::run_head(const float* x, size_t rows, std::vector<float>& logit
   backend_.download(logits.data(), out, rows * V);
 }
 
-void LlamaModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
-                         std::vector<float>& logits) {
+std::vector<BlockModel::LinearSlot> LlamaModel::linear_slots(uint32_t layer) {
   const ModelConfig& c = config_;
-  check_forward_inputs(c, store_.path(), ids, n, cache);
-  const size_t H = c.hidden;
-  const size_t n_past = cache.n_past();
-  float* x = scratch_.get(kX, n * H);  // the residual stream [n, H]
-  set_positions(n_past, n);
-
-  const Clock::time_point t_start = Clock::now();
-  double layers_total_ms = 0;
-  backend_.embed(*embed_, ids, n, x);
-  for (uint32_t l = 0; l < c.n_layers; ++l) {
-    Clock::time_point t_layer;
-    if (profiling_) {
-      backend_.synchronize();
-      t_layer = Clock::now();
-    }
-    run_block(l, x, n, n_past, cache.keys(l), cache.values(l), nullptr);
-    if (profiling_) {
-      backend_.synchronize();
-      const double ms = ms_since(t_layer);
-      profile_.layer_ms[l] += ms;
-      layers_total_ms += ms;
-    }
-  }
-  cache.advance(n);
-
-  const size_t rows = all_logits ? n : 1;
-  run_head(all_logits ? x : x + (n - 1) * H, rows, logits);
-  if (profiling_) {
-    profile_.head_ms += ms_since(t_start) - layers_total_ms;
-    profile_.n_calls += 1;
-  }
-}
-
-void LlamaModel::embed(const int32_t* ids, size_t n, float* hidden_out) {
-  const ModelConfig& c = config_;
-  check_block_inputs(c, store_.path(), ids, n);
-  float* x = scratch_.get(kX, n * c.hidden);
-  backend_.embed(*embed_, ids, n, x);
-  backend_.download(hidden_out, x, n * c.hidden);
-}
-
-void LlamaModel::forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) {
-  const ModelConfig& c = config_;
-  check_block_inputs(c, store_.path(), nullptr, n, layer);
-  const size_t H = c.hidden, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
-  float* x = scratch_.get(kX, n * H);
-  backend_.upload(x, hidden, n * H);
-  set_positions(0, n);
-  run_block(layer, x, n, 0, scratch_.get(kBlockK, n * kv_dim), scratch_.get(kBlockV, n * kv_dim),
-            &hook);
-  backend_.download(hidden, x, n * H);
-}
-
-void LlamaModel::head(const float* hidden, size_t n, std::vector<float>& logits) {
-  float* x = scratch_.get(kX, n * config_.hidden);
-  backend_.upload(x, hidden, n * config_.hidden);
-  run_head(x, n, logits);
-}
-
-std::vector<std::string> LlamaModel::block_linear_names() const {
-  return {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-          "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
-}
-
-void LlamaModel::replace_block_weight(uint32_t layer, const std::string& linear, const TensorView& view) {
-  const ModelConfig& c = config_;
-  if (layer >= c.n_layers) throw Error(store_.path() + ": no decoder block " + std::to_string(layer));
   const uint64_t H = c.hidden, I = c.intermediate;
   const uint64_t q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
   LlamaLayer& L = layers_[layer];
-  struct Slot { const char* name; const Weight** w; uint64_t rows, cols; };
-  const Slot slots[] = {{"self_attn.q_proj", &L.q, q_dim, H},  {"self_attn.k_proj", &L.k, kv_dim, H},
-                        {"self_attn.v_proj", &L.v, kv_dim, H}, {"self_attn.o_proj", &L.o, H, q_dim},
-                        {"mlp.gate_proj", &L.gate, I, H},      {"mlp.up_proj", &L.up, I, H},
-                        {"mlp.down_proj", &L.down, H, I}};
-  for (const Slot& s : slots) {
-    if (linear != s.name) continue;
-    const std::string what = store_.path() + ": replacement for layers." + std::to_string(layer) + "." + linear;
-    replaced_.push_back(prepare_replacement(backend_, view, s.rows, s.cols, what));
-    *s.w = replaced_.back().get();
-    return;
-  }
-  throw Error(store_.path() + ": no Linear \"" + linear + "\" in a Llama block");
+  return {{"self_attn.q_proj", &L.q, q_dim, H},  {"self_attn.k_proj", &L.k, kv_dim, H},
+          {"self_attn.v_proj", &L.v, kv_dim, H}, {"self_attn.o_proj", &L.o, H, q_dim},
+          {"mlp.gate_proj", &L.gate, I, H},      {"mlp.up_proj", &L.up, I, H},
+          {"mlp.down_proj", &L.down, H, I}};
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <utility>
 
-#include "weights.h"
+#include "block_model.h"
 
 namespace endor {
 namespace {
@@ -22,33 +22,25 @@ struct OptLayer {
   float *ffn_ln_gamma = nullptr, *ffn_ln_beta = nullptr;    // final_layer_norm [H]
 };
 
-class OptModel final : public Model {
+class OptModel final : public BlockModel {
  public:
   OptModel(const ModelConfig& config, const ContainerReader& container, Backend& backend,
            WeightProvider* provider);
-  void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
-               std::vector<float>& logits) override;
-  void embed(const int32_t* ids, size_t n, float* hidden_out) override;
-  void forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) override;
-  void head(const float* hidden, size_t n, std::vector<float>& logits) override;
-  void replace_block_weight(uint32_t layer, const std::string& linear, const TensorView& view) override;
-  std::vector<std::string> block_linear_names() const override;
 
  private:
-  enum Slot { kX, kNormed, kQ, kAttn, kProj, kFfn, kWordEmbed, kLogits, kBlockK, kBlockV };
-  // Token + position embeddings of ids at positions [n_past, n_past + n) into x [n, H] (backend).
-  void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x);
-  // Block l on the residual stream: x and h are [n, H] backend buffers; a post-LN block swaps
-  // them, so afterwards x points at the block's output. Keys/values rows [n_past, n_past + n)
-  // go into k_cache/v_cache [.., H].
-  void run_block(uint32_t l, float*& x, float*& h, size_t n, size_t n_past, float* k_cache,
-                 float* v_cache, const LinearInputHook* hook);
-  // cur [rows, H] (backend) -> logits [rows, V] (host).
-  void run_head(const float* cur, size_t rows, std::vector<float>& logits);
-  BlockHookCaller hook_caller_{backend_};
-  std::vector<std::unique_ptr<Weight>> replaced_;  // weights given by replace_block_weight
-  WeightStore store_;
-  ScratchBuffers scratch_;
+  // kAlt: the residual stream's second buffer (post-LN blocks alternate between kX and kAlt).
+  enum Slot : size_t { kAlt = kFirstArchSlot, kQ, kAttn, kProj, kFfn, kWordEmbed, kLogits };
+  void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
+  void run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* k_cache, float* v_cache,
+                 const LinearInputHook* hook) override;
+  void run_head(const float* cur, size_t rows, std::vector<float>& logits) override;
+  std::vector<LinearSlot> linear_slots(uint32_t layer) override;
+  size_t kv_dim() const override { return config_.hidden; }
+  const char* arch_name() const override { return "OPT"; }
+  std::string block_prefix(uint32_t layer) const override {
+    return "decoder.layers." + std::to_string(layer) + ".";
+  }
+
   const Weight* embed_ = nullptr;        // [V, Dw]
   const Weight* positions_table_ = nullptr;  // [max_pos + 2, H]
   const Weight* project_in_ = nullptr;   // [H, Dw] or null
@@ -62,7 +54,7 @@ class OptModel final : public Model {
 
 OptModel::OptModel(const ModelConfig& c, const ContainerReader& container, Backend& backend,
                    WeightProvider* provider)
-    : Model(c, backend), store_(container, backend, provider), scratch_(backend) {
+    : BlockModel(c, container, backend, provider) {
   const uint64_t H = c.hidden, F = c.intermediate, V = c.vocab, Dw = c.word_embed_dim;
   uint64_t bytes = 0;
   auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
@@ -145,10 +137,13 @@ void OptModel::run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) 
   backend_.add(x, proj, n * H);
 }
 
-void OptModel::run_block(uint32_t l, float*& x, float*& h, size_t n, size_t n_past, float* k_cache,
+void OptModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* k_cache,
                          float* v_cache, const LinearInputHook* hook) {
   const ModelConfig& c = config_;
   const size_t H = c.hidden, F = c.intermediate;
+  // h: whichever of the two residual buffers x is not (post-LN swaps them).
+  float* const x_buf = scratch_.get(kX, n * H);
+  float* h = x == x_buf ? scratch_.get(kAlt, n * H) : x_buf;
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   float* q = scratch_.get(kQ, n * H);
   float* attn = scratch_.get(kAttn, n * H);
@@ -217,86 +212,12 @@ void OptModel::run_head(const float* cur, size_t rows, std::vector<float>& logit
   backend_.download(logits.data(), out, rows * V);
 }
 
-void OptModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
-                       std::vector<float>& logits) {
-  const ModelConfig& c = config_;
-  check_forward_inputs(c, store_.path(), ids, n, cache);
-  const size_t H = c.hidden;
-  const size_t n_past = cache.n_past();
-  float* x = scratch_.get(kX, n * H);  // the residual stream [n, H]
-  float* h = scratch_.get(kNormed, n * H);
-
-  const Clock::time_point t_start = Clock::now();
-  double layers_total_ms = 0;
-  run_embed(ids, n, n_past, x);
-  for (uint32_t l = 0; l < c.n_layers; ++l) {
-    Clock::time_point t_layer;
-    if (profiling_) {
-      backend_.synchronize();
-      t_layer = Clock::now();
-    }
-    run_block(l, x, h, n, n_past, cache.keys(l), cache.values(l), nullptr);
-    if (profiling_) {
-      backend_.synchronize();
-      const double ms = ms_since(t_layer);
-      profile_.layer_ms[l] += ms;
-      layers_total_ms += ms;
-    }
-  }
-  cache.advance(n);
-
-  const size_t rows = all_logits ? n : 1;
-  run_head(all_logits ? x : x + (n - 1) * H, rows, logits);
-  if (profiling_) {
-    profile_.head_ms += ms_since(t_start) - layers_total_ms;
-    profile_.n_calls += 1;
-  }
-}
-
-void OptModel::embed(const int32_t* ids, size_t n, float* hidden_out) {
-  check_block_inputs(config_, store_.path(), ids, n);
-  float* x = scratch_.get(kX, n * config_.hidden);
-  run_embed(ids, n, 0, x);
-  backend_.download(hidden_out, x, n * config_.hidden);
-}
-
-void OptModel::forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) {
-  check_block_inputs(config_, store_.path(), nullptr, n, layer);
-  const size_t H = config_.hidden;
-  float* x = scratch_.get(kX, n * H);
-  float* h = scratch_.get(kNormed, n * H);
-  backend_.upload(x, hidden, n * H);
-  run_block(layer, x, h, n, 0, scratch_.get(kBlockK, n * H), scratch_.get(kBlockV, n * H), &hook);
-  backend_.download(hidden, x, n * H);
-}
-
-void OptModel::head(const float* hidden, size_t n, std::vector<float>& logits) {
-  float* x = scratch_.get(kX, n * config_.hidden);
-  backend_.upload(x, hidden, n * config_.hidden);
-  run_head(x, n, logits);
-}
-
-std::vector<std::string> OptModel::block_linear_names() const {
-  return {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj", "fc1", "fc2"};
-}
-
-void OptModel::replace_block_weight(uint32_t layer, const std::string& linear, const TensorView& view) {
-  const ModelConfig& c = config_;
-  if (layer >= c.n_layers) throw Error(store_.path() + ": no decoder block " + std::to_string(layer));
-  const uint64_t H = c.hidden, F = c.intermediate;
+std::vector<BlockModel::LinearSlot> OptModel::linear_slots(uint32_t layer) {
+  const uint64_t H = config_.hidden, F = config_.intermediate;
   OptLayer& L = layers_[layer];
-  struct Slot { const char* name; const Weight** w; uint64_t rows, cols; };
-  const Slot slots[] = {{"self_attn.q_proj", &L.q, H, H}, {"self_attn.k_proj", &L.k, H, H},
-                        {"self_attn.v_proj", &L.v, H, H}, {"self_attn.out_proj", &L.out, H, H},
-                        {"fc1", &L.fc1, F, H},            {"fc2", &L.fc2, H, F}};
-  for (const Slot& s : slots) {
-    if (linear != s.name) continue;
-    const std::string what = store_.path() + ": replacement for decoder.layers." + std::to_string(layer) + "." + linear;
-    replaced_.push_back(prepare_replacement(backend_, view, s.rows, s.cols, what));
-    *s.w = replaced_.back().get();
-    return;
-  }
-  throw Error(store_.path() + ": no Linear \"" + linear + "\" in an OPT block");
+  return {{"self_attn.q_proj", &L.q, H, H}, {"self_attn.k_proj", &L.k, H, H},
+          {"self_attn.v_proj", &L.v, H, H}, {"self_attn.out_proj", &L.out, H, H},
+          {"fc1", &L.fc1, F, H},            {"fc2", &L.fc2, H, F}};
 }
 
 }  // namespace
