@@ -20,6 +20,8 @@ ProgressDisplay::ProgressDisplay()
 ProgressDisplay::~ProgressDisplay() { finish(); }
 
 void ProgressDisplay::update(const PackProgress& p) {
+  // A stage after the first (calibration: convert, calibrate, pack) shows its first update.
+  const bool new_stage = !stage_.empty() && p.stage != stage_;
   if (p.stage != stage_) {
     finish();
     stage_ = p.stage;
@@ -51,7 +53,7 @@ void ProgressDisplay::update(const PackProgress& p) {
     const double since = std::chrono::duration<double>(now - last_draw_).count();
     if (done) {
       if (last_decile_ == 10) return;
-    } else if (!((decile != last_decile_ && since >= 5.0) || since >= 30.0)) {
+    } else if (!new_stage && !((decile != last_decile_ && since >= 5.0) || since >= 30.0)) {
       return;
     }
     last_decile_ = done ? 10 : decile;

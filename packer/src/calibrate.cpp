@@ -243,6 +243,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   PackProgress progress;
   progress.stage = "calibrate";
   progress.tensors_total = c.n_layers;
+  if (cb.on_progress) cb.on_progress(progress);  // the windows are embedded: blocks start
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     // The Linears this block prunes, with their treatment (value type; --skip leaves some out).
     std::map<std::string, TensorTreatment> treatments;
