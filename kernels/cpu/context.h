@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "endor/kernels.h"
 #include "weight_kernels.h"
@@ -22,6 +23,18 @@ class ScratchBuffer {
   size_t capacity_ = 0;
 };
 
+// One Linear of a linear_group: y[T, rows] = x·wᵀ (+ bias[rows] when non-null).
+struct LinearJob {
+  const TensorView* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+// Rows [r0, r1) of one job: a task of linear_group's parallel loop.
+struct LinearGroupTask {
+  const LinearJob* job;
+  uint64_t r0, r1;
+};
+
 class OneDnnGemm;  // defined in gemm.cpp when built with oneDNN
 
 struct Context {
@@ -36,6 +49,7 @@ struct Context {
   ScratchBuffer panel_scratch;   // PanelGemm: one decoded row panel [rows, in]
   ScratchBuffer thread_scratch;  // RowDecode: a few decoded rows per thread
   ScratchBuffer attn_scratch;    // attention scores, per thread
+  std::vector<LinearGroupTask> group_tasks;  // linear_group's task list, reused between calls
   std::unique_ptr<OneDnnGemm> onednn;  // null when not built with oneDNN or gemm == Builtin
 };
 
@@ -43,6 +57,9 @@ struct Context {
 LinearPath choose_linear_path(const Context&, const TensorLayout&, size_t n_tokens);
 // y[T, out] = x[T, in]·Wᵀ (+ bias[out] when non-null), all host memory.
 void linear(Context&, const TensorView& w, const float* x, size_t n_tokens, const float* bias, float* y);
+// The jobs' results as linear() gives them, all of one input x[T, in] (every job's cols = in).
+// At fused token counts their row chunks share one parallel region; otherwise one linear() each.
+void linear_group(Context&, const LinearJob* jobs, size_t n_jobs, const float* x, size_t n_tokens);
 // y[t·ldy + n] = Σ_k x[t·k_dim + k]·a[n·k_dim + k] for n < n_rows, t < n_tokens (a GEMM x·aᵀ).
 void gemm_xat(Context&, const float* x, size_t n_tokens, size_t k_dim, const float* a, size_t n_rows,
               float* y, size_t ldy);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "context.h"
 #include "ops.h"
@@ -105,6 +106,12 @@ class CpuBackend final : public Backend {
     cpu::detail::linear(ctx_, view_of(w), x, n_tokens, bias, y);
   }
 
+  void linear_group(const LinearTarget* targets, size_t n_targets, const float* x, size_t n_tokens) override {
+    jobs_.resize(n_targets);
+    for (size_t i = 0; i < n_targets; ++i) jobs_[i] = {&view_of(*targets[i].w), targets[i].bias, targets[i].y};
+    cpu::detail::linear_group(ctx_, jobs_.data(), n_targets, x, n_tokens);
+  }
+
   void layer_norm(const float* x, const float* gamma, const float* beta, float eps, size_t n_tokens, size_t dim,
                   float* out) override {
     cpu::detail::layer_norm(ctx_, x, gamma, beta, eps, n_tokens, dim, out);
@@ -132,6 +139,7 @@ class CpuBackend final : public Backend {
  private:
   Context ctx_;
   std::unordered_set<float*> live_;  // allocations freed with the backend
+  std::vector<cpu::detail::LinearJob> jobs_;  // linear_group's jobs, reused between calls
 };
 
 }  // namespace

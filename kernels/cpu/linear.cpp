@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "context.h"
 
@@ -102,6 +103,42 @@ void linear(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, 
     case LinearPath::PanelGemm: linear_panel_gemm(ctx, w, x, n_tokens, y); break;
   }
   if (bias) add_bias_rows(ctx, y, bias, n_tokens, w.layout.rows);
+}
+
+void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const float* x, size_t n_tokens) {
+  if (n_tokens == 0 || n_jobs == 0) return;
+  uint64_t total_rows = 0, work = 0;
+  bool fused = n_tokens <= kFusedMaxTokens;
+  for (size_t i = 0; i < n_jobs; ++i) {
+    const TensorLayout& L = jobs[i].w->layout;
+    const LinearPath path = choose_linear_path(ctx, L, n_tokens);
+    fused = fused && (path == LinearPath::Fused || path == LinearPath::Auto) && L.cols == jobs[0].w->layout.cols;
+    total_rows += L.rows;
+    work += L.rows * L.cols * n_tokens;
+  }
+  if (!fused || n_jobs == 1) {
+    for (size_t i = 0; i < n_jobs; ++i) linear(ctx, *jobs[i].w, x, n_tokens, jobs[i].bias, jobs[i].y);
+    return;
+  }
+  // Row chunks of every job, sized from the group's rows so each thread still gets ~8 tasks; the
+  // bias of a chunk's rows is added by the task that computed them (the same y += b as linear()).
+  const size_t chunk = rows_per_task(total_rows, ctx.n_threads);
+  std::vector<LinearGroupTask>& tasks = ctx.group_tasks;
+  tasks.clear();
+  for (size_t i = 0; i < n_jobs; ++i)
+    for (uint64_t r0 = 0; r0 < jobs[i].w->layout.rows; r0 += chunk)
+      tasks.push_back({&jobs[i], r0, std::min<uint64_t>(jobs[i].w->layout.rows, r0 + chunk)});
+  const WeightKernels& k = *ctx.kernels;
+  const int64_t n_tasks = int64_t(tasks.size());
+#pragma omp parallel for num_threads(threads_for(work, ctx.n_threads)) schedule(dynamic, 1)
+  for (int64_t i = 0; i < n_tasks; ++i) {
+    const LinearGroupTask& t = tasks[size_t(i)];
+    const uint64_t rows = t.job->w->layout.rows, cols = t.job->w->layout.cols;
+    k.dot_rows(*t.job->w, t.r0, t.r1, x, cols, n_tokens, t.job->y, rows);
+    if (const float* b = t.job->bias)
+      for (size_t tok = 0; tok < n_tokens; ++tok)
+        for (uint64_t r = t.r0; r < t.r1; ++r) t.job->y[tok * rows + r] += b[r];
+  }
 }
 
 }  // namespace endor::cpu::detail

@@ -16,7 +16,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <new>
 
 #include "weight_kernels.h"
 
@@ -102,13 +104,29 @@ inline void int4_word(__m512i q, const Groups& grp, __m512 (&w)[4]) {
   w[3] = _mm512_permutex2var_ps(zero, _mm512_srli_epi32(q, 24), grp.table);
 }
 
+// At least n floats of this thread's scratch, 64-byte aligned; valid until its next call.
+inline float* thread_buffer(size_t n) {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<float, Free> buffer;
+  thread_local size_t capacity = 0;
+  if (n > capacity) {
+    capacity = (n + 1023) / 1024 * 1024;
+    buffer.reset(static_cast<float*>(std::aligned_alloc(64, capacity * sizeof(float))));
+    if (!buffer) throw std::bad_alloc();
+  }
+  return buffer.get();
+}
+
 // x of the int4 kernels, per token, in int4_word's column order: for each 64-column word, the
 // columns ≡ 0 (mod 4) first, then ≡ 1, ≡ 2, ≡ 3; zero past the row's end (whole words only).
+// The storage is the calling thread's, reused by its next call (no allocation per task).
 struct StridedX {
-  std::unique_ptr<float[]> data;
+  float* data;
   size_t stride;  // floats per token: cols rounded up to 64
   StridedX(const float* x, size_t xs, size_t nt, uint64_t cols)
-      : data(new float[nt * ((cols + 63) / 64 * 64)]), stride((cols + 63) / 64 * 64) {
+      : data(thread_buffer(nt * ((cols + 63) / 64 * 64))), stride((cols + 63) / 64 * 64) {
     // Per word: a 4 × 16 transpose in two shuffle steps (columns 4j + r of a pair of 16-column
     // quarters, then the two halves joined).
     alignas(64) int32_t idx[4][16];
@@ -120,7 +138,7 @@ struct StridedX {
         const uint64_t bits = first_bits(cols - c0);
         const __m512 a = _mm512_maskz_loadu_ps(lanes16(bits, 0), src), b = _mm512_maskz_loadu_ps(lanes16(bits, 1), src + 16);
         const __m512 c = _mm512_maskz_loadu_ps(lanes16(bits, 2), src + 32), d = _mm512_maskz_loadu_ps(lanes16(bits, 3), src + 48);
-        float* dst = data.get() + t * stride + c0;
+        float* dst = data + t * stride + c0;
         for (int r = 0; r < 4; ++r) {
           const __m512i ir = _mm512_load_si512(idx[r]);
           const __m512 ab = _mm512_permutex2var_ps(a, ir, b), cd = _mm512_permutex2var_ps(c, ir, d);
@@ -319,12 +337,10 @@ template <ValueType VT, int NT>
 void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, float* y, size_t ys) {
   CodeScratch scratch;
   const bool bitmap = w.layout.encoding == Encoding::Bitmap;
-  std::unique_ptr<float[]> strided;
   if constexpr (VT == ValueType::I4) {
     // Once per call (a task of many rows): 3 shuffles per 16 x values against rows·cols·T/16 FMAs.
-    StridedX sx(x, xs, NT, w.layout.cols);
-    strided = std::move(sx.data);
-    x = strided.get();
+    const StridedX sx(x, xs, NT, w.layout.cols);
+    x = sx.data;
     xs = sx.stride;
   }
   for (uint64_t r = r0; r < r1; ++r) {

@@ -137,9 +137,8 @@ void LlamaModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float
   hook_caller_(hook, l, "self_attn.q_proj", h, n, H);
   hook_caller_(hook, l, "self_attn.k_proj", h, n, H);
   hook_caller_(hook, l, "self_attn.v_proj", h, n, H);
-  backend_.linear(*L.q, h, n, L.q_bias, q);
-  backend_.linear(*L.k, h, n, L.k_bias, k_new);
-  backend_.linear(*L.v, h, n, L.v_bias, v_new);
+  const Backend::LinearTarget qkv[] = {{L.q, L.q_bias, q}, {L.k, L.k_bias, k_new}, {L.v, L.v_bias, v_new}};
+  backend_.linear_group(qkv, 3, h, n);
   backend_.rope(q, n, c.n_heads, positions_.data(), rope_);
   backend_.rope(k_new, n, c.n_kv_heads, positions_.data(), rope_);
   backend_.attention(q, k_cache, v_cache, n_past, n, L.attention, attn);
@@ -150,8 +149,8 @@ void LlamaModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float
   backend_.rms_norm(x, L.mlp_norm, c.norm_eps, n, H, h);
   hook_caller_(hook, l, "mlp.gate_proj", h, n, H);
   hook_caller_(hook, l, "mlp.up_proj", h, n, H);
-  backend_.linear(*L.gate, h, n, L.gate_bias, gate);
-  backend_.linear(*L.up, h, n, L.up_bias, up);
+  const Backend::LinearTarget gate_up[] = {{L.gate, L.gate_bias, gate}, {L.up, L.up_bias, up}};
+  backend_.linear_group(gate_up, 2, h, n);
   backend_.silu_mul(gate, up, n * I, act);
   hook_caller_(hook, l, "mlp.down_proj", act, n, I);
   backend_.linear(*L.down, act, n, L.down_bias, proj);

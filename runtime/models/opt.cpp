@@ -161,10 +161,9 @@ void OptModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* 
   hook_caller_(hook, l, "self_attn.q_proj", in, n, H);
   hook_caller_(hook, l, "self_attn.k_proj", in, n, H);
   hook_caller_(hook, l, "self_attn.v_proj", in, n, H);
-  backend_.linear(*L.q, in, n, L.q_bias, q);
+  const Backend::LinearTarget qkv[] = {{L.q, L.q_bias, q}, {L.k, L.k_bias, k_new}, {L.v, L.v_bias, v_new}};
+  backend_.linear_group(qkv, 3, in, n);
   backend_.scale(q, q_scale, n * H);
-  backend_.linear(*L.k, in, n, L.k_bias, k_new);
-  backend_.linear(*L.v, in, n, L.v_bias, v_new);
   backend_.attention(q, k_cache, v_cache, n_past, n, attention_, attn);
   hook_caller_(hook, l, "self_attn.out_proj", attn, n, H);
   backend_.linear(*L.out, attn, n, L.out_bias, proj);

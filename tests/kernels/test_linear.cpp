@@ -11,6 +11,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
 
 #include "kernel_test_util.h"
@@ -220,4 +222,49 @@ TEST_CASE("ENDOR_ISA caps the instruction set the automatic choice takes") {
   else ::unsetenv("ENDOR_ISA");
   CHECK_THROWS_AS(cpu::parse_isa("neon"), Error);
   CHECK(cpu::parse_isa("avx512") == cpu::Isa::Avx512);
+}
+
+TEST_CASE("linear_group: bit-identical to one linear() per target, with and without biases") {
+  // q/k/v-like group: three weights of one input width, different row counts, mixed encodings;
+  // at decode token counts they share one parallel region, at prefill counts they run one by one.
+  const uint64_t cols = 200;
+  const uint64_t rows[] = {67, 16, 130};
+  for (cpu::Isa isa : isas())
+    for (int threads : {1, 2, 3}) {
+      cpu::Options opt;
+      opt.isa = isa;
+      opt.n_threads = threads;
+      auto backend = make_cpu_backend(opt);
+      for (ValueType vt : kValueTypes) {
+        std::vector<EncodedWeight> enc;
+        std::vector<std::unique_ptr<Weight>> ws;
+        std::vector<std::vector<float>> biases;
+        for (size_t i = 0; i < 3; ++i) {
+          const auto w = random_weights(rows[i], cols, i == 1 ? 0.0 : 0.5, uint32_t(40 + i));
+          enc.push_back(encode(w, rows[i], cols, i == 1 ? Encoding::Dense : Encoding::Bitmap, vt, 64));
+          biases.push_back(random_activations(rows[i], uint32_t(50 + i)));
+        }
+        for (const EncodedWeight& e : enc) ws.push_back(backend->prepare_weight(e.view()));
+        for (size_t T : kTokenCounts)
+          for (bool with_bias : {false, true}) {
+            const auto x = random_activations(T * cols, uint32_t(T));
+            std::vector<std::vector<float>> want(3), got(3);
+            std::vector<Backend::LinearTarget> targets;
+            for (size_t i = 0; i < 3; ++i) {
+              want[i].assign(T * rows[i], 0.0f);
+              got[i].assign(T * rows[i], -1.0f);
+              const float* b = with_bias ? biases[i].data() : nullptr;
+              backend->linear(*ws[i], x.data(), T, b, want[i].data());
+              targets.push_back({ws[i].get(), b, got[i].data()});
+            }
+            backend->linear_group(targets.data(), targets.size(), x.data(), T);
+            CAPTURE(isa_name(isa));
+            CAPTURE(threads);
+            CAPTURE(to_string(vt));
+            CAPTURE(T);
+            CAPTURE(with_bias);
+            for (size_t i = 0; i < 3; ++i) CHECK(std::memcmp(want[i].data(), got[i].data(), want[i].size() * 4) == 0);
+          }
+      }
+    }
 }

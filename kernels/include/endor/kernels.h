@@ -65,6 +65,18 @@ class Backend {
   virtual void embed(const Weight& table, const int32_t* host_ids, size_t n_tokens, float* out) = 0;
   // y[T, out] = x[T, in] · Wᵀ + bias[out] (bias may be null; bias lives in backend memory).
   virtual void linear(const Weight& w, const float* x, size_t n_tokens, const float* bias, float* y) = 0;
+  // Several Linears of the same input (q/k/v; gate/up): targets[i].y = x·targets[i].wᵀ + bias,
+  // the same values as one linear() per target. A backend may run them as one unit of work: the
+  // CPU backend gives all their rows to one parallel region at decode token counts, so a block
+  // pays one thread wake-up for q/k/v instead of three. x must not alias any y.
+  struct LinearTarget {
+    const Weight* w = nullptr;
+    const float* bias = nullptr;  // may be null
+    float* y = nullptr;           // [T, w.rows]
+  };
+  virtual void linear_group(const LinearTarget* targets, size_t n_targets, const float* x, size_t n_tokens) {
+    for (size_t i = 0; i < n_targets; ++i) linear(*targets[i].w, x, n_tokens, targets[i].bias, targets[i].y);
+  }
 
   // ---- elementwise and normalisation ([T, D] row-major) ----
   virtual void layer_norm(const float* x, const float* gamma, const float* beta, float eps,
