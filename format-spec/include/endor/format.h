@@ -150,6 +150,11 @@ struct Manifest {
   static Manifest from_json(const nlohmann::json&, const Header&, const std::string& path_for_errors);
 };
 
+// A byte count as people write memory budgets for the tiers (--gpu-mem 3G, --cpu-mem 512M):
+// a decimal number with an optional binary unit K, M, G or T (powers of 1024; "B"/"iB" suffix and
+// case ignored). Throws endor::Error "invalid size '...' (examples: ...)" for anything else.
+uint64_t parse_byte_size(const std::string& text);
+
 // ---- encoded tensors -----------------------------------------------------------------------
 // A non-owning view of one tensor blob with its layout.
 struct TensorView {

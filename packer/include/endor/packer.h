@@ -206,9 +206,7 @@ void magnitude_prune_n_m(float* w, uint64_t rows, uint64_t cols, uint32_t n, uin
 
 // ==== tier planning ==========================================================================
 
-// Parses "16G", "512M", "1.5T", "1024" (bytes), "64K", optional "B"/"iB" suffix; binary units.
-uint64_t parse_byte_size(const std::string& text);
-
+// Budgets are parsed by parse_byte_size (endor/format.h).
 struct TierBudget {
   std::optional<uint64_t> gpu_bytes, cpu_bytes;     // nullopt = unlimited
 };

@@ -35,7 +35,7 @@
 namespace endor {
 
 // ---- memory sizes ---------------------------------------------------------------------------------
-// "3G", "512M", "1.5G", "64K", "4096" (bytes); optional "B" or "iB"; binary units (G = 2^30).
+// parse_byte_size (endor/format.h) with the option named in its error:
 // Throws naming `option` (e.g. "--gpu-mem") when the text is not a size.
 uint64_t parse_memory_size(const std::string& text, const std::string& option);
 // 3221225472 -> "3.00 GiB", 1536 -> "1.50 KiB", 12 -> "12 B".
