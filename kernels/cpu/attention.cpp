@@ -2,6 +2,7 @@
 // numerically stable softmax in f32; parallel over (query, head) pairs.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -20,6 +21,71 @@ inline float dot_f32(const float* a, const float* b, size_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+// Prefill (T >= 2): per (head, block of up to kQueryBlock queries), the scores of the block
+// against every key any of its queries sees come from the weight kernels' dense_dot (register
+// blocked over keys and queries: each key row is loaded once per block instead of once per
+// query), then each query's softmax over its own window, then P·V through dense_dot again on a
+// transposed copy of V (keys a query does not see have weight exactly 0, and their v is finite:
+// only rows below n_past + T are read). Same arithmetic per element as the decode path below
+// except the summation order of the two dot products (8-lane partial sums either way).
+constexpr size_t kQueryBlock = 16;
+
+void attention_prefill(Context& ctx, const float* q, const float* k_cache, const float* v_cache, size_t n_past,
+                       size_t n_tokens, const AttentionParams& p, float* out) {
+  const size_t n_ctx = n_past + n_tokens;
+  const size_t hd = p.head_dim, n_heads = p.n_heads, n_kv = p.n_kv_heads, group = n_heads / n_kv;
+  const size_t kv_row = n_kv * hd;
+  // vt[g][d][j] = v_cache[j][g][d] for j < n_ctx.
+  float* vt = ctx.attn_v_scratch.floats(n_kv * hd * n_ctx);
+  const int64_t n_vt = int64_t(n_kv * hd);
+#pragma omp parallel for num_threads(threads_for(uint64_t(n_vt) * n_ctx, ctx.n_threads))
+  for (int64_t gd = 0; gd < n_vt; ++gd) {
+    const size_t g = size_t(gd) / hd, d = size_t(gd) % hd;
+    float* row = vt + size_t(gd) * n_ctx;
+    for (size_t j = 0; j < n_ctx; ++j) row[j] = v_cache[j * kv_row + g * hd + d];
+  }
+  const size_t n_blocks = (n_tokens + kQueryBlock - 1) / kQueryBlock;
+  const int64_t n_tasks = int64_t(n_heads * n_blocks);
+  float* scores_all = ctx.attn_scratch.floats(size_t(ctx.n_threads) * kQueryBlock * n_ctx);
+  const WeightKernels& kern = *ctx.kernels;
+  auto window_start = [&](size_t pos) {
+    return (p.sliding_window && pos + 1 > p.sliding_window) ? pos + 1 - p.sliding_window : size_t(0);
+  };
+#pragma omp parallel num_threads(threads_for(uint64_t(n_tokens) * n_heads * n_ctx * hd, ctx.n_threads))
+  {
+    float* sc = scores_all + size_t(omp_get_thread_num()) * kQueryBlock * n_ctx;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n_tasks; ++task) {
+      const size_t h = size_t(task) % n_heads, t0 = (size_t(task) / n_heads) * kQueryBlock;
+      const size_t t1 = std::min(n_tokens, t0 + kQueryBlock), nt = t1 - t0;
+      const size_t g = h / group;
+      const size_t lo = window_start(n_past + t0), hi = n_past + t1;  // keys [lo, hi) of the block
+      const size_t nk = hi - lo;
+      kern.dense_dot(k_cache + lo * kv_row + g * hd, kv_row, nk, hd, q + (t0 * n_heads + h) * hd, n_heads * hd, nt,
+                     sc, nk);
+      for (size_t i = 0; i < nt; ++i) {
+        const size_t pos = n_past + t0 + i, first = window_start(pos) - lo, last = pos - lo;  // [first, last]
+        float* e = sc + i * nk;
+        float m = -std::numeric_limits<float>::infinity();
+        for (size_t j = first; j <= last; ++j) {
+          e[j] *= p.scale;
+          m = e[j] > m ? e[j] : m;
+        }
+        float sum = 0.0f;
+        for (size_t j = first; j <= last; ++j) {
+          e[j] = std::exp(e[j] - m);
+          sum += e[j];
+        }
+        for (size_t j = 0; j < first; ++j) e[j] = 0.0f;
+        for (size_t j = first; j <= last; ++j) e[j] = e[j] / sum;
+        for (size_t j = last + 1; j < nk; ++j) e[j] = 0.0f;
+      }
+      // out[t, h, d] = Σ_j p[t, j]·vt[g][d][lo + j]
+      kern.dense_dot(vt + g * hd * n_ctx + lo, n_ctx, hd, nk, sc, nk, nt, out + (t0 * n_heads + h) * hd, n_heads * hd);
+    }
+  }
+}
+
 }  // namespace
 
 void attention(Context& ctx, const float* q, const float* k_cache, const float* v_cache, size_t n_past,
@@ -28,6 +94,7 @@ void attention(Context& ctx, const float* q, const float* k_cache, const float* 
     throw Error("attention: n_heads " + std::to_string(p.n_heads) + " must be a positive multiple of n_kv_heads " +
                 std::to_string(p.n_kv_heads) + " and head_dim must be positive");
   if (n_tokens == 0) return;
+  if (n_tokens >= 2) return attention_prefill(ctx, q, k_cache, v_cache, n_past, n_tokens, p, out);
   const size_t n_ctx = n_past + n_tokens;
   const size_t hd = p.head_dim, n_heads = p.n_heads, group = p.n_heads / p.n_kv_heads;
   const size_t kv_row = size_t(p.n_kv_heads) * hd;  // floats per cache position

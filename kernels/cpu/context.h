@@ -49,6 +49,7 @@ struct Context {
   ScratchBuffer panel_scratch;   // PanelGemm: one decoded row panel [rows, in]
   ScratchBuffer thread_scratch;  // RowDecode: a few decoded rows per thread
   ScratchBuffer attn_scratch;    // attention scores, per thread
+  ScratchBuffer attn_v_scratch;  // prefill attention: V transposed per kv head
   std::vector<LinearGroupTask> group_tasks;  // linear_group's task list, reused between calls
   std::unique_ptr<OneDnnGemm> onednn;  // null when not built with oneDNN or gemm == Builtin
 };
