@@ -1,5 +1,6 @@
 // Causal (optionally sliding-window) GQA attention over a [capacity, n_kv_heads, head_dim] cache,
-// numerically stable softmax in f32; parallel over (query, head) pairs.
+// numerically stable softmax in f32. Decode: parallel over (query, head) pairs; prefill: over (head,
+// block of 16 queries) with the dot products on the register-blocked dense_dot kernel.
 #include <omp.h>
 
 #include <algorithm>
