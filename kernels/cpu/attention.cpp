@@ -22,6 +22,11 @@ inline float dot_f32(const float* a, const float* b, size_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+// The first key a query at position pos sees: pos + 1 - window with a sliding window, else 0.
+inline size_t first_visible_key(size_t pos, uint32_t window) {
+  return (window && pos + 1 > window) ? pos + 1 - window : 0;
+}
+
 // Prefill (T >= 2): per (head, block of up to kQueryBlock queries), the scores of the block
 // against every key any of its queries sees come from the weight kernels' dense_dot (register
 // blocked over keys and queries: each key row is loaded once per block instead of once per
@@ -49,9 +54,7 @@ void attention_prefill(Context& ctx, const float* q, const float* k_cache, const
   const int64_t n_tasks = int64_t(n_heads * n_blocks);
   float* scores_all = ctx.attn_scratch.floats(size_t(ctx.n_threads) * kQueryBlock * n_ctx);
   const WeightKernels& kern = *ctx.kernels;
-  auto window_start = [&](size_t pos) {
-    return (p.sliding_window && pos + 1 > p.sliding_window) ? pos + 1 - p.sliding_window : size_t(0);
-  };
+  auto window_start = [&](size_t pos) { return first_visible_key(pos, p.sliding_window); };
 #pragma omp parallel num_threads(threads_for(uint64_t(n_tokens) * n_heads * n_ctx * hd, ctx.n_threads))
   {
     float* sc = scores_all + size_t(omp_get_thread_num()) * kQueryBlock * n_ctx;
@@ -108,7 +111,7 @@ void attention(Context& ctx, const float* q, const float* k_cache, const float* 
     for (int64_t pair = 0; pair < n_pairs; ++pair) {
       const size_t t = size_t(pair) / n_heads, h = size_t(pair) % n_heads;
       const size_t pos = n_past + t;
-      const size_t lo = (p.sliding_window && pos + 1 > p.sliding_window) ? pos + 1 - p.sliding_window : 0;
+      const size_t lo = first_visible_key(pos, p.sliding_window);
       const float* qv = q + (t * n_heads + h) * hd;
       const size_t kv_off = (h / group) * hd;
       float m = -std::numeric_limits<float>::infinity();
