@@ -23,7 +23,7 @@ bool cpu_has_avx512() {
 #if defined(ENDOR_KERNELS_AVX512) && (defined(__x86_64__) || defined(__i386__))
   __builtin_cpu_init();
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vbmi") &&
          __builtin_cpu_supports("avx512vbmi2");
 #else
   return false;

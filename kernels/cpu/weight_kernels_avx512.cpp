@@ -1,4 +1,4 @@
-// AVX-512 (F, BW, VL, DQ, VBMI2) fused decode-multiply kernels. This translation unit alone is
+// AVX-512 (F, BW, VL, DQ, VBMI, VBMI2) fused decode-multiply kernels. This translation unit alone is
 // compiled with those flags; isa.cpp calls into it only on CPUs that report all of them.
 //
 // Why a second x86 path: on AVX2 a bitmap chunk of 8 columns needs a table lookup and a shuffle
@@ -43,20 +43,24 @@ constexpr uint64_t kPrefetchBytes = 4096;
 inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
 // int4 codes of stored values [k0, k0 + n) as one byte each, 0x10 | code (the flag marks the value
-// as present for the table lookup of int4_word): code k0 + i lands in out[(k0 & 1) + i] (the source is read from the byte holding code k0, so an odd k0 leaves its
-// byte's low nibble in out[0]). Whole 64-byte stores: out needs n + 129 bytes. Reads only the
-// bytes that hold the codes (masked loads). Low nibble first (SPEC.md).
+// as present for the table lookup of int4_word): code k0 + i lands in out[(k0 & 1) + i] (the
+// source is read from the byte holding code k0, so an odd k0 leaves its byte's low nibble in
+// out[0]). Whole 64-byte stores: out needs n + 129 bytes. Reads only the bytes that hold the codes
+// (masked loads). Low nibble first (SPEC.md).
+//
+// Per 32 source bytes: dword i (codes 8i..8i+7) is widened into qword i, and vpmultishiftqb
+// (VBMI) pulls the 4-bit field at bit 4t of that qword into its byte t; the mask and the flag are
+// one ternary-logic op. Three vector µops per 64 codes.
 inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8_t* out) {
   const uint8_t* src = values + k0 / 2;
   const uint64_t n_bytes = ((k0 & 1) + n + 1) / 2;
-  const __m512i lo4 = _mm512_set1_epi16(0x000F), hi4 = _mm512_set1_epi16(0x0F00), flag = _mm512_set1_epi16(0x1010);
+  const __m512i fields = _mm512_set1_epi64(0x1C1814100C080400LL);  // bit offsets 0, 4, ..., 28
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), flag = _mm512_set1_epi8(0x10);
   for (uint64_t j = 0; j < n_bytes; j += 32) {
     prefetch(src + j + kPrefetchBytes);
     const __mmask32 m = __mmask32(first_bits(std::min<uint64_t>(32, n_bytes - j)));
-    const __m512i b = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + j));
-    // 16-bit lane j: byte 0 = low nibble (even code), byte 1 = high nibble (odd code).
-    const __m512i codes = _mm512_or_si512(_mm512_or_si512(_mm512_and_si512(b, lo4), flag),
-                                          _mm512_and_si512(_mm512_slli_epi16(b, 4), hi4));
+    const __m512i q = _mm512_cvtepu32_epi64(_mm256_maskz_loadu_epi8(m, src + j));
+    const __m512i codes = _mm512_ternarylogic_epi32(_mm512_multishift_epi64_epi8(fields, q), lo4, flag, 0xEA);  // (a & b) | c
     _mm512_storeu_si512(out + 2 * j, codes);
   }
 }
@@ -67,19 +71,48 @@ struct CodeScratch {
   alignas(64) uint8_t bytes[kIndexBlockCols + 2 * 64];
 };
 
+// At least n floats of this thread's scratch slot, 64-byte aligned; valid until the slot's next
+// call on this thread.
+template <int Slot>
+inline float* thread_buffer(size_t n) {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<float, Free> buffer;
+  thread_local size_t capacity = 0;
+  if (n > capacity) {
+    capacity = (n + 1023) / 1024 * 1024;
+    buffer.reset(static_cast<float*>(std::aligned_alloc(64, capacity * sizeof(float))));
+    if (!buffer) throw std::bad_alloc();
+  }
+  return buffer.get();
+}
+
 // int4 decode table of the group under the current word of one row: table[q] = fma(q, s, m), the
 // reference decoder's q·s + m (q·s is exact, so it rounds once either way). group_size % 64 == 0,
 // so a word never straddles two groups; columns only grow, so the group advances without a division.
+// The row's scales and mins are widened to f32 once per row (thread scratch), so a new group's
+// table is one fma with two broadcast loads rather than two scalar half conversions and two
+// register broadcasts on the shuffle port.
 struct Groups {
-  const uint16_t* scales = nullptr;
-  const uint16_t* mins = nullptr;
+  const float* s = nullptr;  // [groups_per_row] scales, then [groups_per_row] mins
+  const float* m = nullptr;
   uint64_t group_size = 1, g = ~uint64_t(0), next = 0;
   __m512 table = _mm512_setzero_ps();
   Groups() = default;
-  Groups(const TensorView& w, uint64_t r)
-      : scales(w.group_scales() + r * w.layout.groups_per_row),
-        mins(w.group_mins() + r * w.layout.groups_per_row),
-        group_size(w.layout.group_size) {}
+  Groups(const TensorView& w, uint64_t r) : group_size(w.layout.group_size) {
+    const uint64_t gpr = w.layout.groups_per_row, padded = (gpr + 15) / 16 * 16;
+    float* f = thread_buffer<1>(2 * padded);
+    const uint16_t* scales = w.group_scales() + r * gpr;
+    const uint16_t* mins = w.group_mins() + r * gpr;
+    for (uint64_t i = 0; i < gpr; i += 16) {
+      const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, gpr - i)));
+      _mm512_store_ps(f + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, scales + i)));
+      _mm512_store_ps(f + padded + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mins + i)));
+    }
+    s = f;
+    m = f + padded;
+  }
   inline void at(uint64_t c0) {
     if (c0 < next) return;
     do {
@@ -87,7 +120,7 @@ struct Groups {
       next += group_size;
     } while (c0 >= next);
     const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    table = _mm512_fmadd_ps(q, _mm512_set1_ps(_cvtsh_ss(scales[g])), _mm512_set1_ps(_cvtsh_ss(mins[g])));
+    table = _mm512_fmadd_ps(q, _mm512_set1_ps(s[g]), _mm512_set1_ps(m[g]));
   }
 };
 
@@ -104,21 +137,6 @@ inline void int4_word(__m512i q, const Groups& grp, __m512 (&w)[4]) {
   w[3] = _mm512_permutex2var_ps(zero, _mm512_srli_epi32(q, 24), grp.table);
 }
 
-// At least n floats of this thread's scratch, 64-byte aligned; valid until its next call.
-inline float* thread_buffer(size_t n) {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  thread_local std::unique_ptr<float, Free> buffer;
-  thread_local size_t capacity = 0;
-  if (n > capacity) {
-    capacity = (n + 1023) / 1024 * 1024;
-    buffer.reset(static_cast<float*>(std::aligned_alloc(64, capacity * sizeof(float))));
-    if (!buffer) throw std::bad_alloc();
-  }
-  return buffer.get();
-}
-
 // x of the int4 kernels, per token, in int4_word's column order: for each 64-column word, the
 // columns ≡ 0 (mod 4) first, then ≡ 1, ≡ 2, ≡ 3; zero past the row's end (whole words only).
 // The storage is the calling thread's, reused by its next call (no allocation per task).
@@ -126,7 +144,7 @@ struct StridedX {
   float* data;
   size_t stride;  // floats per token: cols rounded up to 64
   StridedX(const float* x, size_t xs, size_t nt, uint64_t cols)
-      : data(thread_buffer(nt * ((cols + 63) / 64 * 64))), stride((cols + 63) / 64 * 64) {
+      : data(thread_buffer<0>(nt * ((cols + 63) / 64 * 64))), stride((cols + 63) / 64 * 64) {
     // Per word: a 4 × 16 transpose in two shuffle steps (columns 4j + r of a pair of 16-column
     // quarters, then the two halves joined).
     alignas(64) int32_t idx[4][16];
@@ -260,7 +278,7 @@ struct Accumulators {
 template <ValueType VT, int NT>
 __attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, uint64_t r, Accumulators<NT>& acc, CodeScratch& scratch) {
   const TensorLayout& L = w.layout;
-  const uint64_t wpr = L.words_per_row, bpr = L.blocks_per_row, cols = L.cols;
+  const uint64_t wpr = L.words_per_row, bpr = L.blocks_per_row, last_n = L.cols - 64 * (wpr - 1);
   const uint8_t* words = w.data + L.bitmap_offset + 8 * r * wpr;
   const uint8_t* values = w.values();
   Groups grp;
@@ -278,8 +296,11 @@ __attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, u
     }
     const uint64_t w_end = std::min(wpr, (b + 1) * (kIndexBlockCols / 64));
     for (uint64_t wi = b * (kIndexBlockCols / 64); wi < w_end; ++wi) {
-      const uint64_t c0 = 64 * wi, n = std::min<uint64_t>(64, cols - c0);
-      const uint64_t bits = load_u64(words + 8 * wi) & first_bits(n);
+      const uint64_t c0 = 64 * wi;
+      const bool last = wi + 1 == wpr;  // the row's last word may be partial
+      const uint64_t n = last ? last_n : 64;
+      uint64_t bits = load_u64(words + 8 * wi);
+      if (last) bits &= first_bits(last_n);
       if ((wi & 7) == 0) prefetch(words + 8 * wi + kPrefetchBytes / 8);
       if constexpr (VT != ValueType::I4) prefetch(p + kPrefetchBytes);  // int4: in unpack_nibbles
       if (bits == 0) continue;
