@@ -7,6 +7,7 @@
 // Weights are replicated into a working set larger than the last-level cache (--ws-mib) and the
 // calls rotate through the copies, so every GEMV reads its bytes from DRAM as decode does on a
 // real model. Usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS]
+// [--stream ROUNDS [--sparsity S]]
 #include <omp.h>
 
 #include <algorithm>
@@ -39,6 +40,11 @@ struct Args {
   // instruction counting under `valgrind --tool=callgrind`; see bench/RESULTS.md).
   std::string probe_vt, probe_enc;
   int probe_calls = 0;
+  // --stream ROUNDS: only the streaming T=1 fused GEMV of a 5632 x 2048 weight (a 1B model's
+  // gate/up shape, --sparsity S, default 0.5) per encoding, in interleaved rounds, with the read
+  // bandwidth probed each round.
+  int stream_rounds = 0;
+  double stream_sparsity = 0.5;  // --sparsity S: of the --stream weight
 };
 
 Args parse_args(int argc, char** argv) {
@@ -49,13 +55,15 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--ws-mib" && i + 1 < argc) a.ws_mib = size_t(std::atoll(argv[++i]));
     else if (s == "--quick") a.quick = true;
     else if (s == "--compute-only") a.compute_only = true;
+    else if (s == "--stream" && i + 1 < argc) a.stream_rounds = std::atoi(argv[++i]);
+    else if (s == "--sparsity" && i + 1 < argc) a.stream_sparsity = std::atof(argv[++i]);
     else if (s == "--probe" && i + 3 < argc) {
       a.probe_vt = argv[++i];
       a.probe_enc = argv[++i];
       a.probe_calls = std::atoi(argv[++i]);
     }
     else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS] [--stream ROUNDS [--sparsity S]]\n");
       std::exit(2);
     }
   }
@@ -211,9 +219,52 @@ int run_probe(const Args& args) {
   return 0;
 }
 
+// The --stream workload: per round, the read bandwidth, then for each encoding the mean wall time
+// of fused T=1 GEMVs rotating through copies (every call reads from DRAM). Prints one line per
+// round and encoding: ns per weight, compressed GB/s, and that as a fraction of the round's read
+// bandwidth (the per-kernel form of bench_decode's achieved/floor).
+int run_stream(const Args& args) {
+  const int threads = args.threads > 0 ? args.threads : omp_get_max_threads();
+  omp_set_num_threads(threads);
+  const size_t ws_bytes = args.ws_mib << 20;
+  const uint64_t rows = 5632, cols = 2048;
+  const std::vector<float> w = random_sparse(rows, cols, args.stream_sparsity, 1);
+  const Config configs[] = {{Encoding::Dense, ValueType::F16, "dense f16"},
+                            {Encoding::Bitmap, ValueType::F16, "bitmap f16"},
+                            {Encoding::Bitmap, ValueType::I8, "bitmap int8"},
+                            {Encoding::Bitmap, ValueType::I4, "bitmap int4 g128"}};
+  std::vector<std::unique_ptr<Replicas>> reps;
+  for (const Config& c : configs) {
+    EncodeOptions opt;
+    opt.encoding = c.enc;
+    opt.value_type = c.vt;
+    opt.group_size = c.vt == ValueType::I4 ? 128 : 0;
+    reps.push_back(std::make_unique<Replicas>(encode_tensor(w.data(), {rows, cols}, opt), ws_bytes / 4));
+  }
+  auto b = backend_with(threads, cpu::LinearPath::Fused);
+  std::vector<float> x(cols, 1.0f), y(rows);
+  std::printf("stream: %llu x %llu, %.0f %% sparse, T=1 fused, %d threads, %zu MiB per encoding\n",
+              (unsigned long long)rows, (unsigned long long)cols, 100 * args.stream_sparsity, threads, args.ws_mib / 4);
+  for (int round = 0; round < args.stream_rounds; ++round) {
+    const double bw = cpu::measure_read_bandwidth_gbps(ws_bytes / 4, threads);
+    for (size_t k = 0; k < reps.size(); ++k) {
+      const Replicas& r = *reps[k];
+      const double bytes = double(r.view(0).layout.total_bytes);
+      const double s = seconds_per_call(r.size(), [&](size_t i) {
+        const auto wt = b->prepare_weight(r.view(i));
+        b->linear(*wt, x.data(), 1, nullptr, y.data());
+      });
+      std::printf("round %d  %-18s %.3f ns/w  %5.2f GB/s  %.2f of read %.1f GB/s\n", round, configs[k].label,
+                  1e9 * s / double(rows * cols), bytes / s / 1e9, bytes / s / 1e9 / bw, bw);
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) try {
   const Args args = parse_args(argc, argv);
   if (args.probe_calls > 0) return run_probe(args);
+  if (args.stream_rounds > 0) return run_stream(args);
   const int threads = args.threads > 0 ? args.threads : omp_get_max_threads();
   omp_set_num_threads(threads);
   const size_t ws_bytes = args.ws_mib << 20;
