@@ -95,8 +95,8 @@ inline float* thread_buffer(size_t n) {
 // table is one fma with two broadcast loads rather than two scalar half conversions and two
 // register broadcasts on the shuffle port.
 struct Groups {
-  const float* s = nullptr;  // [groups_per_row] scales, then [groups_per_row] mins
-  const float* m = nullptr;
+  const float* s = nullptr;  // the row's scales as f32 (thread scratch slot 1)
+  const float* m = nullptr;  // and its mins, in the same buffer
   uint64_t group_size = 1, g = ~uint64_t(0), next = 0;
   __m512 table = _mm512_setzero_ps();
   Groups() = default;
