@@ -152,7 +152,8 @@ bool have_onednn();
 
 // STREAM-like memory bandwidth, all threads, best of a few passes over a buffer of `bytes`
 // (0 = 1 GiB, enough to defeat the caches of a large server CPU). Costs ~1 s and the buffer.
-// Read: sum of every float; copy: dst = src, counted as read + write bytes.
+// Read: sum of every word in the widest vector loads the CPU has; copy: dst = src, counted as
+// read + write bytes.
 double measure_read_bandwidth_gbps(size_t bytes = 0, int n_threads = 0);
 double measure_copy_bandwidth_gbps(size_t bytes = 0, int n_threads = 0);
 
