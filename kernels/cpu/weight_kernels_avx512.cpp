@@ -31,9 +31,35 @@ constexpr uint64_t value_bytes(ValueType vt) {
 
 inline __m512 half_to_ps(__m256i h) { return _mm512_cvtph_ps(h); }
 inline __m512 bfloat_to_ps(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)); }
-inline __m512 i8_to_ps(__m128i q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)); }
 inline __mmask16 lanes16(uint64_t bits, int i) { return __mmask16(bits >> (16 * i)); }
 inline uint64_t first_bits(uint64_t n) { return n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1; }
+
+// A bitmap word's masks loaded straight into mask registers (kmov k, m: a load µop) rather than
+// moved from the general register that also feeds popcnt (kmov k, r: a µop on port 5, the port the
+// expands, permutes and conversions of every kernel here queue on; bitmap f16 streams 4-5 % faster).
+// Inline asm, because the compiler otherwise merges the two loads of the same address into one
+// and moves. The asm takes the address, not an "m" operand (which made GCC keep the accumulators
+// in memory across the word loop): the bitmap is read-only while a kernel runs, so nothing the
+// compiler could reorder the asm across writes it. p = nullptr: the mask of `bits` (a word cut to
+// the row's end, which is not in memory).
+inline __mmask64 mask64_at(const uint8_t* p, uint64_t bits) {
+  if (!p) return __mmask64(bits);
+  __mmask64 k;
+  asm("kmovq (%1), %0" : "=k"(k) : "r"(p));
+  return k;
+}
+inline __mmask32 mask32_at(const uint8_t* p, uint64_t bits) {
+  if (!p) return __mmask32(bits);
+  __mmask32 k;
+  asm("kmovd (%1), %0" : "=k"(k) : "r"(p));
+  return k;
+}
+inline __mmask16 mask16_at(const uint8_t* p, uint64_t bits) {
+  if (!p) return __mmask16(bits);
+  __mmask16 k;
+  asm("kmovw (%1), %0" : "=k"(k) : "r"(p));
+  return k;
+}
 
 // Software prefetch distance on the weight streams. The hardware prefetchers alone left the bitmap
 // kernels at ~60 % of the bandwidth a dense stream gets on one core (several interleaved streams,
@@ -56,20 +82,42 @@ inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8
   const uint64_t n_bytes = ((k0 & 1) + n + 1) / 2;
   const __m512i fields = _mm512_set1_epi64(0x1C1814100C080400LL);  // bit offsets 0, 4, ..., 28
   const __m512i lo4 = _mm512_set1_epi8(0x0F), flag = _mm512_set1_epi8(0x10);
-  for (uint64_t j = 0; j < n_bytes; j += 32) {
-    prefetch(src + j + kPrefetchBytes);
-    const __mmask32 m = __mmask32(first_bits(std::min<uint64_t>(32, n_bytes - j)));
-    const __m512i q = _mm512_cvtepu32_epi64(_mm256_maskz_loadu_epi8(m, src + j));
-    const __m512i codes = _mm512_ternarylogic_epi32(_mm512_multishift_epi64_epi8(fields, q), lo4, flag, 0xEA);  // (a & b) | c
+  auto unpack32 = [&](__m256i bytes, uint64_t j) {
+    const __m512i codes = _mm512_ternarylogic_epi32(_mm512_multishift_epi64_epi8(fields, _mm512_cvtepu32_epi64(bytes)), lo4, flag, 0xEA);  // (a & b) | c
     _mm512_storeu_si512(out + 2 * j, codes);
+  };
+  uint64_t j = 0;
+  for (; j + 32 <= n_bytes; j += 32) {  // whole 32-byte steps: plain loads, no mask to build
+    prefetch(src + j + kPrefetchBytes);
+    unpack32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j)), j);
   }
+  if (j < n_bytes) unpack32(_mm256_maskz_loadu_epi8(__mmask32(first_bits(n_bytes - j)), src + j), j);
 }
 
-// Scratch for one 4096-column block of int4 codes (plus the odd-nibble shift and a full 64-byte
-// load past the last code).
+// Scratch for one 4096-column block of stored values (f32 at most: 4 bytes each) or unpacked int4
+// codes, plus the odd-nibble shift and a full 64-byte load past the last one.
 struct CodeScratch {
-  alignas(64) uint8_t bytes[kIndexBlockCols + 2 * 64];
+  alignas(64) uint8_t bytes[4 * kIndexBlockCols + 2 * 64];
 };
+
+// Staging: a bitmap block's stored values are first copied into L1 scratch with plain 64-byte
+// loads, and the word loop's expand-loads read them there. Streaming from DRAM on one core, the
+// expand-loads' own misses left bitmap f16 at 50 % at 0.145 ns per weight and int8 at 0.090; staged,
+// 0.115 and 0.072, at 0 % 0.21 -> 0.18 and 0.14 -> 0.11 (bench_kernels --stream, bench/RESULTS.md),
+// while in L2 the copy costs 8-20 %. Below kStageMinBytes per block (about 70 % sparsity for f16 at
+// 2048 columns) staging lost (bitmap f16 at 90 %: 0.075 -> 0.086), so such blocks are read in place.
+// (int4 codes are always unpacked into scratch, which stages them.)
+constexpr uint64_t kStageMinBytes = 768;
+
+// Copies n bytes from src to out (n rounded up to 64 bytes of room), reading nothing past src + n.
+inline void stage_bytes(const uint8_t* src, uint64_t n, uint8_t* out) {
+  uint64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    prefetch(src + i + kPrefetchBytes);
+    _mm512_store_si512(out + i, _mm512_loadu_si512(src + i));
+  }
+  if (i < n) _mm512_store_si512(out + i, _mm512_maskz_loadu_epi8(__mmask64(first_bits(n - i)), src + i));
+}
 
 // At least n floats of this thread's scratch slot, 64-byte aligned; valid until the slot's next
 // call on this thread.
@@ -137,7 +185,26 @@ inline void int4_word(__m512i q, const Groups& grp, __m512 (&w)[4]) {
   w[3] = _mm512_permutex2var_ps(zero, _mm512_srli_epi32(q, 24), grp.table);
 }
 
-// x of the int4 kernels, per token, in int4_word's column order: for each 64-column word, the
+// int8 weights of one word from its 64 bytes (0 where absent), in int4_word's column order: the
+// byte r of each 32-bit lane sign-extended in place by two shifts (one for r = 3), against an
+// extract and a widening shuffle per 16 columns in the plain order. The shifts run on port 0,
+// beside the expand on port 5.
+inline void int8_word(__m512i q, __m512 (&w)[4]) {
+  w[0] = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(q, 24), 24));
+  w[1] = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(q, 16), 24));
+  w[2] = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(q, 8), 24));
+  w[3] = _mm512_cvtepi32_ps(_mm512_srai_epi32(q, 24));
+}
+
+// The weights of one word of byte-valued codes (int8 values or flagged int4 codes) in the strided
+// column order.
+template <ValueType VT>
+inline void byte_word(__m512i q, const Groups& grp, __m512 (&w)[4]) {
+  if constexpr (VT == ValueType::I4) int4_word(q, grp, w);
+  else int8_word(q, w);
+}
+
+// x of the int8 and int4 kernels, per token, in int4_word's column order: for each 64-column word, the
 // columns ≡ 0 (mod 4) first, then ≡ 1, ≡ 2, ≡ 3; zero past the row's end (whole words only).
 // The storage is the calling thread's, reused by its next call (no allocation per task).
 struct StridedX {
@@ -167,20 +234,20 @@ struct StridedX {
 };
 
 // The 64 weights of one bitmap word as four 16-lane vectors (columns 16i..16i+15 in w[i]).
-// bits: the word's mask (already cut to the row); p: the first stored value of the word.
+// wp: the word in memory (8 bytes, already cut to the row), bits: its value; p: the first stored
+// value of the word. Not int8 or int4 (byte_word).
 template <ValueType VT>
-inline void expand_word(uint64_t bits, const uint8_t* p, __m512 (&w)[4]) {
+inline void expand_word(const uint8_t* wp, uint64_t bits, const uint8_t* p, __m512 (&w)[4]) {
   if constexpr (VT == ValueType::F32) {
     const float* f = reinterpret_cast<const float*>(p);
     for (int i = 0; i < 4; ++i) {
-      const __mmask16 mi = lanes16(bits, i);
-      w[i] = _mm512_maskz_expandloadu_ps(mi, f);
-      f += _mm_popcnt_u32(mi);
+      w[i] = _mm512_maskz_expandloadu_ps(mask16_at(wp ? wp + 2 * i : nullptr, bits >> (16 * i)), f);
+      f += _mm_popcnt_u32(uint32_t(bits >> (16 * i)) & 0xFFFF);
     }
-  } else if constexpr (VT == ValueType::F16 || VT == ValueType::BF16) {
-    const __mmask32 lo = __mmask32(bits), hi = __mmask32(bits >> 32);
-    const __m512i a = _mm512_maskz_expandloadu_epi16(lo, p);
-    const __m512i b = _mm512_maskz_expandloadu_epi16(hi, p + 2 * _mm_popcnt_u32(lo));
+  } else {
+    static_assert(VT == ValueType::F16 || VT == ValueType::BF16, "int8 and int4 words go through byte_word");
+    const __m512i a = _mm512_maskz_expandloadu_epi16(mask32_at(wp, bits), p);
+    const __m512i b = _mm512_maskz_expandloadu_epi16(mask32_at(wp ? wp + 4 : nullptr, bits >> 32), p + 2 * _mm_popcnt_u32(uint32_t(bits)));
     if constexpr (VT == ValueType::F16) {
       w[0] = half_to_ps(_mm512_castsi512_si256(a));
       w[1] = half_to_ps(_mm512_extracti64x4_epi64(a, 1));
@@ -192,18 +259,11 @@ inline void expand_word(uint64_t bits, const uint8_t* p, __m512 (&w)[4]) {
       w[2] = bfloat_to_ps(_mm512_castsi512_si256(b));
       w[3] = bfloat_to_ps(_mm512_extracti64x4_epi64(b, 1));
     }
-  } else {
-    static_assert(VT == ValueType::I8, "int4 words go through int4_word");
-    const __m512i q = _mm512_maskz_expandloadu_epi8(__mmask64(bits), p);
-    w[0] = i8_to_ps(_mm512_castsi512_si128(q));
-    w[1] = i8_to_ps(_mm512_extracti32x4_epi32(q, 1));
-    w[2] = i8_to_ps(_mm512_extracti32x4_epi32(q, 2));
-    w[3] = i8_to_ps(_mm512_extracti32x4_epi32(q, 3));
   }
 }
 
 // The weights of 64 dense columns starting at stored value p (n ≤ 64 of them are inside the row;
-// lanes past n are 0 and their bytes are not read). Not int4 (int4_word).
+// lanes past n are 0 and their bytes are not read). Not int8 or int4 (byte_word).
 template <ValueType VT>
 inline void dense_word(const uint8_t* p, uint64_t n, __m512 (&w)[4]) {
   const uint64_t bits = first_bits(n);
@@ -217,7 +277,7 @@ inline void dense_word(const uint8_t* p, uint64_t n, __m512 (&w)[4]) {
         w[i] = VT == ValueType::F16 ? half_to_ps(h) : bfloat_to_ps(h);
       }
     } else {
-      for (int i = 0; i < 4; ++i) w[i] = i8_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)));
+      static_assert(VT == ValueType::F32 || VT == ValueType::F16 || VT == ValueType::BF16, "byte-valued words go through byte_word");
     }
     return;
   }
@@ -230,9 +290,6 @@ inline void dense_word(const uint8_t* p, uint64_t n, __m512 (&w)[4]) {
       const __m256i h = _mm256_maskz_loadu_epi16(lanes16(bits, i), p + 32 * i);
       w[i] = VT == ValueType::F16 ? half_to_ps(h) : bfloat_to_ps(h);
     }
-  } else {
-    static_assert(VT == ValueType::I8, "int4 words go through int4_word");
-    for (int i = 0; i < 4; ++i) w[i] = i8_to_ps(_mm_maskz_loadu_epi8(lanes16(bits, i), p + 16 * i));
   }
 }
 
@@ -273,6 +330,26 @@ struct Accumulators {
   }
 };
 
+// Byte-valued weights (int8, int4) are decoded in the strided column order of StridedX.
+constexpr bool strided(ValueType vt) { return vt == ValueType::I8 || vt == ValueType::I4; }
+
+// One bitmap word of the row: wp its 8 bytes in memory (cut to the row), bits their value, p the
+// word's first stored value (int4: its first code byte in the unpacked scratch), advanced past them.
+template <ValueType VT, int NT>
+__attribute__((always_inline)) inline void dot_bitmap_word(const uint8_t* wp, uint64_t bits, const uint8_t*& p, uint64_t c0,
+                                                           uint64_t n, Accumulators<NT>& acc, Groups& grp) {
+  __m512 wv[4];
+  if constexpr (strided(VT)) {
+    if constexpr (VT == ValueType::I4) grp.at(c0);
+    byte_word<VT>(_mm512_maskz_expandloadu_epi8(mask64_at(wp, bits), p), grp, wv);
+    acc.add(wv, c0, 64);  // strided x: whole, zero-padded words
+  } else {
+    expand_word<VT>(wp, bits, p, wv);
+    acc.add(wv, c0, n);
+  }
+  p += uint64_t(_mm_popcnt_u64(bits)) * value_bytes(VT);
+}
+
 // always_inline: the accumulators must stay in registers across the word loop (an out-of-line
 // walker would keep them in memory, a store-to-load chain per FMA).
 template <ValueType VT, int NT>
@@ -292,28 +369,27 @@ __attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, u
       unpack_nibbles(values, k0, k1 - k0, scratch.bytes);
       p = scratch.bytes + (k0 & 1);
     } else {
-      p = values + k0 * value_bytes(VT);
-    }
-    const uint64_t w_end = std::min(wpr, (b + 1) * (kIndexBlockCols / 64));
-    for (uint64_t wi = b * (kIndexBlockCols / 64); wi < w_end; ++wi) {
-      const uint64_t c0 = 64 * wi;
-      const bool last = wi + 1 == wpr;  // the row's last word may be partial
-      const uint64_t n = last ? last_n : 64;
-      uint64_t bits = load_u64(words + 8 * wi);
-      if (last) bits &= first_bits(last_n);
-      if ((wi & 7) == 0) prefetch(words + 8 * wi + kPrefetchBytes / 8);
-      if constexpr (VT != ValueType::I4) prefetch(p + kPrefetchBytes);  // int4: in unpack_nibbles
-      if (bits == 0) continue;
-      __m512 wv[4];
-      if constexpr (VT == ValueType::I4) {
-        grp.at(c0);
-        int4_word(_mm512_maskz_expandloadu_epi8(__mmask64(bits), p), grp, wv);
-        acc.add(wv, c0, 64);  // strided x: whole, zero-padded words
+      const uint64_t k1 = flat + 1 < L.rows * bpr ? load_u32(w.data + L.index_offset + 4 * (flat + 1)) : L.nnz;
+      const uint64_t n_bytes = (k1 - k0) * value_bytes(VT);
+      if (n_bytes >= kStageMinBytes) {
+        stage_bytes(values + k0 * value_bytes(VT), n_bytes, scratch.bytes);
+        p = scratch.bytes;
       } else {
-        expand_word<VT>(bits, p, wv);
-        acc.add(wv, c0, n);
+        p = values + k0 * value_bytes(VT);
+        for (uint64_t i = 0; i < n_bytes; i += 64) prefetch(p + i + kPrefetchBytes);
       }
-      p += uint64_t(_mm_popcnt_u64(bits)) * value_bytes(VT);
+    }
+    // The block's words but the row's last one, which may be partial and is cut below. No branch
+    // on an empty word: at the sparsities that matter it is never taken, and an empty word
+    // decodes to zeros anyway.
+    const uint64_t w_begin = b * (kIndexBlockCols / 64), w_end = std::min(wpr, w_begin + kIndexBlockCols / 64);
+    for (uint64_t wi = w_begin; wi < std::min(w_end, wpr - 1); ++wi) {
+      if ((wi & 7) == 0) prefetch(words + 8 * wi + kPrefetchBytes / 8);
+      dot_bitmap_word<VT>(words + 8 * wi, load_u64(words + 8 * wi), p, 64 * wi, 64, acc, grp);
+    }
+    if (w_end == wpr) {
+      const uint64_t bits = load_u64(words + 8 * (wpr - 1)) & first_bits(last_n);
+      dot_bitmap_word<VT>(nullptr, bits, p, 64 * (wpr - 1), last_n, acc, grp);
     }
   }
 }
@@ -341,10 +417,11 @@ __attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, ui
         for (uint64_t b = 0; b < 64 * value_bytes(VT); b += 64) prefetch(p + kPrefetchBytes + b);
       }
       __m512 wv[4];
-      if constexpr (VT == ValueType::I4) {
-        grp.at(c0);
-        int4_word(_mm512_maskz_loadu_epi8(__mmask64(first_bits(n)), p), grp, wv);
-        acc.add(wv, c0, 64);
+      if constexpr (strided(VT)) {
+        if constexpr (VT == ValueType::I4) grp.at(c0);
+        const __m512i q = n == 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(__mmask64(first_bits(n)), p);
+        byte_word<VT>(q, grp, wv);
+        acc.add(wv, c0, 64);  // strided x: whole, zero-padded words
       } else {
         dense_word<VT>(p, n, wv);
         acc.add(wv, c0, n);
@@ -358,7 +435,7 @@ template <ValueType VT, int NT>
 void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, float* y, size_t ys) {
   CodeScratch scratch;
   const bool bitmap = w.layout.encoding == Encoding::Bitmap;
-  if constexpr (VT == ValueType::I4) {
+  if constexpr (strided(VT)) {
     // Once per call (a task of many rows): 3 shuffles per 16 x values against rows·cols·T/16 FMAs.
     const StridedX sx(x, xs, NT, w.layout.cols);
     x = sx.data;
