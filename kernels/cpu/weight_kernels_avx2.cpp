@@ -108,7 +108,7 @@ inline __m256i first_lanes(uint64_t n) {
 // Software prefetch distance on the weight streams (see weight_kernels_avx512.cpp: the hardware
 // prefetchers alone leave the interleaved bitmap/value streams well below dense bandwidth).
 constexpr uint64_t kPrefetchBytes = 4096;
-inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+__attribute__((always_inline)) inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
 // Writes the n int4 codes of stored values [k0, k0 + n) as bytes to out[0, n) (even value: low
 // nibble). Reads only the bytes that hold those codes.

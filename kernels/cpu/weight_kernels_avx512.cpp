@@ -66,7 +66,7 @@ inline __mmask16 mask16_at(const uint8_t* p, uint64_t bits) {
 // data-dependent strides); 4 KiB ahead on the values (and the same time ahead on the bitmap, 1/8
 // of the bytes for f16) brought them level with dense (bench/RESULTS.md, "CPU kernels").
 constexpr uint64_t kPrefetchBytes = 4096;
-inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+__attribute__((always_inline)) inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
 // int4 codes of stored values [k0, k0 + n) as one byte each, 0x10 | code (the flag marks the value
 // as present for the table lookup of int4_word): code k0 + i lands in out[(k0 & 1) + i] (the
@@ -94,30 +94,11 @@ inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8
   if (j < n_bytes) unpack32(_mm256_maskz_loadu_epi8(__mmask32(first_bits(n_bytes - j)), src + j), j);
 }
 
-// Scratch for one 4096-column block of stored values (f32 at most: 4 bytes each) or unpacked int4
-// codes, plus the odd-nibble shift and a full 64-byte load past the last one.
+// Scratch for one 4096-column block of int4 codes (plus the odd-nibble shift and a full 64-byte
+// load past the last code).
 struct CodeScratch {
-  alignas(64) uint8_t bytes[4 * kIndexBlockCols + 2 * 64];
+  alignas(64) uint8_t bytes[kIndexBlockCols + 2 * 64];
 };
-
-// Staging: a bitmap block's stored values are first copied into L1 scratch with plain 64-byte
-// loads, and the word loop's expand-loads read them there. Streaming from DRAM on one core, the
-// expand-loads' own misses left bitmap f16 at 50 % at 0.145 ns per weight and int8 at 0.090; staged,
-// 0.115 and 0.072, at 0 % 0.21 -> 0.18 and 0.14 -> 0.11 (bench_kernels --stream, bench/RESULTS.md),
-// while in L2 the copy costs 8-20 %. Below kStageMinBytes per block (about 70 % sparsity for f16 at
-// 2048 columns) staging lost (bitmap f16 at 90 %: 0.075 -> 0.086), so such blocks are read in place.
-// (int4 codes are always unpacked into scratch, which stages them.)
-constexpr uint64_t kStageMinBytes = 768;
-
-// Copies n bytes from src to out (n rounded up to 64 bytes of room), reading nothing past src + n.
-inline void stage_bytes(const uint8_t* src, uint64_t n, uint8_t* out) {
-  uint64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    prefetch(src + i + kPrefetchBytes);
-    _mm512_store_si512(out + i, _mm512_loadu_si512(src + i));
-  }
-  if (i < n) _mm512_store_si512(out + i, _mm512_maskz_loadu_epi8(__mmask64(first_bits(n - i)), src + i));
-}
 
 // At least n floats of this thread's scratch slot, 64-byte aligned; valid until the slot's next
 // call on this thread.
@@ -369,15 +350,7 @@ __attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, u
       unpack_nibbles(values, k0, k1 - k0, scratch.bytes);
       p = scratch.bytes + (k0 & 1);
     } else {
-      const uint64_t k1 = flat + 1 < L.rows * bpr ? load_u32(w.data + L.index_offset + 4 * (flat + 1)) : L.nnz;
-      const uint64_t n_bytes = (k1 - k0) * value_bytes(VT);
-      if (n_bytes >= kStageMinBytes) {
-        stage_bytes(values + k0 * value_bytes(VT), n_bytes, scratch.bytes);
-        p = scratch.bytes;
-      } else {
-        p = values + k0 * value_bytes(VT);
-        for (uint64_t i = 0; i < n_bytes; i += 64) prefetch(p + i + kPrefetchBytes);
-      }
+      p = values + k0 * value_bytes(VT);
     }
     // The block's words but the row's last one, which may be partial and is cut below. No branch
     // on an empty word: at the sparsities that matter it is never taken, and an empty word
@@ -385,6 +358,7 @@ __attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, u
     const uint64_t w_begin = b * (kIndexBlockCols / 64), w_end = std::min(wpr, w_begin + kIndexBlockCols / 64);
     for (uint64_t wi = w_begin; wi < std::min(w_end, wpr - 1); ++wi) {
       if ((wi & 7) == 0) prefetch(words + 8 * wi + kPrefetchBytes / 8);
+      if constexpr (VT != ValueType::I4) prefetch(p + kPrefetchBytes);  // int4: in unpack_nibbles
       dot_bitmap_word<VT>(words + 8 * wi, load_u64(words + 8 * wi), p, 64 * wi, 64, acc, grp);
     }
     if (w_end == wpr) {
