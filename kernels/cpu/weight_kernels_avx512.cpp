@@ -98,6 +98,7 @@ inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8
 // load past the last code).
 struct CodeScratch {
   alignas(64) uint8_t bytes[kIndexBlockCols + 2 * 64];
+  float* groups = nullptr;  // a row's group scales and mins as f32 (Groups), thread scratch slot 1
 };
 
 // At least n floats of this thread's scratch slot, 64-byte aligned; valid until the slot's next
@@ -124,32 +125,34 @@ inline float* thread_buffer(size_t n) {
 // table is one fma with two broadcast loads rather than two scalar half conversions and two
 // register broadcasts on the shuffle port.
 struct Groups {
-  const float* s = nullptr;  // the row's scales as f32 (thread scratch slot 1)
-  const float* m = nullptr;  // and its mins, in the same buffer
-  uint64_t group_size = 1, g = ~uint64_t(0), next = 0;
+  const float* s = nullptr;  // the next group's scale as f32
+  const float* m = nullptr;  // and its min
+  uint64_t words_per_group = 1, left = 0;
   __m512 table = _mm512_setzero_ps();
   Groups() = default;
-  Groups(const TensorView& w, uint64_t r) : group_size(w.layout.group_size) {
-    const uint64_t gpr = w.layout.groups_per_row, padded = (gpr + 15) / 16 * 16;
-    float* f = thread_buffer<1>(2 * padded);
+  // buf: room for groups_per_row_padded(w) floats, reused row after row (allocated once per call:
+  // thread_local storage costs a call per access in a shared library).
+  Groups(const TensorView& w, uint64_t r, float* buf) : words_per_group(w.layout.group_size / 64) {
+    const uint64_t gpr = w.layout.groups_per_row, padded = padded_groups(w);
     const uint16_t* scales = w.group_scales() + r * gpr;
     const uint16_t* mins = w.group_mins() + r * gpr;
     for (uint64_t i = 0; i < gpr; i += 16) {
       const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, gpr - i)));
-      _mm512_store_ps(f + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, scales + i)));
-      _mm512_store_ps(f + padded + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mins + i)));
+      _mm512_store_ps(buf + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, scales + i)));
+      _mm512_store_ps(buf + padded + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mins + i)));
     }
-    s = f;
-    m = f + padded;
+    s = buf;
+    m = buf + padded;
   }
-  inline void at(uint64_t c0) {
-    if (c0 < next) return;
-    do {
-      ++g;
-      next += group_size;
-    } while (c0 >= next);
-    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    table = _mm512_fmadd_ps(q, _mm512_set1_ps(s[g]), _mm512_set1_ps(m[g]));
+  static uint64_t padded_groups(const TensorView& w) { return (w.layout.groups_per_row + 15) / 16 * 16; }
+  // Called once per word, in column order: a new group's table every group_size / 64 words.
+  inline void next_word() {
+    if (left == 0) {
+      const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+      table = _mm512_fmadd_ps(q, _mm512_set1_ps(*s++), _mm512_set1_ps(*m++));
+      left = words_per_group;
+    }
+    --left;
   }
 };
 
@@ -321,7 +324,7 @@ __attribute__((always_inline)) inline void dot_bitmap_word(const uint8_t* wp, ui
                                                            uint64_t n, Accumulators<NT>& acc, Groups& grp) {
   __m512 wv[4];
   if constexpr (strided(VT)) {
-    if constexpr (VT == ValueType::I4) grp.at(c0);
+    if constexpr (VT == ValueType::I4) grp.next_word();
     byte_word<VT>(_mm512_maskz_expandloadu_epi8(mask64_at(wp, bits), p), grp, wv);
     acc.add(wv, c0, 64);  // strided x: whole, zero-padded words
   } else {
@@ -340,7 +343,7 @@ __attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, u
   const uint8_t* words = w.data + L.bitmap_offset + 8 * r * wpr;
   const uint8_t* values = w.values();
   Groups grp;
-  if constexpr (VT == ValueType::I4) grp = Groups(w, r);
+  if constexpr (VT == ValueType::I4) grp = Groups(w, r, scratch.groups);
   for (uint64_t b = 0; b < bpr; ++b) {
     const uint64_t flat = r * bpr + b;
     const uint64_t k0 = load_u32(w.data + L.index_offset + 4 * flat);
@@ -373,7 +376,7 @@ __attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, ui
   const uint64_t cols = w.layout.cols;
   const uint8_t* values = w.values();
   Groups grp;
-  if constexpr (VT == ValueType::I4) grp = Groups(w, r);
+  if constexpr (VT == ValueType::I4) grp = Groups(w, r, scratch.groups);
   // Segments of one index block's width: int4 codes are unpacked per segment.
   for (uint64_t s0 = 0; s0 < cols; s0 += kIndexBlockCols) {
     const uint64_t s1 = std::min(cols, s0 + kIndexBlockCols);
@@ -392,7 +395,7 @@ __attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, ui
       }
       __m512 wv[4];
       if constexpr (strided(VT)) {
-        if constexpr (VT == ValueType::I4) grp.at(c0);
+        if constexpr (VT == ValueType::I4) grp.next_word();
         const __m512i q = n == 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(__mmask64(first_bits(n)), p);
         byte_word<VT>(q, grp, wv);
         acc.add(wv, c0, 64);  // strided x: whole, zero-padded words
@@ -415,6 +418,7 @@ void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, s
     x = sx.data;
     xs = sx.stride;
   }
+  if constexpr (VT == ValueType::I4) scratch.groups = thread_buffer<1>(2 * Groups::padded_groups(w));
   for (uint64_t r = r0; r < r1; ++r) {
     Accumulators<NT> acc(x, xs);
     if (bitmap) dot_bitmap_row<VT>(w, r, acc, scratch);
