@@ -77,7 +77,7 @@ __attribute__((always_inline)) inline void prefetch(const uint8_t* p) { _mm_pref
 // Per 32 source bytes: dword i (codes 8i..8i+7) is widened into qword i, and vpmultishiftqb
 // (VBMI) pulls the 4-bit field at bit 4t of that qword into its byte t; the mask and the flag are
 // one ternary-logic op. Three vector µops per 64 codes.
-inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8_t* out) {
+__attribute__((always_inline)) inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8_t* out) {
   const uint8_t* src = values + k0 / 2;
   const uint64_t n_bytes = ((k0 & 1) + n + 1) / 2;
   const __m512i fields = _mm512_set1_epi64(0x1C1814100C080400LL);  // bit offsets 0, 4, ..., 28
@@ -132,7 +132,7 @@ struct Groups {
   Groups() = default;
   // buf: room for groups_per_row_padded(w) floats, reused row after row (allocated once per call:
   // thread_local storage costs a call per access in a shared library).
-  Groups(const TensorView& w, uint64_t r, float* buf) : words_per_group(w.layout.group_size / 64) {
+  __attribute__((always_inline)) Groups(const TensorView& w, uint64_t r, float* buf) : words_per_group(w.layout.group_size / 64) {
     const uint64_t gpr = w.layout.groups_per_row, padded = padded_groups(w);
     const uint16_t* scales = w.group_scales() + r * gpr;
     const uint16_t* mins = w.group_mins() + r * gpr;
