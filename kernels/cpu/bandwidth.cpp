@@ -105,7 +105,7 @@ ReadLoop widest_read_loop() {
 
 double measure_read_bandwidth_gbps(size_t bytes, int n_threads) {
   const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-  const size_t n = (bytes ? bytes : kDefaultBytes) / sizeof(float) / 64 * 64;  // whole 256-byte steps
+  const size_t n = std::max<size_t>(64, (bytes ? bytes : kDefaultBytes) / sizeof(float) / 64 * 64);  // whole 256-byte steps
   FloatBuffer buf = alloc_touched(n, nt, 1.0f);
   const float* p = buf.get();
   const ReadLoop read = widest_read_loop();
