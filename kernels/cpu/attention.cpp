@@ -22,6 +22,18 @@ inline float dot_f32(const float* a, const float* b, size_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+// Decode reads one head's slice of every cached key and value: hd floats at a stride of
+// n_kv_heads·hd, a new 4 KiB page every key or two, where the hardware prefetchers (which stay
+// inside a page) do not follow. Without help each slice was a demand miss and decode at a
+// 1500-token context spent ~60 ms per token in attention. So the slice kAheadKeys keys ahead is
+// prefetched (4 ahead: 15.8 tok/s at that context, 8: 17.2, 16: 17.2, none: 11.1). always_inline:
+// GCC drops the calls of an out-of-line wrapper around the builtin as side-effect free.
+constexpr size_t kAheadKeys = 8;
+__attribute__((always_inline)) inline void prefetch_row(const float* row, size_t n, bool inside) {
+  if (!inside) return;
+  for (size_t i = 0; i < n; i += 16) __builtin_prefetch(row + i, 0, 3);
+}
+
 // The first key a query at position pos sees: pos + 1 - window with a sliding window, else 0.
 inline size_t first_visible_key(size_t pos, uint32_t window) {
   return (window && pos + 1 > window) ? pos + 1 - window : 0;
@@ -116,6 +128,7 @@ void attention(Context& ctx, const float* q, const float* k_cache, const float* 
       const size_t kv_off = (h / group) * hd;
       float m = -std::numeric_limits<float>::infinity();
       for (size_t j = lo; j <= pos; ++j) {
+        prefetch_row(k_cache + (j + kAheadKeys) * kv_row + kv_off, hd, j + kAheadKeys <= pos);
         const float s = dot_f32(qv, k_cache + j * kv_row + kv_off, hd) * p.scale;
         e[j - lo] = s;
         m = s > m ? s : m;
@@ -128,6 +141,7 @@ void attention(Context& ctx, const float* q, const float* k_cache, const float* 
       float* o = out + (t * n_heads + h) * hd;
       for (size_t d = 0; d < hd; ++d) o[d] = 0.0f;
       for (size_t j = lo; j <= pos; ++j) {
+        prefetch_row(v_cache + (j + kAheadKeys) * kv_row + kv_off, hd, j + kAheadKeys <= pos);
         const float pj = e[j - lo] / sum;
         const float* vj = v_cache + j * kv_row + kv_off;
         for (size_t d = 0; d < hd; ++d) o[d] += pj * vj[d];
