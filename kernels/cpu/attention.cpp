@@ -102,6 +102,51 @@ void attention_prefill(Context& ctx, const float* q, const float* k_cache, const
   }
 }
 
+// Decode: query heads [h0, h1) of one token against keys [lo, pos]. Keys are the outer loop, so
+// each cache row is read as one contiguous run of the heads' slices (h1 - h0 of them, or fewer kv
+// heads under GQA) rather than one 256-byte slice per row per head, which touched a new page every
+// key and defeated the TLB and the hardware prefetchers at long contexts. Per head the arithmetic
+// is the single-query attention it always was, in the same order: the scores, the max, exp and
+// sum, then Σ_j p_j·v_j in key order. e: (h1 - h0) rows of n_keys scores; o: out of head h0.
+// Compiled for AVX-512, AVX2 and the baseline, chosen once by the loader (ifunc); the clones run
+// the same operations in the same order (8-lane partial sums, no contraction), so their results
+// are identical.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void attend_heads(
+    const float* q, const float* k_cache, const float* v_cache, size_t kv_row, size_t group, size_t lo, size_t pos,
+    size_t hd, float scale, size_t h0, size_t h1, float* e, float* o) {
+  const size_t n_keys = pos - lo + 1, nh = h1 - h0;
+  // The kv heads these query heads read: one contiguous slice [kv0, kv1) of each cache row.
+  const size_t kv0 = (h0 / group) * hd, kv1 = ((h1 - 1) / group + 1) * hd;
+  for (size_t j = lo; j <= pos; ++j) {
+    prefetch_row(k_cache + (j + kAheadKeys) * kv_row + kv0, kv1 - kv0, j + kAheadKeys <= pos);
+    const float* kj = k_cache + j * kv_row;
+    for (size_t i = 0; i < nh; ++i)
+      e[i * n_keys + (j - lo)] = dot_f32(q + (h0 + i) * hd, kj + ((h0 + i) / group) * hd, hd) * scale;
+  }
+  for (size_t i = 0; i < nh; ++i) {
+    float* ei = e + i * n_keys;
+    float m = -std::numeric_limits<float>::infinity();
+    for (size_t j = 0; j < n_keys; ++j) m = ei[j] > m ? ei[j] : m;
+    float sum = 0.0f;
+    for (size_t j = 0; j < n_keys; ++j) {
+      ei[j] = std::exp(ei[j] - m);
+      sum += ei[j];
+    }
+    for (size_t j = 0; j < n_keys; ++j) ei[j] = ei[j] / sum;
+  }
+  for (size_t d = 0; d < nh * hd; ++d) o[d] = 0.0f;
+  for (size_t j = lo; j <= pos; ++j) {
+    prefetch_row(v_cache + (j + kAheadKeys) * kv_row + kv0, kv1 - kv0, j + kAheadKeys <= pos);
+    const float* vj = v_cache + j * kv_row;
+    for (size_t i = 0; i < nh; ++i) {
+      const float pj = e[i * n_keys + (j - lo)];
+      const float* vh = vj + ((h0 + i) / group) * hd;
+      float* oh = o + i * hd;
+      for (size_t d = 0; d < hd; ++d) oh[d] += pj * vh[d];
+    }
+  }
+}
+
 }  // namespace
 
 void attention(Context& ctx, const float* q, const float* k_cache, const float* v_cache, size_t n_past,
@@ -111,42 +156,19 @@ void attention(Context& ctx, const float* q, const float* k_cache, const float* 
                 std::to_string(p.n_kv_heads) + " and head_dim must be positive");
   if (n_tokens == 0) return;
   if (n_tokens >= 2) return attention_prefill(ctx, q, k_cache, v_cache, n_past, n_tokens, p, out);
-  const size_t n_ctx = n_past + n_tokens;
+  // Decode: one token (n_tokens >= 2 went to attention_prefill). Each thread takes a contiguous
+  // range of heads.
+  const size_t pos = n_past, lo = first_visible_key(pos, p.sliding_window), n_keys = pos - lo + 1;
   const size_t hd = p.head_dim, n_heads = p.n_heads, group = p.n_heads / p.n_kv_heads;
   const size_t kv_row = size_t(p.n_kv_heads) * hd;  // floats per cache position
-  float* scores_all = ctx.attn_scratch.floats(size_t(ctx.n_threads) * n_ctx);
-  const int64_t n_pairs = int64_t(n_tokens * n_heads);
-#pragma omp parallel num_threads(threads_for(uint64_t(n_pairs) * n_ctx * hd, ctx.n_threads))
+  float* scores = ctx.attn_scratch.floats(n_heads * n_keys);
+#pragma omp parallel num_threads(threads_for(uint64_t(n_heads) * n_keys * hd, ctx.n_threads))
   {
-    float* e = scores_all + size_t(omp_get_thread_num()) * n_ctx;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t pair = 0; pair < n_pairs; ++pair) {
-      const size_t t = size_t(pair) / n_heads, h = size_t(pair) % n_heads;
-      const size_t pos = n_past + t;
-      const size_t lo = first_visible_key(pos, p.sliding_window);
-      const float* qv = q + (t * n_heads + h) * hd;
-      const size_t kv_off = (h / group) * hd;
-      float m = -std::numeric_limits<float>::infinity();
-      for (size_t j = lo; j <= pos; ++j) {
-        prefetch_row(k_cache + (j + kAheadKeys) * kv_row + kv_off, hd, j + kAheadKeys <= pos);
-        const float s = dot_f32(qv, k_cache + j * kv_row + kv_off, hd) * p.scale;
-        e[j - lo] = s;
-        m = s > m ? s : m;
-      }
-      float sum = 0.0f;
-      for (size_t j = lo; j <= pos; ++j) {
-        e[j - lo] = std::exp(e[j - lo] - m);
-        sum += e[j - lo];
-      }
-      float* o = out + (t * n_heads + h) * hd;
-      for (size_t d = 0; d < hd; ++d) o[d] = 0.0f;
-      for (size_t j = lo; j <= pos; ++j) {
-        prefetch_row(v_cache + (j + kAheadKeys) * kv_row + kv_off, hd, j + kAheadKeys <= pos);
-        const float pj = e[j - lo] / sum;
-        const float* vj = v_cache + j * kv_row + kv_off;
-        for (size_t d = 0; d < hd; ++d) o[d] += pj * vj[d];
-      }
-    }
+    const size_t n_thr = size_t(omp_get_num_threads()), id = size_t(omp_get_thread_num());
+    const size_t h0 = n_heads * id / n_thr, h1 = n_heads * (id + 1) / n_thr;
+    if (h1 > h0)
+      attend_heads(q, k_cache, v_cache, kv_row, group, lo, pos, hd, p.scale, h0, h1, scores + h0 * n_keys,
+                   out + h0 * hd);
   }
 }
 
