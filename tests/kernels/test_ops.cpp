@@ -187,7 +187,10 @@ TEST_CASE("attention: causal GQA with and without a sliding window, decode and p
   };
   const Case cases[] = {{1, 1, 1, 0, 0, 1},   {4, 4, 8, 0, 0, 17},  {8, 2, 64, 0, 40, 1},
                         {8, 2, 64, 0, 5, 8},  {6, 3, 16, 4, 0, 13}, {4, 1, 32, 16, 30, 3},
-                        {2, 1, 128, 1, 9, 2}, {3, 3, 7, 100, 3, 4}};
+                        {2, 1, 128, 1, 9, 2}, {3, 3, 7, 100, 3, 4},
+                        // decode with enough work for every thread: heads split across threads
+                        // mid-GQA-group, with and without a window
+                        {6, 3, 64, 0, 300, 1}, {4, 4, 128, 150, 400, 1}};
   for (const Case& c : cases) {
     AttentionParams p;
     p.n_heads = c.nh;
