@@ -22,12 +22,13 @@ inline float dot_f32(const float* a, const float* b, size_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-// Decode reads one head's slice of every cached key and value: hd floats at a stride of
-// n_kv_heads·hd, a new 4 KiB page every key or two, where the hardware prefetchers (which stay
-// inside a page) do not follow. Without help each slice was a demand miss and decode at a
-// 1500-token context spent ~60 ms per token in attention. So the slice kAheadKeys keys ahead is
-// prefetched (4 ahead: 15.8 tok/s at that context, 8: 17.2, 16: 17.2, none: 11.1). always_inline:
-// GCC drops the calls of an out-of-line wrapper around the builtin as side-effect free.
+// Decode reads a run of every cached key and value row (attend_heads), each run on a new page,
+// where the hardware prefetchers (which stay inside a page) start over. The run kAheadKeys keys
+// ahead is prefetched. Measured on int4 50 % at a 1500-token context (bench/RESULTS.md): when
+// decode still walked one head at a time (a 256-byte slice per row), the prefetch took it from
+// 11.1 to 17.2 tok/s (4 ahead: 15.8, 16: 17.2); with keys outer it adds little (18.0 -> 18.3).
+// always_inline: GCC drops the calls of an out-of-line wrapper around the builtin as side-effect
+// free.
 constexpr size_t kAheadKeys = 8;
 __attribute__((always_inline)) inline void prefetch_row(const float* row, size_t n, bool inside) {
   if (!inside) return;
