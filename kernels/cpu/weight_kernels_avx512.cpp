@@ -130,8 +130,8 @@ struct Groups {
   uint64_t words_per_group = 1, left = 0;
   __m512 table = _mm512_setzero_ps();
   Groups() = default;
-  // buf: room for groups_per_row_padded(w) floats, reused row after row (allocated once per call:
-  // thread_local storage costs a call per access in a shared library).
+  // buf: room for 2 · padded_groups(w) floats (the row's scales, then its mins), reused row after
+  // row (taken once per call: thread_local storage costs a call per access in a shared library).
   __attribute__((always_inline)) Groups(const TensorView& w, uint64_t r, float* buf) : words_per_group(w.layout.group_size / 64) {
     const uint64_t gpr = w.layout.groups_per_row, padded = padded_groups(w);
     const uint16_t* scales = w.group_scales() + r * gpr;
