@@ -45,13 +45,13 @@ double best_seconds(F&& pass) {
   return best;
 }
 
-// Sum of p[0, n) (n a multiple of 32) with four independent accumulators, in the widest loads this
-// CPU has. The load width matters: one core keeps only so many loads in flight, so 16-byte loads
-// (what the compiler makes of a plain loop without -mavx) reached ~70 % of the bandwidth 64-byte
-// loads reach on the same machine (21.5 against 30.5 GB/s on 2 threads of a Xeon, bench/RESULTS.md),
-// which understated the floor every decode figure is compared against.
-// The vector loops add the floats' bits as 64-bit integers (no FP latency chain; vector loads may
-// alias anything).
+// Sum of p[0, n) (n floats, a multiple of 64) in the widest loads this CPU has. The load width
+// matters: one core keeps only so many loads in flight, so 16-byte loads (what the compiler makes
+// of a plain loop without -mavx) reached ~70 % of the bandwidth 64-byte loads reach on the same
+// machine (21.5 against 30.5 GB/s on 2 threads of a Xeon, bench/RESULTS.md), which understated
+// the floor every decode figure is compared against. The vector loops add the floats' bits as
+// 64-bit integers in four independent accumulators (no FP latency chain; vector loads may alias
+// anything).
 using ReadLoop = double (*)(const float* p, size_t n);
 
 double read_portable(const float* p, size_t n) {
