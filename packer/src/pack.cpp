@@ -13,6 +13,7 @@
 
 #include "detail.h"
 #include "endor/packer.h"
+#include "endor/tokenizer.h"
 
 namespace endor {
 
@@ -117,10 +118,30 @@ std::string iso_utc_now() {
   return buf;
 }
 
-std::string absolute_path(const std::string& p) {
+// The source's own name (folder or file), not where it sat on the packer's machine: a shared
+// container must not carry the packer's file system layout.
+std::string source_base_name(const std::string& p) {
   char buf[PATH_MAX];
-  if (::realpath(p.c_str(), buf)) return buf;
-  return p;
+  std::string s = ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  const size_t slash = s.rfind('/');
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
+
+// A tokenizer the runtime cannot load must stop the pack here, not when the file is first run:
+// load it with the runtime's own tokenizer, and check that its ids fit the model's vocab.
+void check_tokenizer(const Checkpoint& ck) {
+  for (const AuxFile& f : ck.files()) {
+    if (f.name != "tokenizer.json") continue;
+    std::ifstream in(f.path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) fail(f.path, "cannot read");
+    const Tokenizer tok = Tokenizer::from_json(bytes, f.path);
+    const uint64_t vocab = ck.shape().vocab;
+    if (vocab != 0 && tok.vocab_size() > vocab)
+      fail(f.path, "has token ids up to " + std::to_string(tok.vocab_size() - 1) + " but the model's vocab is " +
+                       std::to_string(vocab) + " (tokenizer of another model?)");
+  }
 }
 
 std::string group_name(const TensorRole& r) {
@@ -282,7 +303,7 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
 
 nlohmann::json make_provenance(const std::string& source_dir, const PackOptions& o) {
   nlohmann::json p;
-  p["source"] = absolute_path(source_dir);
+  p["source"] = source_base_name(source_dir);
   p["tool"] = {{"name", "endor-pack"}, {"version", o.tool_version}};
   p["created_utc"] = iso_utc_now();
   p["command"] = o.command;
@@ -313,6 +334,7 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
   validate_options(o);
   const std::unique_ptr<Checkpoint> ck = Checkpoint::open(source_dir);
   check_output_is_not_input(output_path, *ck);
+  check_tokenizer(*ck);
 
   PackSummary summary;
   summary.source_bytes = ck->source_bytes();

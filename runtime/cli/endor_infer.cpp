@@ -303,6 +303,12 @@ int run(int argc, char** argv) {
   const size_t n_new = args["n-tokens"].as<size_t>();
   const size_t context = endor::parse_model_config(container->manifest().config, file).max_positions;
   const size_t ctx_tokens = args.count("ctx") ? args["ctx"].as<size_t>() : context;
+  // Checked before anything is printed: a refused prompt must not be half echoed.
+  if (!measure && prompt.empty()) throw endor::Error(file + ": the prompt has no tokens");
+  if (!measure && prompt.size() > context)
+    throw endor::Error(file + ": the prompt has " + std::to_string(prompt.size()) +
+                       " tokens, more than the model's context length " + std::to_string(context) +
+                       " (max_position_embeddings)");
   const size_t kv_capacity = measure ? ctx_tokens : prompt.size() + std::max<size_t>(n_new, 1) - 1;
   const size_t max_tokens = measure ? ctx_tokens : prompt.size();
   const Offload offload = setup_offload(*container, *backend, args, kv_capacity, max_tokens);
