@@ -74,6 +74,7 @@ void add_prune_options(cxxopts::Options& o) {
     ("sparsity", "fraction of each pruned Linear to zero, in [0, 1); 0 keeps existing zeros", cxxopts::value<std::string>())
     ("method", "magnitude, wanda or sparsegpt (these two need --calib)", cxxopts::value<std::string>()->default_value("magnitude"))
     ("pattern", "unstructured or N:M (zero N of every M consecutive inputs, e.g. 2:4)", cxxopts::value<std::string>()->default_value("unstructured"))
+    ("sparsity-ramp", "wanda|sparsegpt, unstructured: block sparsity rises linearly from S-D (first block) to S+D (last), mean S", cxxopts::value<std::string>())
     ("scope", "row (the int(in*S) smallest |w| of each row) or matrix (one threshold)", cxxopts::value<std::string>()->default_value("row"))
     ("quant", "none, int8 (per row) or int4 (per group) for the pruned Linears (sparsegpt: jointly, with error compensation; magnitude, wanda: after pruning)", cxxopts::value<std::string>()->default_value("none"))
     ("group-size", "int4 group: consecutive input columns sharing a scale and min", cxxopts::value<uint32_t>()->default_value("128"))
@@ -85,7 +86,7 @@ void add_prune_options(cxxopts::Options& o) {
 }
 
 bool any_prune_option_given(const cxxopts::ParseResult& r) {
-  for (const char* k : {"sparsity", "method", "pattern", "scope", "quant", "group-size", "skip", "calib", "dtype",
+  for (const char* k : {"sparsity", "sparsity-ramp", "method", "pattern", "scope", "quant", "group-size", "skip", "calib", "dtype",
                         "calib-samples", "calib-seqlen", "seed"})
     if (r.count(k)) return true;
   return false;
@@ -144,6 +145,15 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
     if (!p.structured()) p.sparsity = s;
   } else if (require_sparsity && !p.structured()) {
     throw UsageError("prune needs --sparsity S (or --pattern N:M)");
+  }
+  if (r.count("sparsity-ramp")) {
+    const double d = parse_fraction(r["sparsity-ramp"].as<std::string>(), "--sparsity-ramp");
+    if (p.method == "magnitude") throw UsageError("--sparsity-ramp needs --method wanda|sparsegpt");
+    if (p.structured()) throw UsageError("--sparsity-ramp applies to unstructured sparsity, not --pattern " + pattern);
+    if (!(d >= 0.0 && p.sparsity - d >= 0.0 && p.sparsity + d < 1.0))
+      throw UsageError("--sparsity-ramp " + r["sparsity-ramp"].as<std::string>() + " must keep every block's sparsity in [0, 1): " +
+                       "S - D >= 0 and S + D < 1");
+    p.sparsity_ramp = d;
   }
   const std::string scope = r["scope"].as<std::string>();
   if (scope == "row") p.scope = PruneScope::Row;

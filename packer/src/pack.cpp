@@ -311,6 +311,7 @@ nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&
   p["method"] = pruned ? o.prune.method : "none";
   p["sparsity"] = o.prune.structured() ? double(o.prune.n) / double(o.prune.m) : o.prune.sparsity;
   p["pattern"] = o.prune.pattern();
+  p["sparsity_ramp"] = o.prune.sparsity_ramp;
   p["scope"] = o.prune.structured() ? "n:m" : (o.prune.scope == PruneScope::Row ? "row" : "matrix");
   p["quant"] = to_string(o.quant);
   p["group_size"] = o.quant == Quantization::Int4 ? nlohmann::json(o.group_size) : nlohmann::json(nullptr);

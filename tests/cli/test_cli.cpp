@@ -247,6 +247,12 @@ TEST_CASE("errors: one line, right exit code, no output or temporary file left")
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--method", "sparsegpt",
                             "--calib", dir + "/absent.txt"}), 1, "absent.txt: cannot open the calibration text");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--skip", "("}), 2, "--skip");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--sparsity-ramp", "0.1"}), 2,
+                       "--sparsity-ramp needs --method wanda|sparsegpt");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--sparsity-ramp", "0.5",
+                            "--method", "wanda", "--calib", "x.txt"}), 2, "S + D < 1");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--pattern", "2:4", "--sparsity-ramp", "0.1",
+                            "--method", "wanda", "--calib", "x.txt"}), 2, "not --pattern 2:4");
 
   // Corrupt safetensors: a copy of a fixture with its data cut short.
   const std::string corrupt = dir + "/corrupt";

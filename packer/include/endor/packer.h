@@ -174,6 +174,12 @@ struct PruneSpec {
   double sparsity = 0.0;              // [0, 1); unstructured only
   uint32_t n = 0, m = 0;              // N:M when m > 0 (zero N of every M)
   PruneScope scope = PruneScope::Row;
+  // Unstructured, calibrated methods: sparsity rises linearly through the decoder blocks, from
+  // sparsity - ramp in the first to sparsity + ramp in the last (mean: sparsity). Small models
+  // lose much less accuracy when their early blocks keep more weights (bench/ACCURACY.md).
+  double sparsity_ramp = 0.0;
+  // Block `layer` of `n_layers`: sparsity + ramp * (2 layer / (n_layers - 1) - 1).
+  double block_sparsity(uint32_t layer, uint32_t n_layers) const;
   bool structured() const { return m > 0; }
   bool active() const { return structured() || sparsity > 0.0; }
   std::string pattern() const;        // "unstructured" or "2:4"
