@@ -41,8 +41,9 @@ rows=()
 row() {
   local name=$1; shift
   local file=$work/$name.endor
+  if [ -s "$file" ] && [ -s "$work/$name.pack" ]; then rows+=("$name"); return; fi
+  [ "${ACCURACY_PACK:-1}" = 0 ] && return
   rows+=("$name")
-  [ -s "$file" ] && [ -s "$work/$name.pack" ] && return
   /usr/bin/time -v "$pack" "$@" -o "$file" >"$work/$name.log" 2>"$work/$name.time" ||
     { cat "$work/$name.log" "$work/$name.time" >&2; exit 1; }
   local secs rss
@@ -52,8 +53,9 @@ row() {
   echo "packed $name: ${secs} s, ${rss} MiB" >&2
 }
 cal=(--calib "$calib" --calib-samples 32 --calib-seqlen 512 --seed 0)
-row "dense.-.none" convert "$model"
-for pattern in 50% 60% 2:4; do
+# grid PATTERN: magnitude / wanda / sparsegpt x none / int8 / int4 at one pattern
+grid() {
+  local pattern=$1 sp
   case $pattern in 50%) sp=(--sparsity 0.5) ;; 60%) sp=(--sparsity 0.6) ;; 2:4) sp=(--pattern 2:4) ;; esac
   for method in magnitude wanda sparsegpt; do
     for quant in none int8 int4; do
@@ -62,14 +64,24 @@ for pattern in 50% 60% 2:4; do
       row "$method.$pattern.$quant" "${args[@]}"
     done
   done
-done
-for method in wanda sparsegpt; do
-  for pq in 50%:none 50%:int4 60%:none; do
-    p=${pq%:*}; q=${pq#*:}
-    row "$method+ramp0.1.$p.$q" prune "$model" --method "$method" --sparsity "0.${p:0:1}" --sparsity-ramp 0.1 \
-      --quant "$q" "${cal[@]}"
+}
+# ramp PATTERN QUANT...: the --sparsity-ramp 0.1 rows
+ramp() {
+  local p=$1 method q; shift
+  for method in wanda sparsegpt; do
+    for q in "$@"; do
+      row "$method+ramp0.1.$p.$q" prune "$model" --method "$method" --sparsity "0.${p:0:1}" --sparsity-ramp 0.1 \
+        --quant "$q" "${cal[@]}"
+    done
   done
-done
+}
+# Most telling rows first; ACCURACY_PACK=0 reports only what is already packed (a run cut short).
+row "dense.-.none" convert "$model"
+grid 50%
+ramp 50% none int4
+grid 2:4
+grid 60%
+ramp 60% none
 
 : >"$work/rows.tsv"
 for name in "${rows[@]}"; do
