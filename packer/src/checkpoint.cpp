@@ -79,7 +79,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) fail(dir, "no such checkpoint folder or GGUF file");
-  if (S_ISREG(st.st_mode) && is_gguf_file(dir)) return open_gguf(dir);
+  const bool gguf_name = dir.size() > 5 && dir.compare(dir.size() - 5, 5, ".gguf") == 0;
+  if (S_ISREG(st.st_mode) && (gguf_name || is_gguf_file(dir))) return open_gguf(dir);
   if (!S_ISDIR(st.st_mode))
     fail(dir, "not a folder or a GGUF file (expected a Hugging Face checkpoint with config.json and *.safetensors, or a .gguf)");
 
