@@ -327,3 +327,31 @@ TEST_CASE("gguf: SentencePiece merges from scores are transformers' generate_mer
   CHECK(t["model"]["unk_token"] == "<unk>");
   CHECK(t["added_tokens"].size() == 1);  // <unk> (type 2) is special
 }
+
+TEST_CASE("gguf: qwen2 maps q/k/v biases and is not un-permuted; llama refuses biases") {
+  gguf_test::Builder b = gguf_test::tiny_llama("", "", "qwen2", "qwen2");
+  b.tensor_f32("blk.0.attn_q.bias", {32});
+  b.tensor_f32("blk.0.attn_k.bias", {16});
+  b.tensor_f32("blk.0.attn_v.bias", {16});
+  TempDir dir;
+  write_bytes(dir.path + "/q.gguf", b.build());
+  const auto ck = Checkpoint::open(dir.path + "/q.gguf");
+  CHECK(ck->config().at("model_type") == "qwen2");
+  CHECK(ck->config().at("architectures")[0] == "Qwen2ForCausalLM");
+  size_t biases = 0;
+  for (const CheckpointTensor& t : ck->tensors()) {
+    if (t.name.find(".bias") != std::string::npos) ++biases;
+    CHECK(t.direct);  // F32 and no permutation for qwen2
+  }
+  CHECK(biases == 3);
+  const nlohmann::json tok = nlohmann::json::parse(ck->files()[0].content);
+  CHECK(tok.at("normalizer").at("type") == "NFC");
+  pack_checkpoint(dir.path + "/q.gguf", dir.path + "/q.endor", PackOptions{});
+  const auto r = ContainerReader::open(dir.path + "/q.endor");
+  CHECK(r->find_tensor("model.layers.0.self_attn.k_proj.bias").has_value());
+
+  gguf_test::Builder l = gguf_test::tiny_llama();
+  l.tensor_f32("blk.0.attn_q.bias", {32});
+  write_bytes(dir.path + "/l.gguf", l.build());
+  CHECK_THROWS_WITH_AS(Checkpoint::open(dir.path + "/l.gguf"), doctest::Contains("bias is not supported for llama"), Error);
+}
