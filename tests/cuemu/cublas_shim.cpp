@@ -5,6 +5,7 @@
 // sums). Anything else returns CUBLAS_STATUS_NOT_SUPPORTED, so a new call shows up as a failure.
 #include <cublas_v2.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -145,6 +146,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
   }
   ::cuemu::record_coverage(std::string("cublasGemmEx\t") + (ta ? "T" : "N") + (tb ? "T" : "N") + " " +
                            type_name(Atype) + " -> f32");
+  const auto t0 = std::chrono::steady_clock::now();
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   const std::vector<float> a = gather(A, Atype, lda, ta, m, k, false);  // [m][k]
   const std::vector<float> b = gather(B, Btype, ldb, tb, n, k, true);   // [n][k]
@@ -162,6 +164,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
       float& out = c[size_t(j) * size_t(ldc) + size_t(i)];
       out = be == 0.0f ? al * dot : al * dot + be * out;  // beta = 0: C is not read (may be NaN)
     }
+  if (::cuemu::profiling())
+    ::cuemu::add_profile(std::string("cublasGemmEx ") + type_name(Atype),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   ::cuemu::after_device_work("cublasGemmEx");
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -13,5 +13,8 @@ bool device_range(const void* p, size_t n);
 void after_device_work(const char* what);
 // Adds one line ("name<TAB>detail") to this process's coverage record (CUEMU_COVERAGE).
 void record_coverage(const std::string& line);
+// CUEMU_PROFILE set: time per kernel / cuBLAS call, printed at exit.
+bool profiling();
+void add_profile(const std::string& name, double seconds);
 
 }  // namespace cuemu

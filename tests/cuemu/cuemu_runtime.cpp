@@ -118,10 +118,18 @@ struct StackPool {
 };
 thread_local StackPool* t_stacks = nullptr;
 
+// Lanes of one warp waiting at some warp collective, and lanes that have exited.
+struct WarpState {
+  unsigned waiting = 0, done = 0;
+};
+
 struct BlockRun {
   std::vector<Fiber> f;
+  std::vector<WarpState> warps;
   bctx::fcontext_t sched = nullptr;
   unsigned cur = 0;
+  std::vector<unsigned> order;  // the current round's order of threads
+  size_t pos = 0;               // position of `cur` in it
   const std::function<void()>* body = nullptr;
   const char* kernel = "";
   std::vector<unsigned char> smem;
@@ -141,21 +149,46 @@ thread_local const char* t_kernel = nullptr;  // kernel being run by this OS thr
   std::abort();
 }
 
-void fiber_entry(bctx::transfer_t t) {
+// Threads switch to the next ready thread of the current scheduling round directly (one jump per
+// switch); the scheduler runs between rounds. Every jump carries the Fiber it came from, whose
+// context the receiver stores (kFinished: from a thread that has exited, never resumed).
+char kFinished;
+
+void arrived(bctx::transfer_t t) {
+  if (t.data == &kFinished) return;
+  if (t.data)
+    static_cast<Fiber*>(t.data)->ctx = t.fctx;
+  else
+    t_run->sched = t.fctx;
+}
+
+void switch_away(void* from) {
   BlockRun* r = t_run;
-  r->sched = t.fctx;
+  for (size_t p = r->pos + 1; p < r->order.size(); ++p) {
+    const unsigned i = r->order[p];
+    Fiber& next = r->f[i];
+    if (next.st != St::Ready) continue;
+    r->pos = p;
+    r->cur = i;
+    t_threadIdx = next.tid;
+    arrived(bctx::jump_fcontext(next.ctx, from));
+    return;
+  }
+  arrived(bctx::jump_fcontext(r->sched, from));
+}
+
+void fiber_entry(bctx::transfer_t t) {
+  arrived(t);
+  BlockRun* r = t_run;
   (*r->body)();
   r = t_run;
   r->f[r->cur].st = St::Done;
-  bctx::jump_fcontext(r->sched, nullptr);
+  r->warps[r->cur / kWarp].done |= 1u << (r->cur % kWarp);
+  switch_away(&kFinished);
   std::abort();  // a finished fiber is never resumed
 }
 
-void yield() {
-  BlockRun* r = t_run;
-  bctx::transfer_t t = bctx::jump_fcontext(r->sched, nullptr);
-  t_run->sched = t.fctx;
-}
+void yield() { switch_away(&t_run->f[t_run->cur]); }
 
 Fiber& self() {
   if (!t_run) die("a device function was called outside a kernel");
@@ -213,6 +246,7 @@ void warp_release(unsigned warp_base, unsigned mask) {
     }
     if (p != &me) p->st = St::Ready;
   }
+  r->warps[warp_base / kWarp].waiting &= ~mask;
 }
 
 }  // namespace
@@ -235,25 +269,31 @@ uint64_t warp_op(unsigned mask, int op, uint64_t in, int arg, int width) {
   me.arg = arg;
   me.width = width;
   me.mask = mask;
-  bool all_here = true;
-  for (unsigned l = 0; l < nlanes; ++l) {
-    if (!((mask >> l) & 1u) || l == my_lane) continue;
-    const Fiber& o = r->f[warp_base + l];
-    if (o.st == St::Done)
-      die(std::string(op_name(op)) + " mask " + hex(mask) + " names lane " + std::to_string(l) + ", which has exited");
-    if (o.st != St::WarpWait || !((o.mask >> my_lane) & 1u)) {
-      all_here = false;  // not here yet, or busy in a collective of other lanes (it will come)
-      continue;
+  WarpState& ws = r->warps[warp_base / kWarp];
+  const unsigned my_bit = 1u << my_lane;
+  if (mask & ws.done) {
+    const int l = __builtin_ctz(mask & ws.done);
+    die(std::string(op_name(op)) + " mask " + hex(mask) + " names lane " + std::to_string(l) + ", which has exited");
+  }
+  // Release when every other lane of the mask waits at this same collective. A lane of the mask
+  // waiting at another collective that names this lane too can never meet it: a deadlock (or
+  // undefined) on a GPU. One waiting at a collective of other lanes will come here later.
+  bool all_here = (mask & ~(ws.waiting | my_bit)) == 0;
+  if (all_here) {
+    for (unsigned rest = mask & ~my_bit; rest; rest &= rest - 1) {
+      const Fiber& o = r->f[warp_base + unsigned(__builtin_ctz(rest))];
+      if (o.op == op && o.mask == mask && o.width == width) continue;
+      if ((o.mask >> my_lane) & 1u)
+        die(std::string("lanes of one warp wait at different collectives: ") + op_name(op) + " mask " + hex(mask) +
+            " and " + op_name(o.op) + " mask " + hex(o.mask));
+      all_here = false;
     }
-    // Both wait for each other at different collectives: a deadlock (or undefined) on a GPU.
-    if (o.op != op || o.mask != mask || o.width != width)
-      die(std::string("lanes of one warp wait at different collectives: ") + op_name(op) + " mask " + hex(mask) +
-          " and " + op_name(o.op) + " mask " + hex(o.mask));
   }
   if (all_here) {
     warp_release(warp_base, mask);
     return me.out;
   }
+  ws.waiting |= my_bit;
   me.st = St::WarpWait;
   yield();
   return self().out;
@@ -295,6 +335,7 @@ void run_block(dim3 grid, dim3 block, uint3 bid, size_t smem_bytes, const char* 
   r.smem.assign(smem_bytes, 0xFF);
   const unsigned n = block.x * block.y * block.z;
   r.f.resize(n);
+  r.warps.assign((n + kWarp - 1) / kWarp, WarpState{});
   BlockRun* outer = t_run;  // a launch from inside a kernel is not supported; keep state sane anyway
   t_run = &r;
   t_blockIdx = bid;
@@ -305,21 +346,23 @@ void run_block(dim3 grid, dim3 block, uint3 bid, size_t smem_bytes, const char* 
     f.tid = uint3{i % block.x, (i / block.x) % block.y, i / (block.x * block.y)};
     f.ctx = bctx::make_fcontext(t_stacks->top(i), kStackBytes, fiber_entry);
   }
-  std::vector<unsigned> order(n);
+  std::vector<unsigned>& order = r.order;
+  order.resize(n);
   std::iota(order.begin(), order.end(), 0u);
   const Order mode = order_setting().order;
   if (mode == Order::Reverse) std::reverse(order.begin(), order.end());
   for (;;) {
     if (mode == Order::Shuffle) std::shuffle(order.begin(), order.end(), rng);
     bool ran = false;
-    for (unsigned i : order) {
-      Fiber& f = r.f[i];
+    for (size_t p = 0; p < n; ++p) {
+      Fiber& f = r.f[order[p]];
       if (f.st != St::Ready) continue;
-      r.cur = i;
+      r.pos = p;
+      r.cur = order[p];
       t_threadIdx = f.tid;
-      bctx::transfer_t t = bctx::jump_fcontext(f.ctx, nullptr);
-      f.ctx = t.fctx;
+      arrived(bctx::jump_fcontext(f.ctx, nullptr));  // the round runs until no thread after it is ready
       ran = true;
+      break;
     }
     if (ran) continue;
     unsigned done = 0, at_bar = 0;
@@ -391,7 +434,41 @@ void write_coverage() {
   std::fclose(f);
 }
 
+// CUEMU_PROFILE=1: seconds spent in each kernel (and cuBLAS call), printed at exit.
+struct ProfileEntry {
+  uint64_t launches = 0;
+  double seconds = 0.0;
+};
+std::map<std::string, ProfileEntry>& profile() {
+  static auto* m = new std::map<std::string, ProfileEntry>();
+  return *m;
+}
+void print_profile() {
+  double total = 0.0;
+  for (const auto& [name, e] : profile()) total += e.seconds;
+  std::fprintf(stderr, "cuemu profile: %.2f s in emulated device work\n", total);
+  for (const auto& [name, e] : profile())
+    std::fprintf(stderr, "  %8.3f s %7llu x %s\n", e.seconds, (unsigned long long)e.launches, name.c_str());
+}
+
 }  // namespace
+
+bool profiling() {
+  static const bool on = [] {
+    const char* env = std::getenv("CUEMU_PROFILE");
+    if (!env || !*env || *env == '0') return false;
+    std::atexit(print_profile);
+    return true;
+  }();
+  return on;
+}
+
+void add_profile(const std::string& name, double seconds) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  ProfileEntry& e = profile()[name];
+  e.launches += 1;
+  e.seconds += seconds;
+}
 
 void record_coverage(const std::string& line) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
@@ -590,12 +667,14 @@ cudaError_t launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stre
   }
   const char* outer = t_kernel;
   t_kernel = name;
+  const auto t0 = std::chrono::steady_clock::now();
   for (uint64_t i = 0; i < n_blocks; ++i) {
     const uint64_t b = order.empty() ? i : order[i];
     const uint3 bid{unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (uint64_t(grid.x) * grid.y))};
     run_block(grid, block, bid, dynamic_smem, name, body, rng);
   }
   t_kernel = outer;
+  if (profiling()) add_profile(instance, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   check_canaries((std::string("kernel ") + instance).c_str());
   return cudaSuccess;
 }
