@@ -169,6 +169,65 @@ void print_offload_stats(const Offload& o, const endor::OffloadStats& d, size_t 
                o.weights && o.weights->disk_path().rfind("O_DIRECT", 0) == 0 ? 1 : 0, batch_extra.c_str());
 }
 
+// --plan: measures the disk and copy bandwidths and the kernel times of this container at this
+// batch, and prints the cost model's per-step and per-token prediction for the placement.
+endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::Backend& backend, const Offload& o,
+                               uint32_t batch) {
+  const endor::Manifest& m = container.manifest();
+  const std::vector<endor::GroupDemand> demands = endor::group_demands(m);
+  endor::CostInputs in;
+  in.batch = batch;
+  std::string disk_mode = "no disk tier";
+  uint64_t max_disk = 0;
+  for (size_t g = 0; g < demands.size(); ++g)
+    if (o.placement.tiers[g] == endor::Tier::Disk && demands[g].loaded) max_disk = std::max(max_disk, m.groups[g].size);
+  for (size_t g = 0; g < demands.size(); ++g) {
+    if (o.placement.tiers[g] != endor::Tier::Disk || !demands[g].loaded) continue;
+    // Reads of whole blocks, as the streaming does: three of them (or to the end of the file).
+    const uint64_t offset = m.groups[g].offset;
+    const uint64_t bytes = std::min<uint64_t>(3 * max_disk, container.file_bytes() - offset);
+    const endor::DiskProbe probe = endor::probe_disk_read(container.path(), offset, bytes, max_disk);
+    in.disk_gbps = probe.gbps;
+    disk_mode = probe.mode;
+    break;
+  }
+  in.copy_gbps = endor::cpu::measure_copy_bandwidth_gbps(size_t(256) << 20, 1);  // the engine copies on one thread
+  for (size_t g = 0; g < demands.size(); ++g) {
+    if (!demands[g].streamable || !demands[g].loaded) continue;
+    in.block_ms = endor::time_linears(container, backend, m.groups[g].tensors, batch, 2);
+    in.block_bytes = m.groups[g].size;
+    break;
+  }
+  for (const char* head : {"lm_head.weight", "model.lm_head.weight", "model.embed_tokens.weight", "embed_tokens.weight"}) {
+    for (uint32_t t = 0; t < m.tensors.size(); ++t) {
+      if (m.tensors[t].name != head) continue;
+      in.head_ms = endor::time_linears(container, backend, {t}, batch, 2);
+      break;
+    }
+    if (in.head_ms > 0) break;
+  }
+  const endor::CostPrediction p = endor::predict_step(o.placement, demands, in);
+  std::fprintf(stderr, "plan: batch %u; measured: disk %.3f GB/s (%s), host copy %.2f GB/s, one block's Linears %.3f ms "
+               "(%s), lm_head %.3f ms\n", batch, in.disk_gbps, disk_mode.c_str(), in.copy_gbps, in.block_ms,
+               endor::format_bytes(in.block_bytes).c_str(), in.head_ms);
+  std::fprintf(stderr, "plan: per step: disk reads %.2f ms (%s) | copies %.2f + block compute %.2f + head %.2f ms -> "
+               "%.2f ms (%s-bound); predicted %.3f ms per token\n", p.read_ms, endor::format_bytes(p.disk_bytes).c_str(),
+               p.copy_ms, p.compute_ms, p.head_ms, p.step_ms, p.bound, p.token_ms);
+  std::fprintf(stderr, "plan-summary: batch=%u disk_gbps=%.4f copy_gbps=%.3f block_ms=%.4f head_ms=%.4f read_ms=%.4f "
+               "compute_lane_ms=%.4f predicted_step_ms=%.4f predicted_ms_per_token=%.4f bound=%s\n", batch, in.disk_gbps,
+               in.copy_gbps, in.block_ms, in.head_ms, p.read_ms, p.copy_ms + p.compute_ms + p.head_ms, p.step_ms,
+               p.token_ms, p.bound);
+  return p;
+}
+
+void print_plan_vs_measured(const std::optional<endor::CostPrediction>& plan, double measured_step_ms,
+                            double measured_token_ms) {
+  if (!plan) return;
+  std::fprintf(stderr, "plan-vs-measured: predicted_step_ms=%.4f measured_step_ms=%.4f predicted_ms_per_token=%.4f "
+               "measured_ms_per_token=%.4f ratio=%.4f\n", plan->step_ms, measured_step_ms, plan->token_ms,
+               measured_token_ms, plan->step_ms > 0 ? measured_step_ms / plan->step_ms : 0.0);
+}
+
 std::string read_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw endor::Error(path + ": cannot open (" + std::strerror(errno) + ")");
@@ -265,7 +324,8 @@ struct BatchRun {
 
 int run_batch(endor::Model& model, const endor::Tokenizer* tokenizer, const BatchRun& br,
               const endor::SamplerOptions& sampling, const endor::GenerationOptions& gen, const Offload& offload,
-              const endor::Backend& backend, bool stats, uint64_t seed) {
+              const endor::Backend& backend, bool stats, uint64_t seed,
+              const std::optional<endor::CostPrediction>& plan) {
   endor::BatchGenerationOptions options;
   options.batch = br.batch;
   options.max_new_tokens = gen.max_new_tokens;
@@ -320,6 +380,8 @@ int run_batch(endor::Model& model, const endor::Tokenizer* tokenizer, const Batc
     std::snprintf(extra, sizeof extra, " batch=%zu generated_tokens=%zu generated_tokens_per_s=%.4f", br.batch,
                   st.n_generated, st.generated_tokens_per_s());
     print_offload_stats(offload, d, st.n_steps, st.total_ms, extra);
+    print_plan_vs_measured(plan, st.n_steps ? st.total_ms / st.n_steps : 0,
+                           st.n_generated ? st.total_ms / st.n_generated : 0);
   }
   return 0;
 }
@@ -364,6 +426,8 @@ int run(int argc, char** argv) {
      cxxopts::value<uint32_t>()->default_value("2"))
     ("disk-io", "how disk-tier blocks are read: auto, direct (O_DIRECT, buffered where refused), buffered, "
                 "cufile", cxxopts::value<std::string>()->default_value("auto"))
+    ("plan", "before running, measure disk/copy bandwidth and kernel times and print the predicted time per "
+             "step and per token of this placement and batch (with --stats: predicted vs measured)")
     ("dump-logits", "write the prompt's logits [tokens, vocab] as float32 .npy",
      cxxopts::value<std::string>())
     ("stats", "print prefill/decode speed, time per layer, bytes read per token and the offload table "
@@ -455,6 +519,8 @@ int run(int argc, char** argv) {
     }
   }
   const Offload offload = setup_offload(*container, *backend, args, kv_capacity, max_tokens);
+  std::optional<endor::CostPrediction> plan;
+  if (args.count("plan")) plan = plan_run(*container, *backend, offload, batched ? uint32_t(br.batch) : 1u);
   std::unique_ptr<endor::Model> model = endor::load_model(*container, *backend, offload.weights.get());
 
   if (measure) {
@@ -478,7 +544,8 @@ int run(int argc, char** argv) {
     gen.max_new_tokens = n_new;
     gen.stop_at_eos = args.count("ignore-eos") == 0;
     model->set_profiling(false);
-    return run_batch(*model, tokenizer ? &*tokenizer : nullptr, br, sampling, gen, offload, *backend, args.count("stats") > 0, seed);
+    return run_batch(*model, tokenizer ? &*tokenizer : nullptr, br, sampling, gen, offload, *backend,
+                     args.count("stats") > 0, seed, plan);
   }
   gen.max_new_tokens = n_new;
   gen.stop_at_eos = args.count("ignore-eos") == 0;
@@ -549,6 +616,8 @@ int run(int argc, char** argv) {
       decode = offload.weights->stats() - at_first_token;
     }
     print_offload_stats(offload, decode, st.n_decode_steps, st.decode_ms);
+    const double per = st.n_decode_steps ? st.decode_ms / st.n_decode_steps : 0;
+    print_plan_vs_measured(plan, per, per);
   }
   return 0;
 }
