@@ -12,7 +12,7 @@ scripts/build.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 (cd build && ctest --output-on-failure -j"$jobs")
 
-echo "== sanitizer build (ASan + UBSan): format, safetensors and tokenizer parser tests =="
+echo "== sanitizer build (ASan + UBSan): format, safetensors, GGUF and tokenizer parser tests =="
 # Only the parsers of untrusted input are rebuilt and rerun under the sanitizers; the numeric
 # suites (kernels, runtime, calibration) would take far longer in a Debug+ASan build.
 sanitized="test_format test_packer test_tokenizer"

@@ -99,6 +99,13 @@ uint64_t min_value_bytes(GgufValueType t) {
   return 1;
 }
 
+// Keys and tensor names appear in one-line messages: no control bytes.
+bool printable_name(const std::string& s) {
+  for (unsigned char c : s)
+    if (c < 0x20 || c == 0x7F) return false;
+  return true;
+}
+
 bool known_value_type(uint32_t t) { return t <= uint32_t(GgufValueType::F64); }
 
 GgufValue read_value(Cursor& c, GgufValueType type, const std::string& key, uint32_t depth, const std::string& where) {
@@ -231,6 +238,8 @@ GgufHeader parse_gguf(const uint8_t* file, uint64_t n_bytes, const std::string& 
 
   for (uint64_t k = 0; k < n_keys; ++k) {
     std::string key = c.string("a metadata key");
+    if (key.empty() || key.size() > 65535 || !printable_name(key))
+      fail(where, "metadata key " + std::to_string(k) + " is not a name (empty, over 65535 bytes, or holding control bytes)");
     const uint32_t type = c.read<uint32_t>("a metadata value type");
     if (!known_value_type(type)) fail(where, "metadata '" + key + "' has unknown value type " + std::to_string(type));
     GgufValue v = read_value(c, GgufValueType(type), key, 0, where);
@@ -248,6 +257,8 @@ GgufHeader parse_gguf(const uint8_t* file, uint64_t n_bytes, const std::string& 
   for (uint64_t k = 0; k < n_tensors; ++k) {
     GgufTensorInfo t;
     t.name = c.string("a tensor name");
+    if (t.name.empty() || t.name.size() > 64 || !printable_name(t.name))
+      fail(where, "tensor " + std::to_string(k) + " has no valid name (1 to 64 bytes without control bytes, as ggml's)");
     const std::string tw = "tensor '" + t.name + "'";
     if (!names.insert(t.name).second) fail(where, tw + " appears twice");
     const uint32_t n_dims = c.read<uint32_t>("a tensor's dimension count");

@@ -77,7 +77,7 @@ GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
   Meta m{h, where};
   const std::string arch = m.text("general.architecture");
   if (arch != "llama" && arch != "qwen2")
-    fail(where, "architecture '" + arch + "' is not supported (supported: llama, qwen2; Mistral files say llama)");
+    fail(where, "architecture '" + packer_detail::printable(arch) + "' is not supported (supported: llama, qwen2; Mistral files say llama)");
   const std::string a = arch + ".";
   GgufModel out;
   nlohmann::json& c = out.config;
@@ -112,7 +112,7 @@ GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
     if (type == "linear") {
       c["rope_scaling"] = {{"type", "linear"}, {"factor", m.real_or(a + "rope.scaling.factor", 1.0)}};
     } else if (type != "none") {
-      fail(where, "rope scaling '" + type + "' is not supported (only linear)");
+      fail(where, "rope scaling '" + packer_detail::printable(type) + "' is not supported (only linear)");
     }
   }
   if (h.tensor("rope_freqs.weight"))
@@ -178,8 +178,12 @@ GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
     out.tensors.push_back(std::move(mt));
   }
 
-  out.tokenizer_json = gguf_tokenizer_json(h, where).dump();
-  out.tokenizer_config_json = gguf_tokenizer_config(h, where).dump(2) + "\n";
+  try {  // every string was checked to be UTF-8; this keeps a missed one an Error, not a crash
+    out.tokenizer_json = gguf_tokenizer_json(h, where).dump();
+    out.tokenizer_config_json = gguf_tokenizer_config(h, where).dump(2) + "\n";
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, std::string("the tokenizer metadata cannot be written as JSON: ") + e.what());
+  }
   return out;
 }
 

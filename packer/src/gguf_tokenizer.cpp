@@ -78,6 +78,32 @@ bool in_byte_alphabet(const std::string& token) {
   return true;
 }
 
+// Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF): JSON text must be.
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const uint8_t c = uint8_t(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xE0) == 0xC0) { n = 1; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { n = 2; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { n = 3; cp = c & 0x07; }
+    else return false;
+    if (i + n >= s.size()) return false;  // the continuation bytes run past the end
+    for (size_t k = 1; k <= n; ++k) {
+      const uint8_t d = uint8_t(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 struct Meta {
   const GgufHeader& h;
   const std::string& where;
@@ -95,6 +121,7 @@ struct Meta {
     const GgufValue* v = h.find(key);
     if (!v) return fallback;
     if (v->type != GgufValueType::String) fail(where, "metadata '" + key + "' must be a string");
+    if (!valid_utf8(v->str)) fail(where, "metadata '" + key + "' is not valid UTF-8");
     return v->str;
   }
   bool flag_or(const std::string& key, bool fallback) const {
@@ -128,7 +155,11 @@ Vocab read_vocab(const Meta& m) {
   const GgufValue* tokens = m.array("tokenizer.ggml.tokens", GgufValueType::String, true);
   if (tokens->array.empty() || tokens->array.size() > (1u << 24))
     fail(m.where, "tokenizer.ggml.tokens must hold 1 to 16777216 tokens");
-  for (const GgufValue& t : tokens->array) v.tokens.push_back(t.str);
+  for (const GgufValue& t : tokens->array) {
+    if (!valid_utf8(t.str))
+      fail(m.where, "tokenizer.ggml.tokens[" + std::to_string(v.tokens.size()) + "] is not valid UTF-8");
+    v.tokens.push_back(t.str);
+  }
   const size_t n = v.tokens.size();
   v.types.assign(n, kNormal);
   if (const GgufValue* types = m.array("tokenizer.ggml.token_type", GgufValueType::I32, false)) {
@@ -206,9 +237,10 @@ json merges_from_scores(const Vocab& v) {
 json merges_from_file(const Meta& m, const GgufValue& merges) {
   json out = json::array();
   for (const GgufValue& x : merges.array) {
+    if (!valid_utf8(x.str)) fail(m.where, "a tokenizer.ggml.merges entry is not valid UTF-8");
     const size_t sp = x.str.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 >= x.str.size() || x.str.find(' ', sp + 1) != std::string::npos)
-      fail(m.where, "tokenizer.ggml.merges entry '" + x.str.substr(0, 40) + "' is not two tokens separated by one space");
+      fail(m.where, "tokenizer.ggml.merges entry '" + packer_detail::printable(x.str) + "' is not two tokens separated by one space");
     out.push_back({x.str.substr(0, sp), x.str.substr(sp + 1)});
   }
   return out;
@@ -223,7 +255,7 @@ json gguf_tokenizer_json(const GgufHeader& h, const std::string& where) {
   const GgufValue* merges = m.array("tokenizer.ggml.merges", GgufValueType::String, false);
   const bool byte_level = v.model == "gpt2";
   if (!byte_level && v.model != "llama")
-    fail(where, "tokenizer model '" + v.model + "' is not supported (supported: gpt2, llama)");
+    fail(where, "tokenizer model '" + packer_detail::printable(v.model) + "' is not supported (supported: gpt2, llama)");
 
   json tok;
   tok["version"] = "1.0";
@@ -287,7 +319,7 @@ json gguf_tokenizer_json(const GgufHeader& h, const std::string& where) {
       tok["normalizer"] = {{"type", "NFC"}};
       tok["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split(kQwen2Split), bl_plain}}};
     } else {
-      fail(where, "pre-tokenizer '" + pre + "' (tokenizer.ggml.pre) is not supported (supported: smollm, gpt-2, default, "
+      fail(where, "pre-tokenizer '" + packer_detail::printable(pre) + "' (tokenizer.ggml.pre) is not supported (supported: smollm, gpt-2, default, "
                   "llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen)");
     }
     model["unk_token"] = nullptr;
@@ -301,7 +333,7 @@ json gguf_tokenizer_json(const GgufHeader& h, const std::string& where) {
   } else {
     // SentencePiece BPE as LlamaTokenizerFast (legacy) lays it out.
     if (v.pre != "default" && v.pre != "llama")
-      fail(where, "pre-tokenizer '" + v.pre + "' with a llama (SentencePiece) tokenizer is not supported (supported: default)");
+      fail(where, "pre-tokenizer '" + packer_detail::printable(v.pre) + "' with a llama (SentencePiece) tokenizer is not supported (supported: default)");
     const bool add_space = m.flag_or("tokenizer.ggml.add_space_prefix", true);
     json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
     tok["normalizer"] = add_space ? json{{"type", "Sequence"},

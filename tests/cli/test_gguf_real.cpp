@@ -3,8 +3,9 @@
 // the built binaries: identical stored weights (bf16), the same token ids on the held-out
 // text (tests/fixtures/smollm2/reference.json, transformers'), the same perplexity, equal to
 // transformers' per-window figures. Skipped, saying so, without $ENDOR_CACHE (~/.cache/endor)
-// holding smollm2/SmolLM2-135M-Instruct.Q4_1.gguf and smollm2-135m-instruct-hf/
-// (scripts/fetch_smollm2.sh, tools/make_smollm2_fixture.py). About 30 s on 2 cores.
+// holding smollm2/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/fetch_smollm2.sh); without
+// smollm2-135m-instruct-hf/ (tools/make_smollm2_fixture.py, needs torch) only the comparisons
+// with the folder are skipped, saying so. About 35 s on 2 cores.
 #include <sys/stat.h>
 
 #include <cmath>
@@ -60,20 +61,26 @@ double parse_after(const std::string& text, const std::string& key) {
 TEST_CASE("real model: GGUF and transformers' folder pack the same weights, ids and perplexity") {
   const std::string gguf = cache_dir() + "/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
   const std::string hf = cache_dir() + "/smollm2-135m-instruct-hf";
-  if (!exists(gguf) || !exists(hf + "/model.safetensors") || !exists(kHeldout)) {
-    MESSAGE("SKIPPED: needs " << gguf << " (scripts/fetch_smollm2.sh), " << hf
-                              << " (tools/make_smollm2_fixture.py) and " << kHeldout);
+  if (!exists(gguf) || !exists(kHeldout)) {
+    MESSAGE("SKIPPED: needs " << gguf << " (scripts/fetch_smollm2.sh) and " << kHeldout);
     return;
   }
+  // Without the folder (CI has no torch to make it) the GGUF path is checked against
+  // transformers' committed figures alone.
+  const bool with_folder = exists(hf + "/model.safetensors");
+  if (!with_folder)
+    MESSAGE("PARTLY SKIPPED: no " << hf << " (tools/make_smollm2_fixture.py): the GGUF path is checked against "
+                                     "tests/fixtures/smollm2/reference.json only, not blob for blob against the folder");
   char tmpl[] = "/tmp/endor-gguf-real-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
   const std::string log = dir + "/log";
+  const nlohmann::json ref =
+      nlohmann::json::parse(read_file(std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/smollm2/reference.json"));
 
   // bf16: the folder's dtype (an f32 comparison needs an f32 folder: the tiny fixture's test does it).
-  for (const char* dtype : {"bf16"}) {
-    CAPTURE(dtype);
-    run(kPack + " convert '" + gguf + "' -o " + dir + "/g.endor --dtype " + dtype, log);
-    run(kPack + " convert '" + hf + "' -o " + dir + "/h.endor --dtype " + dtype, log);
+  run(kPack + " convert '" + gguf + "' -o " + dir + "/g.endor --dtype bf16", log);
+  if (with_folder) {
+    run(kPack + " convert '" + hf + "' -o " + dir + "/h.endor --dtype bf16", log);
     const auto g = endor::ContainerReader::open(dir + "/g.endor");
     const auto h = endor::ContainerReader::open(dir + "/h.endor");
     REQUIRE(g->manifest().tensors.size() == h->manifest().tensors.size());
@@ -88,35 +95,35 @@ TEST_CASE("real model: GGUF and transformers' folder pack the same weights, ids 
       CHECK(a->info->shape == ti.shape);
       CHECK(std::memcmp(a->data, b.data, b.layout.total_bytes) == 0);
     }
-    // Token ids on the held-out text: equal to each other and to transformers'.
-    const nlohmann::json ref =
-        nlohmann::json::parse(read_file(std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/smollm2/reference.json"));
-    const std::string ids_g = run(kInfer + " tokenize " + dir + "/g.endor < " + kHeldout, dir + "/ids_g");
-    const std::string ids_h = run(kInfer + " tokenize " + dir + "/h.endor < " + kHeldout, dir + "/ids_h");
-    CHECK(ids_g == ids_h);
-    std::vector<int64_t> ids;
-    std::istringstream in(ids_g);
-    for (int64_t x; in >> x;) ids.push_back(x);
-    CHECK(ids.size() == 7639);
-    CHECK(ids == ref.at("ids").get<std::vector<int64_t>>());
-
-    // Perplexity on the first two 512-token windows (the text cut where its tokens 0..1023 stay
-    // the same): identical for both containers and transformers' per-window NLL within 1e-4.
-    const std::string text = read_file(kHeldout);
-    std::ofstream(dir + "/head.txt") << text.substr(0, 6500);
-    const std::string pg = run("OMP_WAIT_POLICY=passive " + kInfer + " " + dir + "/g.endor --perplexity " + dir +
-                                   "/head.txt --ctx 512 2>&1",
-                               dir + "/ppl_g");
-    const std::string ph = run("OMP_WAIT_POLICY=passive " + kInfer + " " + dir + "/h.endor --perplexity " + dir +
-                                   "/head.txt --ctx 512 2>&1",
-                               dir + "/ppl_h");
-    const double nll_g = parse_after(pg, "mean NLL: "), nll_h = parse_after(ph, "mean NLL: ");
-    CHECK(parse_after(pg, "perplexity: ") == parse_after(ph, "perplexity: "));
-    CHECK(nll_g == nll_h);
-    const nlohmann::json& w = ref.at("window_mean_nll");
-    const double expected = (w[0].get<double>() + w[1].get<double>()) / 2;
-    CHECK(std::fabs(nll_g - expected) <= 1e-4 * expected);
-    MESSAGE("GGUF path: 2 windows mean NLL " << nll_g << ", transformers " << expected);
   }
+
+  // Token ids on the held-out text: transformers' (and the folder's).
+  const std::string ids_g = run(kInfer + " tokenize " + dir + "/g.endor < " + kHeldout, dir + "/ids_g");
+  if (with_folder) CHECK(ids_g == run(kInfer + " tokenize " + dir + "/h.endor < " + kHeldout, dir + "/ids_h"));
+  std::vector<int64_t> ids;
+  std::istringstream in(ids_g);
+  for (int64_t x; in >> x;) ids.push_back(x);
+  CHECK(ids.size() == 7639);
+  CHECK(ids == ref.at("ids").get<std::vector<int64_t>>());
+
+  // Perplexity on the first two 512-token windows (the text cut where its tokens 0..1023 stay the
+  // same): transformers' per-window NLL within 1e-4, and identical for the folder's container.
+  const std::string text = read_file(kHeldout);
+  std::ofstream(dir + "/head.txt") << text.substr(0, 6500);
+  auto ppl = [&](const std::string& file) {
+    return run("OMP_WAIT_POLICY=passive " + kInfer + " " + file + " --perplexity " + dir + "/head.txt --ctx 512 2>&1",
+               dir + "/ppl");
+  };
+  const std::string pg = ppl(dir + "/g.endor");
+  const double nll_g = parse_after(pg, "mean NLL: ");
+  if (with_folder) {
+    const std::string ph = ppl(dir + "/h.endor");
+    CHECK(parse_after(pg, "perplexity: ") == parse_after(ph, "perplexity: "));
+    CHECK(nll_g == parse_after(ph, "mean NLL: "));
+  }
+  const nlohmann::json& w = ref.at("window_mean_nll");
+  const double expected = (w[0].get<double>() + w[1].get<double>()) / 2;
+  CHECK(std::fabs(nll_g - expected) <= 1e-4 * expected);
+  MESSAGE("GGUF path: 2 windows mean NLL " << nll_g << ", transformers " << expected);
   (void)std::system(("rm -rf '" + dir + "'").c_str());
 }

@@ -286,6 +286,19 @@ inline std::vector<CorruptCase> corrupt_cases() {
     b.tensor_f32("blk.7.attn_norm.weight", {32});
     cases.push_back({"layer past block_count", b.build(), "past block_count"});
   }
+  {
+    Builder b = tiny_llama("tokenizer.ggml.tokens");
+    std::vector<std::string> tokens(260, "x");
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = "t" + std::to_string(i);
+    tokens[7] = "\xff\xfe";
+    b.kv_strs("tokenizer.ggml.tokens", tokens);
+    cases.push_back({"token not UTF-8", b.build(), "tokenizer.ggml.tokens[7] is not valid UTF-8"});
+  }
+  {
+    Builder b = tiny_llama();
+    b.tensor_f32("bad\nname", {32});
+    cases.push_back({"control byte in a tensor name", b.build(), "has no valid name"});
+  }
   return cases;
 }
 
