@@ -43,6 +43,7 @@ row() {
   local file=$work/$name.endor
   if [ -s "$file" ] && [ -s "$work/$name.pack" ]; then rows+=("$name"); return; fi
   [ "${ACCURACY_PACK:-1}" = 0 ] && return
+  [[ $name =~ ${ACCURACY_ONLY:-.} ]] || return 0  # a regex of the rows to pack in this run
   rows+=("$name")
   /usr/bin/time -v "$pack" "$@" -o "$file" >"$work/$name.log" 2>"$work/$name.time" ||
     { cat "$work/$name.log" "$work/$name.time" >&2; exit 1; }
@@ -75,7 +76,8 @@ ramp() {
     done
   done
 }
-# Most telling rows first; ACCURACY_PACK=0 reports only what is already packed (a run cut short).
+# Most telling rows first; ACCURACY_PACK=0 reports only what is already packed (a run cut short),
+# ACCURACY_ONLY=REGEX packs only the rows whose names match.
 row "dense.-.none" convert "$model"
 grid 50%
 ramp 50% none int4
