@@ -22,8 +22,10 @@ const char* kTemplate =
     "{{ ' ' + m['content'] | trim + eos_token }}{% else %}{{ raise_exception('no ' + m['role'] + ' role') }}"
     "{% endif %}{% endfor %}";
 
-// The sample folder with `template` in tokenizer_config.json (null: none), packed into dir/name.
-std::string pack_with_template(const TempDir& dir, const std::string& name, const nlohmann::json& tmpl) {
+// The sample folder with `tmpl` in tokenizer_config.json (null: none), packed into dir/name;
+// `jinja` (when not empty) is written as chat_template.jinja beside it (transformers 5's layout).
+std::string pack_with_template(const TempDir& dir, const std::string& name, const nlohmann::json& tmpl,
+                               const std::string& jinja = "") {
   const std::string folder = dir.file(name + ".src");
   std::filesystem::create_directory(folder);
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"})
@@ -31,6 +33,7 @@ std::string pack_with_template(const TempDir& dir, const std::string& name, cons
   nlohmann::json config = test::read_json(test::sample_dir() + "/tokenizer_config.json");
   if (!tmpl.is_null()) config["chat_template"] = tmpl;
   std::ofstream(folder + "/tokenizer_config.json") << config.dump(1);
+  if (!jinja.empty()) std::ofstream(folder + "/chat_template.jinja") << jinja;
   const std::string out = dir.file(name);
   const auto r = test::run_capture(test::endor_pack() + " convert " + folder + " -o " + out, dir);
   INFO("endor-pack stderr: ", r.err);
@@ -133,8 +136,15 @@ TEST_CASE("--chat errors: no template, bad template, a turn the template refuses
   CHECK(r.status == 0);
   CHECK(r.err.find("<s>Question: hi\nAnswer:") != std::string::npos);
 
-  // A system turn is refused by this template: with -p nothing else happens; on stdin the error is
-  // reported and the conversation goes on.
+  // chat_template.jinja beside tokenizer_config.json wins over its "chat_template".
+  const std::string jinja = pack_with_template(dir, "jinja.endor", "{{ raise_exception('not this one') }}",
+                                               std::string(kTemplate) + "{{ ' (jinja file)' }}");
+  r = test::infer(dir, jinja + " --chat -p hi -n 2 --temperature 0 --dump-prompt");
+  CHECK(r.status == 0);
+  CHECK(r.err.find("<s>Question: hi\nAnswer: (jinja file)") != std::string::npos);
+
+  // A second turn is refused by this template: on stdin the error is reported and the conversation
+  // goes on.
   const std::string strict = pack_with_template(dir, "strict.endor",
       "{% if messages | length > 1 %}{{ raise_exception('one turn only') }}{% endif %}" + std::string(kTemplate));
   const std::string input = "first\nsecond\n";
