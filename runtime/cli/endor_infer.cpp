@@ -233,7 +233,8 @@ int run(int argc, char** argv) {
     ("n,n-tokens", "tokens to generate", cxxopts::value<size_t>()->default_value("64"))
     ("ignore-eos", "keep generating after an end-of-sequence token")
     ("chat", "chat through the container's chat template: user turns from stdin, one per line (or the one "
-             "turn -p TEXT); each answer streams out and joins the history. --ctx caps the conversation")
+             "turn -p TEXT); each answer streams out and joins the history. The conversation holds --ctx tokens "
+             "(default: 4096 or the model's context if smaller)")
     ("dump-prompt", "with --chat: print each turn's rendered prompt and its token ids to stderr")
     ("perplexity", "measure perplexity on this text file instead of generating",
      cxxopts::value<std::string>())
@@ -313,7 +314,8 @@ int run(int argc, char** argv) {
   if (tokenizer && !measure && !chat) prompt = tokenizer->encode(prompt_text, true);
   const size_t n_new = args["n-tokens"].as<size_t>();
   const size_t context = endor::parse_model_config(container->manifest().config, file).max_positions;
-  const size_t ctx_tokens = args.count("ctx") ? args["ctx"].as<size_t>() : context;
+  // A chat's KV cache is allocated whole up front: 4096 tokens unless --ctx asks for more.
+  const size_t ctx_tokens = args.count("ctx") ? args["ctx"].as<size_t>() : chat ? std::min<size_t>(context, 4096) : context;
   const size_t kv_capacity = measure || chat ? ctx_tokens : prompt.size() + std::max<size_t>(n_new, 1) - 1;
   const size_t max_tokens = measure || chat ? ctx_tokens : prompt.size();
   const Offload offload = setup_offload(*container, *backend, args, kv_capacity, max_tokens);

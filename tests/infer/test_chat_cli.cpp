@@ -154,6 +154,13 @@ TEST_CASE("--chat errors: no template, bad template, a turn the template refuses
   CHECK(r.err.find("the template raised an error: one turn only") != std::string::npos);
   CHECK(!r.out.empty());
 
+  // A conversation longer than --ctx: refused before anything is generated.
+  r = test::infer(dir, listed + " --chat -p \"Who begat Enos, and who begat Cainan?\" --ctx 8");
+  CHECK(r.status == 1);
+  CHECK(test::one_error_line(r.err));
+  CHECK(r.err.find("the context holds 8") != std::string::npos);
+  CHECK(r.out.empty());
+
   r = test::infer(dir, plain + " --chat --ids \"1 2\"");
   CHECK(r.status == 2);
   CHECK(test::one_error_line(r.err));
