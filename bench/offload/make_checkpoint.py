@@ -10,7 +10,10 @@ Shapes: --shape 7b (Llama-2-7B: hidden 4096, 32 layers, 32 heads, intermediate 1
 13.5 GB) or --shape tiny (hidden 256, 6 layers, 4 heads, intermediate 688, vocab 1024, ~12 MB, for the
 CPU run of the same script). Weights N(0, 0.02^2) (initializer_range), norm weights 1.
 
-Usage: make_checkpoint.py OUT_DIR [--shape 7b|tiny] [--seed 0] [--shard-bytes 2G]
+--layers N keeps the shape's widths with N decoder blocks (e.g. 8 of Llama-2-7B's 32, when disk or
+time is short: per-token figures per block scale linearly).
+
+Usage: make_checkpoint.py OUT_DIR [--shape 7b|tiny] [--layers N] [--seed 0] [--shard-bytes 2G]
 """
 import argparse
 import json
@@ -56,12 +59,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="7b")
+    ap.add_argument("--layers", type=int, default=0, help="decoder blocks (default: the shape's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shard-bytes", default="2G")
     a = ap.parse_args()
     t0 = time.time()
     os.makedirs(a.out, exist_ok=True)
-    config = LlamaConfig(**SHAPES[a.shape], rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+    shape = dict(SHAPES[a.shape])
+    if a.layers > 0:
+        shape["num_hidden_layers"] = a.layers
+    config = LlamaConfig(**shape, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
                          bos_token_id=1, eos_token_id=2, initializer_range=0.02, torch_dtype="float16")
     config.architectures = ["LlamaForCausalLM"]
     config.save_pretrained(a.out)

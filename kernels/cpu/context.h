@@ -50,6 +50,8 @@ struct Context {
   ScratchBuffer thread_scratch;  // RowDecode: a few decoded rows per thread
   ScratchBuffer attn_scratch;    // attention scores, per thread
   ScratchBuffer attn_v_scratch;  // prefill attention: V transposed per kv head
+  ScratchBuffer act_scratch;     // int8 activations: the quantized x (QuantizedX)
+  ScratchBuffer xhat_scratch;    // int8 activations on non-fused paths: x̂ = d·q as f32
   std::vector<LinearGroupTask> group_tasks;  // linear_group's task list, reused between calls
   std::unique_ptr<OneDnnGemm> onednn;  // null when not built with oneDNN or gemm == Builtin
 };

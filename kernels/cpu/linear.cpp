@@ -16,6 +16,33 @@ constexpr size_t kDefaultGemmMinTokens = 16;
 constexpr size_t kRowDecodeRows = 4;              // rows each thread decodes at a time
 constexpr size_t kPanelBytes = size_t(16) << 20;  // decoded f32 panel size for PanelGemm
 
+// Whether this weight multiplies int8 activations under ctx's options.
+bool int8_activations(const Context& ctx, const TensorView& w) {
+  return !ctx.options.exact && int8_activation_weight(w.layout.value_type);
+}
+
+// x quantized into ctx.act_scratch.
+QuantizedX quantize_into_scratch(Context& ctx, const float* x, size_t n_tokens, uint64_t cols) {
+  const size_t floats = quantized_bytes(n_tokens, cols) / 4;
+  return quantize_activations(x, cols, n_tokens, cols, ctx.act_scratch.floats(floats));
+}
+
+void linear_fused_q8(Context& ctx, const TensorView& w, const QuantizedX& qx, size_t n_tokens, float* y) {
+  const uint64_t rows = w.layout.rows, cols = w.layout.cols;
+  const size_t chunk = rows_per_task(rows, ctx.n_threads);
+  const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
+  const WeightKernels& k = *ctx.kernels;
+  for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
+    const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
+    const QuantizedX q0 = qx.token(t0);
+#pragma omp parallel for num_threads(threads_for(rows * cols * nt, ctx.n_threads)) schedule(dynamic, 1)
+    for (int64_t b = 0; b < n_chunks; ++b) {
+      const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
+      k.dot_rows_q8(w, r0, r1, q0, nt, y + t0 * rows, rows);
+    }
+  }
+}
+
 void linear_fused(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, float* y) {
   const uint64_t rows = w.layout.rows, cols = w.layout.cols;
   const size_t chunk = rows_per_task(rows, ctx.n_threads);
@@ -96,7 +123,23 @@ LinearPath choose_linear_path(const Context& ctx, const TensorLayout& layout, si
 
 void linear(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, const float* bias, float* y) {
   if (n_tokens == 0) return;
-  switch (choose_linear_path(ctx, w.layout, n_tokens)) {
+  const LinearPath path = choose_linear_path(ctx, w.layout, n_tokens);
+  if (int8_activations(ctx, w)) {
+    const uint64_t cols = w.layout.cols;
+    const QuantizedX qx = quantize_into_scratch(ctx, x, n_tokens, cols);
+    if (path == LinearPath::Fused || path == LinearPath::Auto) {
+      linear_fused_q8(ctx, w, qx, n_tokens, y);
+    } else {
+      // The other paths multiply x̂ = d·q in f32: the same function up to the f32 rounding of x̂.
+      float* xhat = ctx.xhat_scratch.floats(n_tokens * cols);
+      dequantize_activations(qx, n_tokens, cols, xhat, cols);
+      if (path == LinearPath::RowDecode) linear_row_decode(ctx, w, xhat, n_tokens, y);
+      else linear_panel_gemm(ctx, w, xhat, n_tokens, y);
+    }
+    if (bias) add_bias_rows(ctx, y, bias, n_tokens, w.layout.rows);
+    return;
+  }
+  switch (path) {
     case LinearPath::Auto:
     case LinearPath::Fused: linear_fused(ctx, w, x, n_tokens, y); break;
     case LinearPath::RowDecode: linear_row_decode(ctx, w, x, n_tokens, y); break;
@@ -130,11 +173,16 @@ void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const floa
       tasks.push_back({&jobs[i], r0, std::min<uint64_t>(jobs[i].w->layout.rows, r0 + chunk)});
   const WeightKernels& k = *ctx.kernels;
   const int64_t n_tasks = int64_t(tasks.size());
+  // x quantized once for every int8/int4 job of the group (they share it, as they share x).
+  bool any_q8 = false;
+  for (size_t i = 0; i < n_jobs; ++i) any_q8 = any_q8 || int8_activations(ctx, *jobs[i].w);
+  const QuantizedX qx = any_q8 ? quantize_into_scratch(ctx, x, n_tokens, jobs[0].w->layout.cols) : QuantizedX{};
 #pragma omp parallel for num_threads(threads_for(work, ctx.n_threads)) schedule(dynamic, 1)
   for (int64_t i = 0; i < n_tasks; ++i) {
     const LinearGroupTask& t = tasks[size_t(i)];
     const uint64_t rows = t.job->w->layout.rows, cols = t.job->w->layout.cols;
-    k.dot_rows(*t.job->w, t.r0, t.r1, x, cols, n_tokens, t.job->y, rows);
+    if (int8_activations(ctx, *t.job->w)) k.dot_rows_q8(*t.job->w, t.r0, t.r1, qx, n_tokens, t.job->y, rows);
+    else k.dot_rows(*t.job->w, t.r0, t.r1, x, cols, n_tokens, t.job->y, rows);
     if (const float* b = t.job->bias)
       for (size_t tok = 0; tok < n_tokens; ++tok)
         for (uint64_t r = t.r0; r < t.r1; ++r) t.job->y[tok * rows + r] += b[r];

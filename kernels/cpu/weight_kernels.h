@@ -15,6 +15,41 @@ namespace endor::cpu::detail {
 // Fused kernels keep one accumulator per token in registers: at most this many tokens per call.
 inline constexpr size_t kMaxFusedTokens = 8;
 
+// ---- int8 activations (the default for int8/int4 weights; Options::exact turns them off) -------
+//
+// x is quantized per token in blocks of kActBlock consecutive columns: d = amax/127 (f32),
+// q = nearbyint(x · (1/d)) in [−127, 127] (round half to even; d = 0 and q = 0 for an all-zero
+// block). The product of a weight row with such an x is then, exactly as written (integer sums
+// exact, the float steps rounded in any order the kernel likes):
+//   int8 weights (row scale s):    y = s · Σ_b d_b · Σ_{c∈b} q_w[c]·q[c]
+//   int4 weights (scale S, min M): y = Σ_b d_b · Σ_{g} (S_g·Σ_{c∈b∩g} q_w[c]·q[c] + M_g·Σ_{c∈b∩g, present} q[c])
+// (absent bitmap elements contribute 0 to both sums). 32 columns, not the int4 group: it is the
+// finest block whose scale costs nothing extra in the AVX-512 kernel (a vpdpbusd lane sums 4
+// columns, so the two blocks of a 64-column word are the two halves of one accumulator, scaled by
+// one vector of d), and activation outliers then spoil 32 columns, not 128.
+inline constexpr size_t kActBlock = 32;
+
+// The quantized activations of n_tokens tokens: q[t·q_stride + c] (zero past cols, up to
+// q_stride), d[t·d_stride + b] and sums[t·d_stride + b] = Σ_{c∈b} q[c] (zero past the blocks of
+// cols). q_stride = cols rounded up to 64 (whole 64-column words), d_stride = q_stride / 32.
+struct QuantizedX {
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  const int32_t* sums = nullptr;
+  size_t q_stride = 0, d_stride = 0;
+  QuantizedX token(size_t t) const { return {q + t * q_stride, d + t * d_stride, sums + t * d_stride, q_stride, d_stride}; }
+};
+inline size_t quantized_q_stride(uint64_t cols) { return size_t((cols + 63) / 64 * 64); }
+// Bytes of storage quantize_activations needs for n_tokens tokens of cols columns.
+size_t quantized_bytes(size_t n_tokens, uint64_t cols);
+// Quantizes x[t·x_stride + c] (c < cols, t < n_tokens) into `storage` (quantized_bytes of it,
+// 64-byte aligned). One implementation for every instruction set, so every kernel sees the same q, d.
+QuantizedX quantize_activations(const float* x, size_t x_stride, size_t n_tokens, uint64_t cols, void* storage);
+// x̂[t·x_stride + c] = d_b · q[c] (f32, one rounding): what the non-fused paths multiply instead.
+void dequantize_activations(const QuantizedX& qx, size_t n_tokens, uint64_t cols, float* out, size_t out_stride);
+// True for the value types the int8-activation kernels serve (int8, int4).
+inline bool int8_activation_weight(ValueType vt) { return vt == ValueType::I8 || vt == ValueType::I4; }
+
 struct WeightKernels {
   const char* name;
   // out[(r - r0)·cols + c] = W[r, c] as f32 for r in [r0, r1): bit-identical to decode_rows_f32.
@@ -29,9 +64,17 @@ struct WeightKernels {
   // n < n_rows, t < n_tokens (any n_tokens); `a` is a decoded row panel.
   void (*dense_dot)(const float* a, size_t a_stride, size_t n_rows, size_t k, const float* x,
                     size_t x_stride, size_t n_tokens, float* y, size_t y_stride);
+  // int8 or int4 weights only: y[t·y_stride + r] = the int8-activation product above of row r with
+  // token t of qx (the QuantizedX of t = 0), r in [r0, r1), 1 ≤ n_tokens ≤ kMaxFusedTokens.
+  void (*dot_rows_q8)(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t n_tokens,
+                      float* y, size_t y_stride);
 };
 
 const WeightKernels& portable_kernels();
+// The portable dot_rows_q8 (the reference of the int8-activation arithmetic; also the fallback of
+// the x86 sets for int4 group sizes their kernels do not take).
+void portable_dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t n_tokens,
+                          float* y, size_t y_stride);
 // Only valid when cpu_has_avx2(): compiled with -mavx2 -mfma -mf16c in its own translation unit.
 const WeightKernels& avx2_kernels();
 // Only valid when cpu_has_avx512(): compiled with -mavx512{f,bw,vl,dq,vbmi2} in its own

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "weight_kernels.h"
 
@@ -657,10 +658,110 @@ void dense_dot(const float* a, size_t as, size_t n_rows, size_t k, const float* 
   }
 }
 
+// ---- int8 activations: vpmaddubsw -----------------------------------------------------------
+//
+// The fallback of the VNNI kernels, per 32-column activation block: the row's codes are first laid
+// out densely in a per-thread buffer (0 where absent, with 0/1 presence bytes for int4), then each
+// block is vpmaddubsw (unsigned × signed bytes into saturating 16-bit pairs) + vpmaddwd by ones into
+// 8 exact int32 sums. int8 weights go in as |q_w| times q with q_w's sign (vpsignb), so a pair is at
+// most 2·127·127 = 32258 and never saturates; int4 codes (≤ 15) go in as they are. Needs int4 group
+// sizes that are multiples of 32 (one group per block); others take the portable kernel.
+
+// The codes of row r as bytes at their columns (zero where absent and up to `padded`), and for int4
+// the presence bytes.
+template <ValueType VT>
+void row_code_bytes(const TensorView& w, uint64_t r, uint64_t padded, uint8_t* codes, uint8_t* present) {
+  const TensorLayout& L = w.layout;
+  const uint8_t* values = w.values();
+  if (L.encoding == Encoding::Dense) {
+    if constexpr (VT == ValueType::I8) {
+      std::memcpy(codes, values + r * L.cols, L.cols);
+    } else {
+      unpack_nibbles(values, r * L.cols, L.cols, codes);
+      std::memset(present, 1, L.cols);
+      std::memset(present + L.cols, 0, padded - L.cols);
+    }
+    std::memset(codes + L.cols, 0, padded - L.cols);
+    return;
+  }
+  std::memset(codes, 0, padded);
+  if constexpr (VT == ValueType::I4) std::memset(present, 0, padded);
+  uint64_t v = bitmap_row_start(w, r);
+  const uint8_t* words = w.data + L.bitmap_offset + 8 * r * L.words_per_row;
+  for (uint64_t i = 0; i < L.words_per_row; ++i) {
+    uint64_t word = load_u64(words + 8 * i);
+    if (i + 1 == L.words_per_row) word &= last_word_mask(L.cols);
+    while (word) {
+      const uint64_t c = 64 * i + uint64_t(__builtin_ctzll(word));
+      if constexpr (VT == ValueType::I8) {
+        codes[c] = values[v];
+      } else {
+        codes[c] = (v % 2 == 0) ? (values[v / 2] & 0x0F) : (values[v / 2] >> 4);
+        present[c] = 1;
+      }
+      ++v;
+      word &= word - 1;
+    }
+  }
+}
+
+template <ValueType VT>
+void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
+  const TensorLayout& L = w.layout;
+  const uint64_t padded = qx.q_stride, blocks = padded / kActBlock;
+  thread_local std::vector<uint8_t> codes_buf, present_buf;
+  codes_buf.resize(padded);
+  present_buf.resize(padded);
+  uint8_t* codes = codes_buf.data();
+  uint8_t* present = present_buf.data();
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (uint64_t r = r0; r < r1; ++r) {
+    row_code_bytes<VT>(w, r, padded, codes, present);
+    __m256 acc[kMaxFusedTokens];
+    for (size_t t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+    for (uint64_t b = 0; b < blocks; ++b) {
+      const __m256i cw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + b * kActBlock));
+      __m256 s = _mm256_setzero_ps(), m = _mm256_setzero_ps();
+      __m256i pw = _mm256_setzero_si256(), aw = cw;
+      if constexpr (VT == ValueType::I4) {
+        const uint64_t p = r * L.groups_per_row + b * kActBlock / L.group_size;
+        if (b * kActBlock < L.cols) {
+          s = _mm256_set1_ps(half(w.group_scales()[p]));
+          m = _mm256_set1_ps(half(w.group_mins()[p]));
+        }
+        pw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(present + b * kActBlock));
+      } else {
+        aw = _mm256_abs_epi8(cw);
+      }
+      for (size_t t = 0; t < nt; ++t) {
+        const QuantizedX xt = qx.token(t);
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt.q + b * kActBlock));
+        const __m256 d = _mm256_set1_ps(xt.d[b]);
+        if constexpr (VT == ValueType::I8) {
+          const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, cw)), ones16);
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), d, acc[t]);
+        } else {
+          const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones16);
+          const __m256i sp = _mm256_madd_epi16(_mm256_maddubs_epi16(pw, xv), ones16);
+          const __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), s, _mm256_mul_ps(_mm256_cvtepi32_ps(sp), m));
+          acc[t] = _mm256_fmadd_ps(v, d, acc[t]);
+        }
+      }
+    }
+    for (size_t t = 0; t < nt; ++t) y[t * ys + r] = hsum(acc[t]) * (VT == ValueType::I8 ? w.row_scales()[r] : 1.0f);
+  }
+}
+
+void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
+  if (w.layout.value_type == ValueType::I8) return dot_rows_q8_vt<ValueType::I8>(w, r0, r1, qx, nt, y, ys);
+  if (w.layout.group_size % kActBlock == 0) return dot_rows_q8_vt<ValueType::I4>(w, r0, r1, qx, nt, y, ys);
+  return portable_dot_rows_q8(w, r0, r1, qx, nt, y, ys);
+}
+
 }  // namespace
 
 const WeightKernels& avx2_kernels() {
-  static const WeightKernels kernels{"avx2+f16c+fma", decode_rows, decode_rows_u16, dot_rows, dense_dot};
+  static const WeightKernels kernels{"avx2+f16c+fma", decode_rows, decode_rows_u16, dot_rows, dense_dot, dot_rows_q8};
   return kernels;
 }
 

@@ -77,11 +77,13 @@ __attribute__((always_inline)) inline void prefetch(const uint8_t* p) { _mm_pref
 // Per 32 source bytes: dword i (codes 8i..8i+7) is widened into qword i, and vpmultishiftqb
 // (VBMI) pulls the 4-bit field at bit 4t of that qword into its byte t; the mask and the flag are
 // one ternary-logic op. Three vector µops per 64 codes.
+// kFlag = false: the bare codes (the int8-activation kernels, which take presence from the bitmap).
+template <bool kFlag = true>
 __attribute__((always_inline)) inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8_t* out) {
   const uint8_t* src = values + k0 / 2;
   const uint64_t n_bytes = ((k0 & 1) + n + 1) / 2;
   const __m512i fields = _mm512_set1_epi64(0x1C1814100C080400LL);  // bit offsets 0, 4, ..., 28
-  const __m512i lo4 = _mm512_set1_epi8(0x0F), flag = _mm512_set1_epi8(0x10);
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), flag = _mm512_set1_epi8(kFlag ? 0x10 : 0);
   auto unpack32 = [&](__m256i bytes, uint64_t j) {
     const __m512i codes = _mm512_ternarylogic_epi32(_mm512_multishift_epi64_epi8(fields, _mm512_cvtepu32_epi64(bytes)), lo4, flag, 0xEA);  // (a & b) | c
     _mm512_storeu_si512(out + 2 * j, codes);
@@ -455,11 +457,194 @@ void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, siz
   }
 }
 
+// ---- int8 activations: vpdpbusd (AVX-512 VNNI) ------------------------------------------------
+//
+// A word's 64 weight codes are one byte vector (vpexpandb of the stored bytes, or a load for
+// dense), multiplied by the word's 64 quantized x with one vpdpbusd per token: 16 int32 lanes, lane
+// j the exact sum over columns 4j..4j+3, so lanes 0-7 belong to activation block 2w and lanes 8-15
+// to block 2w + 1 (kActBlock = 32). One conversion and one fma with a vector of the two blocks'
+// d then accumulate the word in f32. vpdpbusd multiplies unsigned by signed bytes:
+//   int8  the codes + 128 (xor 0x80) times q, the accumulator started at −128·Σ(the lane's 4 q):
+//         exact Σ q_w·q per lane (an absent weight, byte 0, becomes 128 and cancels the same way);
+//   int4  the bare codes (0..15) times q; a bitmap row also sums its present q (a vpdpbusd of the
+//         word's mask as 0/1 bytes) for the mins; a dense row's Σ q per group is the same for every
+//         row, so Σ_g M_g·(Σ_{b∈g} d_b·sums_b) is taken once per call and per row is a short dot.
+// Per word and token: 1-2 vpdpbusd, 1-2 conversions, 1-2 fmas; the shuffle port only expands.
+
+bool cpu_has_vnni() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni");
+  }();
+  return has;
+}
+
+// The words of one int8/int4 row in column order: f(wi, codes, present) with the word's 64 codes as
+// bytes (0 where absent or past the row) and its presence mask (all ones for dense words).
+template <ValueType VT, typename F>
+__attribute__((always_inline)) inline void for_each_code_word(const TensorView& w, uint64_t r, uint8_t* scratch, F&& f) {
+  const TensorLayout& L = w.layout;
+  const uint8_t* values = w.values();
+  if (L.encoding == Encoding::Bitmap) {
+    const uint64_t wpr = L.words_per_row, bpr = L.blocks_per_row, last_n = L.cols - 64 * (wpr - 1);
+    const uint8_t* words = w.data + L.bitmap_offset + 8 * r * wpr;
+    for (uint64_t b = 0; b < bpr; ++b) {
+      const uint64_t flat = r * bpr + b;
+      const uint64_t k0 = load_u32(w.data + L.index_offset + 4 * flat);
+      const uint8_t* p;
+      if constexpr (VT == ValueType::I4) {
+        const uint64_t k1 = flat + 1 < L.rows * bpr ? load_u32(w.data + L.index_offset + 4 * (flat + 1)) : L.nnz;
+        unpack_nibbles<false>(values, k0, k1 - k0, scratch);
+        p = scratch + (k0 & 1);
+      } else {
+        p = values + k0;
+      }
+      const uint64_t w_begin = b * (kIndexBlockCols / 64), w_end = std::min(wpr, w_begin + kIndexBlockCols / 64);
+      for (uint64_t wi = w_begin; wi < w_end; ++wi) {
+        const bool last = wi + 1 == wpr;
+        const uint64_t bits = last ? load_u64(words + 8 * wi) & first_bits(last_n) : load_u64(words + 8 * wi);
+        if ((wi & 7) == 0) prefetch(words + 8 * wi + kPrefetchBytes / 8);
+        if constexpr (VT != ValueType::I4) prefetch(p + kPrefetchBytes);
+        const __mmask64 k = mask64_at(last ? nullptr : words + 8 * wi, bits);
+        f(wi, _mm512_maskz_expandloadu_epi8(k, p), k);
+        p += _mm_popcnt_u64(bits);
+      }
+    }
+    return;
+  }
+  const uint64_t cols = L.cols;
+  for (uint64_t s0 = 0; s0 < cols; s0 += kIndexBlockCols) {
+    const uint64_t s1 = std::min(cols, s0 + kIndexBlockCols);
+    const uint8_t* p;
+    if constexpr (VT == ValueType::I4) {
+      const uint64_t k0 = r * cols + s0;
+      unpack_nibbles<false>(values, k0, s1 - s0, scratch);
+      p = scratch + (k0 & 1);
+    } else {
+      p = values + r * cols + s0;
+    }
+    for (uint64_t c0 = s0; c0 < s1; c0 += 64, p += 64) {
+      const uint64_t n = std::min<uint64_t>(64, s1 - c0);
+      if constexpr (VT != ValueType::I4) prefetch(p + kPrefetchBytes);
+      const __mmask64 k = __mmask64(first_bits(n));
+      f(c0 / 64, n == 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(k, p), k);
+    }
+  }
+}
+
+template <ValueType VT, int NT>
+void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y, size_t ys) {
+  const TensorLayout& L = w.layout;
+  const uint64_t words = qx.q_stride / 64;
+  const bool bitmap = L.encoding == Encoding::Bitmap;
+  // Per call: each (token, word)'s vector of block scales, and for int8 the accumulators' start
+  // (−128·Σ of each lane's 4 q); for dense int4 P[t][g] = Σ_{b∈g} d_b·sums_b.
+  float* dv = thread_buffer<2>(NT * words * 16);
+  int32_t* start = reinterpret_cast<int32_t*>(thread_buffer<3>(NT * words * 16 + NT * (L.groups_per_row + 1)));
+  float* group_p = reinterpret_cast<float*>(start + NT * words * 16);
+  for (int t = 0; t < NT; ++t) {
+    const QuantizedX xt = qx.token(size_t(t));
+    for (uint64_t wi = 0; wi < words; ++wi) {
+      const __m512 d = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(xt.d[2 * wi]), _mm512_set1_ps(xt.d[2 * wi + 1]));
+      _mm512_store_ps(dv + (t * words + wi) * 16, d);
+      if constexpr (VT == ValueType::I8) {
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), _mm512_loadu_si512(xt.q + 64 * wi));
+        _mm512_store_si512(start + (t * words + wi) * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s));
+      }
+    }
+    if (VT == ValueType::I4 && !bitmap)
+      for (uint64_t g = 0; g < L.groups_per_row; ++g) {
+        const uint64_t b0 = g * L.group_size / kActBlock, b1 = std::min<uint64_t>(xt.d_stride, (g + 1) * L.group_size / kActBlock);
+        float p = 0.0f;
+        for (uint64_t b = b0; b < b1; ++b) p += xt.d[b] * float(xt.sums[b]);
+        group_p[t * L.groups_per_row + g] = p;
+      }
+  }
+  CodeScratch scratch;
+  if constexpr (VT == ValueType::I4) scratch.groups = thread_buffer<1>(2 * Groups::padded_groups(w));
+  const uint64_t words_per_group = VT == ValueType::I4 ? L.group_size / 64 : 1;
+  const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
+  for (uint64_t r = r0; r < r1; ++r) {
+    constexpr int kA = NT <= 2 ? 2 : 1;  // two f32 chains per token while there are few tokens
+    __m512 acc[NT][kA], gq[NT], gp[NT];
+    for (int t = 0; t < NT; ++t) {
+      for (int a = 0; a < kA; ++a) acc[t][a] = _mm512_setzero_ps();
+      gq[t] = gp[t] = _mm512_setzero_ps();
+    }
+    Groups grp;
+    if constexpr (VT == ValueType::I4) grp = Groups(w, r, scratch.groups);
+    uint64_t left = words_per_group;
+    for_each_code_word<VT>(w, r, scratch.bytes, [&](uint64_t wi, __m512i codes, __mmask64 k) {
+      if constexpr (VT == ValueType::I8) {
+        const __m512i u = _mm512_xor_si512(codes, _mm512_set1_epi8(char(0x80)));
+        for (int t = 0; t < NT; ++t) {
+          const size_t at = (t * words + wi) * 16;
+          const __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512(start + at), u, _mm512_loadu_si512(qx.q + t * qx.q_stride + 64 * wi));
+          acc[t][wi % kA] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_load_ps(dv + at), acc[t][wi % kA]);
+        }
+      } else {
+        const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
+        for (int t = 0; t < NT; ++t) {
+          const size_t at = (t * words + wi) * 16;
+          const __m512i xv = _mm512_loadu_si512(qx.q + t * qx.q_stride + 64 * wi);
+          const __m512 d = _mm512_load_ps(dv + at);
+          gq[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[t]);
+          if (bitmap) gp[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[t]);
+        }
+        if (--left == 0 || wi + 1 == words) {  // the group's end (or the row's): apply its scale and min
+          const __m512 s = _mm512_set1_ps(*grp.s++), m = _mm512_set1_ps(*grp.m++);
+          for (int t = 0; t < NT; ++t) {
+            acc[t][0] = _mm512_fmadd_ps(gq[t], s, acc[t][0]);
+            if (bitmap) acc[t][0] = _mm512_fmadd_ps(gp[t], m, acc[t][0]);
+            gq[t] = gp[t] = _mm512_setzero_ps();
+          }
+          left = words_per_group;
+        }
+      }
+    });
+    for (int t = 0; t < NT; ++t) {
+      __m512 v = acc[t][0];
+      if constexpr (kA == 2) v = _mm512_add_ps(acc[t][0], acc[t][1]);
+      float sum = _mm512_reduce_add_ps(v);
+      if constexpr (VT == ValueType::I8) {
+        sum *= w.row_scales()[r];
+      } else if (!bitmap) {
+        const float* mins = scratch.groups + Groups::padded_groups(w);
+        float m = 0.0f;
+        for (uint64_t g = 0; g < L.groups_per_row; ++g) m += mins[g] * group_p[t * L.groups_per_row + g];
+        sum += m;
+      }
+      y[t * ys + r] = sum;
+    }
+  }
+}
+
+template <ValueType VT>
+void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
+  switch (nt) {
+    case 1: return dot_rows_q8_t<VT, 1>(w, r0, r1, qx, y, ys);
+    case 2: return dot_rows_q8_t<VT, 2>(w, r0, r1, qx, y, ys);
+    case 3: return dot_rows_q8_t<VT, 3>(w, r0, r1, qx, y, ys);
+    case 4: return dot_rows_q8_t<VT, 4>(w, r0, r1, qx, y, ys);
+    case 5: return dot_rows_q8_t<VT, 5>(w, r0, r1, qx, y, ys);
+    case 6: return dot_rows_q8_t<VT, 6>(w, r0, r1, qx, y, ys);
+    case 7: return dot_rows_q8_t<VT, 7>(w, r0, r1, qx, y, ys);
+    default: return dot_rows_q8_t<VT, 8>(w, r0, r1, qx, y, ys);
+  }
+}
+
+void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
+  if (!cpu_has_vnni()) return avx2_kernels().dot_rows_q8(w, r0, r1, qx, nt, y, ys);
+  if (w.layout.value_type == ValueType::I8) return dot_rows_q8_vt<ValueType::I8>(w, r0, r1, qx, nt, y, ys);
+  if (w.layout.group_size % 64 == 0) return dot_rows_q8_vt<ValueType::I4>(w, r0, r1, qx, nt, y, ys);
+  return avx2_kernels().dot_rows_q8(w, r0, r1, qx, nt, y, ys);
+}
+
 }  // namespace
 
 const WeightKernels& avx512_kernels() {
   const WeightKernels& avx2 = avx2_kernels();
-  static const WeightKernels kernels{"avx512-vbmi2", avx2.decode_rows, avx2.decode_rows_u16, dot_rows, avx2.dense_dot};
+  static const WeightKernels kernels{"avx512-vbmi2", avx2.decode_rows, avx2.decode_rows_u16, dot_rows, avx2.dense_dot, dot_rows_q8};
   return kernels;
 }
 

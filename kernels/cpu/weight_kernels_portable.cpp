@@ -1,6 +1,7 @@
 // Portable (plain C++) weight kernels: always built, always tested, and the fallback on CPUs
 // without AVX2. Bitmap rows are walked word by word, visiting set bits only.
 #include <algorithm>
+#include <vector>
 
 #include "weight_kernels.h"
 
@@ -166,10 +167,88 @@ void dense_dot(const float* a, size_t a_stride, size_t n_rows, size_t k, const f
   }
 }
 
+// The stored codes of row r (int8: the signed code, int4: the unsigned one) at their columns, 0
+// where absent, and present[c] = 1 where stored. code and present hold cols entries.
+void row_codes(const TensorView& w, uint64_t r, int32_t* code, uint8_t* present) {
+  const TensorLayout& L = w.layout;
+  const uint8_t* values = w.values();
+  auto code_of = [&](uint64_t v) -> int32_t {
+    if (L.value_type == ValueType::I8) return int8_t(values[v]);
+    const uint8_t byte = values[v / 2];
+    return (v % 2 == 0) ? (byte & 0x0F) : (byte >> 4);
+  };
+  if (L.encoding == Encoding::Dense) {
+    for (uint64_t c = 0; c < L.cols; ++c) {
+      code[c] = code_of(r * L.cols + c);
+      present[c] = 1;
+    }
+    return;
+  }
+  std::fill(code, code + L.cols, 0);
+  std::fill(present, present + L.cols, uint8_t(0));
+  uint64_t v = bitmap_row_start(w, r);
+  const uint8_t* words = w.data + L.bitmap_offset + 8 * r * L.words_per_row;
+  for (uint64_t i = 0; i < L.words_per_row; ++i) {
+    uint64_t word = load_u64(words + 8 * i);
+    if (i + 1 == L.words_per_row) word &= last_word_mask(L.cols);
+    while (word) {
+      const uint64_t c = 64 * i + uint64_t(__builtin_ctzll(word));
+      code[c] = code_of(v++);
+      present[c] = 1;
+      word &= word - 1;
+    }
+  }
+}
+
 }  // namespace
 
+// Straight from the definition in weight_kernels.h, block by block (and, for int4, group by group
+// inside a block): the reference every x86 int8-activation kernel is tested beside.
+void portable_dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t n_tokens,
+                          float* y, size_t y_stride) {
+  const TensorLayout& L = w.layout;
+  thread_local std::vector<int32_t> code;
+  thread_local std::vector<uint8_t> present;
+  code.resize(L.cols);
+  present.resize(L.cols);
+  const bool int4 = L.value_type == ValueType::I4;
+  for (uint64_t r = r0; r < r1; ++r) {
+    row_codes(w, r, code.data(), present.data());
+    for (size_t t = 0; t < n_tokens; ++t) {
+      const QuantizedX xt = qx.token(t);
+      float acc = 0.0f;
+      for (uint64_t c0 = 0; c0 < L.cols; c0 += kActBlock) {
+        const uint64_t c1 = std::min<uint64_t>(L.cols, c0 + kActBlock);
+        float block = 0.0f;
+        if (!int4) {
+          int32_t s = 0;
+          for (uint64_t c = c0; c < c1; ++c) s += code[c] * xt.q[c];
+          block = float(s);
+        } else {
+          for (uint64_t g0 = c0; g0 < c1;) {  // the pieces of the block in each group
+            const uint64_t g = g0 / L.group_size, g1 = std::min<uint64_t>(c1, (g + 1) * L.group_size);
+            int32_t sq = 0, sp = 0;
+            for (uint64_t c = g0; c < g1; ++c) {
+              sq += code[c] * xt.q[c];
+              sp += present[c] * xt.q[c];
+            }
+            const uint64_t p = r * L.groups_per_row + g;
+            const float scale = half_to_f32(load_u16(w.data + L.scales_offset + 2 * p));
+            const float min = half_to_f32(load_u16(w.data + L.mins_offset + 2 * p));
+            block += scale * float(sq) + min * float(sp);
+            g0 = g1;
+          }
+        }
+        acc += xt.d[c0 / kActBlock] * block;
+      }
+      if (!int4) acc *= w.row_scales()[r];
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
 const WeightKernels& portable_kernels() {
-  static const WeightKernels kernels{"portable", decode_rows, decode_rows_u16, dot_rows, dense_dot};
+  static const WeightKernels kernels{"portable", decode_rows, decode_rows_u16, dot_rows, dense_dot, portable_dot_rows_q8};
   return kernels;
 }
 

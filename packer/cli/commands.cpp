@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cleanup.h"
+#include "endor/gguf.h"
 #include "endor/packer.h"
 #include "progress.h"
 
@@ -74,6 +75,7 @@ void add_prune_options(cxxopts::Options& o) {
     ("sparsity", "fraction of each pruned Linear to zero, in [0, 1); 0 keeps existing zeros", cxxopts::value<std::string>())
     ("method", "magnitude, wanda or sparsegpt (these two need --calib)", cxxopts::value<std::string>()->default_value("magnitude"))
     ("pattern", "unstructured or N:M (zero N of every M consecutive inputs, e.g. 2:4)", cxxopts::value<std::string>()->default_value("unstructured"))
+    ("sparsity-ramp", "wanda|sparsegpt, unstructured: block sparsity rises linearly from S-D (first block) to S+D (last), mean S", cxxopts::value<std::string>())
     ("scope", "row (the int(in*S) smallest |w| of each row) or matrix (one threshold)", cxxopts::value<std::string>()->default_value("row"))
     ("quant", "none, int8 (per row) or int4 (per group) for the pruned Linears (sparsegpt: jointly, with error compensation; magnitude, wanda: after pruning)", cxxopts::value<std::string>()->default_value("none"))
     ("group-size", "int4 group: consecutive input columns sharing a scale and min", cxxopts::value<uint32_t>()->default_value("128"))
@@ -85,7 +87,7 @@ void add_prune_options(cxxopts::Options& o) {
 }
 
 bool any_prune_option_given(const cxxopts::ParseResult& r) {
-  for (const char* k : {"sparsity", "method", "pattern", "scope", "quant", "group-size", "skip", "calib", "dtype",
+  for (const char* k : {"sparsity", "sparsity-ramp", "method", "pattern", "scope", "quant", "group-size", "skip", "calib", "dtype",
                         "calib-samples", "calib-seqlen", "seed"})
     if (r.count(k)) return true;
   return false;
@@ -145,6 +147,15 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
   } else if (require_sparsity && !p.structured()) {
     throw UsageError("prune needs --sparsity S (or --pattern N:M)");
   }
+  if (r.count("sparsity-ramp")) {
+    const double d = parse_fraction(r["sparsity-ramp"].as<std::string>(), "--sparsity-ramp");
+    if (p.method == "magnitude") throw UsageError("--sparsity-ramp needs --method wanda|sparsegpt");
+    if (p.structured()) throw UsageError("--sparsity-ramp applies to unstructured sparsity, not --pattern " + pattern);
+    if (!(d >= 0.0 && p.sparsity - d >= 0.0 && p.sparsity + d < 1.0))
+      throw UsageError("--sparsity-ramp " + r["sparsity-ramp"].as<std::string>() + " must keep every block's sparsity in [0, 1): " +
+                       "S - D >= 0 and S + D < 1");
+    p.sparsity_ramp = d;
+  }
   const std::string scope = r["scope"].as<std::string>();
   if (scope == "row") p.scope = PruneScope::Row;
   else if (scope == "matrix") p.scope = PruneScope::Matrix;
@@ -195,7 +206,7 @@ int run_pack(const char* cmd, int argc, char** argv) {
                                   "generation config included).");
     opts.positional_help("SRC -o OUT.endor");
     opts.add_options()
-      ("src", "Hugging Face checkpoint folder", cxxopts::value<std::string>())
+      ("src", "Hugging Face checkpoint folder or GGUF file", cxxopts::value<std::string>())
       ("o,output", "output .endor file (written to a temporary name, renamed when complete)", cxxopts::value<std::string>())
       ("h,help", "show this help");
     add_dtype_and_budget_options(opts);
@@ -207,7 +218,7 @@ int run_pack(const char* cmd, int argc, char** argv) {
       return 0;
     }
     if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
-    const std::string src = positional(r, "src", "SRC (the checkpoint folder)");
+    const std::string src = positional(r, "src", "SRC (the checkpoint folder or GGUF file)");
     if (!r.count("output")) throw UsageError("missing -o OUT.endor");
     const std::string out = r["output"].as<std::string>();
     PackOptions o = parse_pack_options(r, prune, true, true);
@@ -273,6 +284,7 @@ std::string default_output_name(std::string input, const char* ext) {
   const size_t slash = input.rfind('/');
   std::string base = slash == std::string::npos ? input : input.substr(slash + 1);
   if (base.size() > 6 && base.compare(base.size() - 6, 6, ".endor") == 0) base.resize(base.size() - 6);
+  if (base.size() > 5 && base.compare(base.size() - 5, 5, ".gguf") == 0) base.resize(base.size() - 5);
   if (base.empty() || base == "." || base == "..") base = "model";
   return base + ".compare." + ext;
 }
@@ -324,7 +336,7 @@ int run_compare(int argc, char** argv) {
         "folder as NAME.compare.csv/.json/.svg (NAME = the input's base name).");
     opts.positional_help("SRC|FILE.endor");
     opts.add_options()
-      ("input", "checkpoint folder or .endor file", cxxopts::value<std::string>())
+      ("input", "checkpoint folder, GGUF file or .endor file", cxxopts::value<std::string>())
       ("zstd-levels", "comma-separated zstd levels", cxxopts::value<std::string>()->default_value("1,3,19"))
       ("csv", "CSV output path", cxxopts::value<std::string>())
       ("json", "JSON output path", cxxopts::value<std::string>())
@@ -341,11 +353,11 @@ int run_compare(int argc, char** argv) {
       return 0;
     }
     if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
-    const std::string input = positional(r, "input", "SRC or FILE (a checkpoint folder or a .endor container)");
+    const std::string input = positional(r, "input", "SRC or FILE (a checkpoint folder, a GGUF file or a .endor container)");
     struct stat st {};
-    const bool is_dir = ::stat(input.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    const bool is_dir = (::stat(input.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) || is_gguf_file(input);
     if (!is_dir && any_prune_option_given(r))
-      throw UsageError("pruning options apply when comparing a checkpoint folder, not a .endor file");
+      throw UsageError("pruning options apply when comparing a checkpoint (folder or GGUF), not a .endor file");
     PackOptions po = parse_pack_options(r, true, false, false);
     po.command = "compare";
     CompareOptions co;

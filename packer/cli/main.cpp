@@ -20,7 +20,8 @@ const char kUsage[] =
     "  inspect FILE [--json] [--verify]                  tensors, encodings, sizes, tiers\n"
     "  compare SRC|FILE [--zstd-levels 1,3,19] [...]     Endor vs zstd: sizes and decode speed\n"
     "\n"
-    "SRC is a Hugging Face checkpoint folder (config.json + *.safetensors).\n";
+    "SRC is a Hugging Face checkpoint folder (config.json + *.safetensors) or a GGUF file\n"
+    "(llama/qwen2; F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors, dequantized; default --dtype f16).\n";
 
 }  // namespace
 

@@ -237,14 +237,22 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
 
   // 3. Block by block.
   const std::string prefix = c.arch == Architecture::Opt ? "model.decoder.layers." : "model.layers.";
-  const pruning::SparsityTarget target = spec.structured() ? pruning::SparsityTarget::n_of_m(spec.n, spec.m)
-                                                           : pruning::SparsityTarget::unstructured(spec.sparsity);
+  if (spec.sparsity_ramp != 0.0) {
+    if (spec.structured()) throw Error("--sparsity-ramp applies to unstructured sparsity, not N:M");
+    const double lo = spec.block_sparsity(0, c.n_layers), hi = spec.block_sparsity(c.n_layers - 1, c.n_layers);
+    if (!(std::min(lo, hi) >= 0.0 && std::max(lo, hi) < 1.0))
+      throw Error("--sparsity-ramp " + std::to_string(spec.sparsity_ramp) + " takes block sparsity to [" +
+                  std::to_string(std::min(lo, hi)) + ", " + std::to_string(std::max(lo, hi)) + "], outside [0, 1)");
+  }
   SpilledTensors spilled(output_path + ".calib-tensors" + tag, cb.on_temp_file);
   PackProgress progress;
   progress.stage = "calibrate";
   progress.tensors_total = c.n_layers;
   if (cb.on_progress) cb.on_progress(progress);  // the windows are embedded: blocks start
   for (uint32_t l = 0; l < c.n_layers; ++l) {
+    const pruning::SparsityTarget target =
+        spec.structured() ? pruning::SparsityTarget::n_of_m(spec.n, spec.m)
+                          : pruning::SparsityTarget::unstructured(spec.block_sparsity(l, c.n_layers));
     // The Linears this block prunes, with their treatment (value type; --skip leaves some out).
     std::map<std::string, TensorTreatment> treatments;
     for (const std::string& linear : model->block_linear_names()) {
@@ -330,7 +338,10 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   ck.reset();
 
   // 4. The output, through the normal packer path (the calibrated Linears come from `spilled`).
-  nlohmann::json calibration = {{"text", co.text_path}, {"samples", S}, {"seq_len", L}, {"seed", co.seed},
+  // The text's file name only: the manifest must not carry the packer's file system layout.
+  const size_t slash = co.text_path.rfind('/');
+  const std::string text_name = slash == std::string::npos ? co.text_path : co.text_path.substr(slash + 1);
+  nlohmann::json calibration = {{"text", text_name}, {"samples", S}, {"seq_len", L}, {"seed", co.seed},
                                 {"tokens", ids.size()}, {"sampling", "uniform window start, std::mt19937_64"}};
   return pack_checkpoint_with_pruner(source_dir, output_path, o, &spilled, cb, calibration);
 }

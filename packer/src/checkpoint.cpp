@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "detail.h"
+#include "endor/gguf.h"
 #include "endor/packer.h"
 #include "model_rules.h"
 
@@ -77,8 +78,11 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) fail(dir, "no such checkpoint folder");
-  if (!S_ISDIR(st.st_mode)) fail(dir, "not a folder (expected a Hugging Face checkpoint with config.json and *.safetensors)");
+  if (::stat(dir.c_str(), &st) != 0) fail(dir, "no such checkpoint folder or GGUF file");
+  const bool gguf_name = dir.size() > 5 && dir.compare(dir.size() - 5, 5, ".gguf") == 0;
+  if (S_ISREG(st.st_mode) && (gguf_name || is_gguf_file(dir))) return open_gguf(dir);
+  if (!S_ISDIR(st.st_mode))
+    fail(dir, "not a folder or a GGUF file (expected a Hugging Face checkpoint with config.json and *.safetensors, or a .gguf)");
 
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
   ck->dir_ = dir;
@@ -149,8 +153,10 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
       t.source_name = e.name;
       t.dtype = e.dtype;
       t.shape = e.shape.empty() ? std::vector<uint64_t>{1} : e.shape;  // a scalar is stored as [1]
+      t.source_type = to_string(e.dtype);
       t.shard = s;
       t.entry = &e;
+      t.stored_bytes = e.end - e.begin;
       t.role = classify_tensor(name, t.shape);
       by_name[name] = ck->tensors_.size();
       ck->tensors_.push_back(std::move(t));
@@ -164,17 +170,32 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
     if (!found) fail(dir + "/" + file, "tensor '" + tensor + "' listed in model.safetensors.index.json is not in this shard");
   }
 
-  // Shapes against config.json.
+  ck->check_and_order(config_path);
+  for (const char* name : kAuxFiles) {
+    const std::string path = dir + "/" + name;
+    if (is_regular_file(path)) ck->files_.push_back({name, path, ""});
+  }
+  return ck;
+}
+
+// Shapes against config.json, then execution order.
+void Checkpoint::check_and_order(const std::string& config_path) {
+  Checkpoint* ck = this;
+  const ModelShape& ms = shape_;
+  const std::string& dir = dir_;
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < tensors_.size(); ++i) by_name[tensors_[i].name] = i;
   std::map<std::string, const model_rules::TensorRule*> rule_of;
   const std::vector<model_rules::TensorRule> rules = model_rules::rules(ms, ck->config_, config_path);
   for (const model_rules::TensorRule& r : rules) rule_of[r.name] = &r;
+  const std::string cfg = gguf_ ? "the GGUF metadata" : "config.json";
   const std::string dims = "model_type " + ms.model_type + ", hidden_size " + std::to_string(ms.hidden) +
                            ", vocab_size " + std::to_string(ms.vocab) + ", " + std::to_string(ms.layers) + " layers";
   for (const CheckpointTensor& t : ck->tensors_) {
-    const std::string where = dir + "/" + shard_names[t.shard];
+    const std::string where = gguf_ ? dir : shards_[t.shard]->path();
     if (t.role.group == TensorRole::Group::Layer && t.role.layer >= ms.layers)
       fail(where, "tensor '" + t.source_name + "' belongs to layer " + std::to_string(t.role.layer) +
-                      " but config.json has num_hidden_layers " + std::to_string(ms.layers));
+                      " but " + cfg + " has num_hidden_layers " + std::to_string(ms.layers));
     const auto r = rule_of.find(t.name);
     std::vector<uint64_t> expected;
     if (r != rule_of.end()) {
@@ -185,14 +206,14 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
       if (w != by_name.end() && ck->tensors_[w->second].shape.size() == 2) expected = {ck->tensors_[w->second].shape[0]};
     }
     if (!expected.empty() && t.shape != expected)
-      fail(where, "tensor '" + t.source_name + "' has shape " + shape_string(t.shape) + " but config.json (" + dims +
+      fail(where, "tensor '" + t.source_name + "' has shape " + shape_string(t.shape) + " but " + cfg + " (" + dims +
                       ") implies " + shape_string(expected));
   }
   for (const model_rules::TensorRule& r : rules)
     if (r.required && !by_name.count(r.name)) {
       std::string hint;
-      if (r.name == "lm_head.weight") hint = " (config.json says tie_word_embeddings is false)";
-      fail(dir, "tensor '" + r.name + "' is missing; config.json (" + dims + ") requires it" + hint);
+      if (r.name == "lm_head.weight") hint = " (" + cfg + " says tie_word_embeddings is false)";
+      fail(dir, "tensor '" + r.name + "' is missing; " + cfg + " (" + dims + ") requires it" + hint);
     }
 
   // Execution order: embed group, layers 0..L-1, head group; inside a group attention before MLP.
@@ -204,21 +225,55 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
     };
     return key(a) < key(b);
   });
+}
 
-  for (const char* name : kAuxFiles) {
-    const std::string path = dir + "/" + name;
-    if (is_regular_file(path)) ck->files_.push_back({name, path});
+std::unique_ptr<Checkpoint> Checkpoint::open_gguf(const std::string& path) {
+  std::unique_ptr<Checkpoint> ck(new Checkpoint());
+  ck->dir_ = path;
+  ck->gguf_ = GgufFile::open(path);
+  GgufModel model = gguf_to_model(ck->gguf_->header(), path);
+  ck->config_ = std::move(model.config);
+  ck->generation_config_ = model.generation_config.empty() ? nlohmann::json() : std::move(model.generation_config);
+  ck->shape_ = read_model_shape(ck->config_, path);
+  ck->gguf_tensors_ = std::make_unique<std::vector<GgufModelTensor>>(std::move(model.tensors));
+  for (const std::string& d : model.ignored) ck->dropped_.push_back(d);
+  std::map<std::string, std::string> seen;
+  for (const GgufModelTensor& g : *ck->gguf_tensors_) {
+    const GgufTensorInfo& info = *g.info;
+    if (seen.count(g.hf_name))
+      fail(path, "tensors '" + seen[g.hf_name] + "' and '" + info.name + "' both map to '" + g.hf_name + "'");
+    seen[g.hf_name] = info.name;
+    CheckpointTensor t;
+    t.name = g.hf_name;
+    t.source_name = info.name;
+    t.source_type = ggml_type_name(info.type);
+    switch (info.type) {
+      case GgmlType::F32: t.dtype = SafetensorsDType::F32; break;
+      case GgmlType::BF16: t.dtype = SafetensorsDType::BF16; break;
+      default: t.dtype = SafetensorsDType::F16; break;  // F16, and the default store of quantized types
+    }
+    t.direct = (info.type == GgmlType::F32 || info.type == GgmlType::F16 || info.type == GgmlType::BF16) &&
+               g.permute_heads == 0;
+    t.shape = g.shape;
+    t.gguf = &g;
+    t.stored_bytes = info.n_bytes;
+    t.role = classify_tensor(t.name, t.shape);
+    ck->tensors_.push_back(std::move(t));
   }
+  ck->check_and_order(path);
+  ck->files_.push_back({"tokenizer.json", "", std::move(model.tokenizer_json)});
+  ck->files_.push_back({"tokenizer_config.json", "", std::move(model.tokenizer_config_json)});
   return ck;
 }
 
-uint64_t Checkpoint::source_bytes() const {
+uint64_t Checkpoint::source_bytes() const {  // (GGUF: the tensors' bytes in the file)
   uint64_t n = 0;
   for (const CheckpointTensor& t : tensors_) n += t.source_bytes();
   return n;
 }
 
 std::vector<std::string> Checkpoint::input_paths() const {
+  if (gguf_) return {dir_};
   std::vector<std::string> paths = {dir_ + "/config.json"};
   for (const char* name : {"/generation_config.json", "/model.safetensors.index.json"})
     if (is_regular_file(dir_ + name)) paths.push_back(dir_ + name);
@@ -227,14 +282,38 @@ std::vector<std::string> Checkpoint::input_paths() const {
   return paths;
 }
 
-const uint8_t* Checkpoint::bytes(const CheckpointTensor& t) const { return shards_.at(t.shard)->data(*t.entry); }
+const uint8_t* Checkpoint::bytes(const CheckpointTensor& t) const {
+  if (t.gguf) return gguf_->data(*t.gguf->info);
+  return shards_.at(t.shard)->data(*t.entry);
+}
 
 void Checkpoint::read_rows_f32(const CheckpointTensor& t, uint64_t row_begin, uint64_t row_end, float* out) const {
   if (row_begin > row_end || row_end > t.rows()) throw Error("read_rows_f32: rows out of range for " + t.name);
   const uint64_t cols = t.cols();
-  convert_to_f32(t.dtype, bytes(t) + row_begin * cols * dtype_bytes(t.dtype), (row_end - row_begin) * cols, out);
+  if (!t.gguf) {
+    convert_to_f32(t.dtype, bytes(t) + row_begin * cols * dtype_bytes(t.dtype), (row_end - row_begin) * cols, out);
+    return;
+  }
+  // GGUF rows are contiguous blocks of the type (ne[0] = cols is a multiple of the block).
+  const GgufTensorInfo& info = *t.gguf->info;
+  const uint64_t row_bytes = cols / ggml_block_elements(info.type) * ggml_block_bytes(info.type);
+  const uint8_t* base = bytes(t);
+  if (t.gguf->permute_heads == 0) {
+    ggml_dequantize(info.type, base + row_begin * row_bytes, (row_end - row_begin) * cols, out);
+    return;
+  }
+  for (uint64_t r = row_begin; r < row_end; ++r) {
+    const uint64_t src = gguf_unpermuted_row(r, t.rows(), t.gguf->permute_heads);
+    ggml_dequantize(info.type, base + src * row_bytes, cols, out + (r - row_begin) * cols);
+  }
 }
 
-void Checkpoint::release(const CheckpointTensor& t) const { shards_.at(t.shard)->release(*t.entry); }
+void Checkpoint::release(const CheckpointTensor& t) const {
+  if (t.gguf) {
+    gguf_->release(*t.gguf->info);
+    return;
+  }
+  shards_.at(t.shard)->release(*t.entry);
+}
 
 }  // namespace endor

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "detail.h"
+#include "endor/gguf.h"
 #include "endor/packer.h"
 #ifdef ENDOR_PACKER_HAVE_KERNELS
 #include "endor/kernels.h"
@@ -210,7 +211,7 @@ CompareReport compare_sizes(const std::string& input, const PackOptions& po, con
 
   struct stat st {};
   if (::stat(input.c_str(), &st) != 0) fail(input, "no such file or folder");
-  if (S_ISDIR(st.st_mode)) {
+  if (S_ISDIR(st.st_mode) || is_gguf_file(input)) {  // a checkpoint: folder or GGUF
     std::unique_ptr<Pruner> pruner;
     if (po.prune.active()) pruner = make_pruner(po.prune);
     if (po.dtype && *po.dtype != ValueType::F16 && *po.dtype != ValueType::BF16 && *po.dtype != ValueType::F32)

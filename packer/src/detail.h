@@ -17,6 +17,25 @@ namespace endor::packer_detail {
 inline bool mul_ok(uint64_t a, uint64_t b, uint64_t* r) { return !__builtin_mul_overflow(a, b, r); }
 inline bool add_ok(uint64_t a, uint64_t b, uint64_t* r) { return !__builtin_add_overflow(a, b, r); }
 
+// Text from an untrusted file as it may appear inside a one-line message: control bytes as \xNN,
+// at most 64 bytes (then "...").
+inline std::string printable(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < 64; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7F) {
+      static const char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += char(c);
+    }
+  }
+  if (s.size() > 64) out += "...";
+  return out;
+}
+
 // "1.23 MB"-style human sizes (decimal units, as du -h --si / the paper's tables).
 std::string human_bytes(uint64_t n);
 

@@ -71,6 +71,11 @@ class MagnitudePruner final : public Pruner {
 
 }  // namespace
 
+double PruneSpec::block_sparsity(uint32_t layer, uint32_t n_layers) const {
+  if (n_layers < 2 || sparsity_ramp == 0.0) return sparsity;
+  return sparsity + sparsity_ramp * (2.0 * double(layer) / double(n_layers - 1) - 1.0);
+}
+
 std::string PruneSpec::pattern() const {
   return structured() ? std::to_string(n) + ":" + std::to_string(m) : "unstructured";
 }
@@ -118,6 +123,7 @@ std::unique_ptr<Pruner> make_pruner(const PruneSpec& spec) {
     throw Error("not implemented yet: --method " + spec.method + " needs calibration support (issue 6)");
   if (spec.method != "magnitude")
     throw Error("unknown pruning method '" + spec.method + "' (magnitude, wanda, sparsegpt)");
+  if (spec.sparsity_ramp != 0.0) throw Error("--sparsity-ramp needs a calibrated method (wanda, sparsegpt)");
   if (spec.structured()) {
     if (spec.n == 0 || spec.n >= spec.m)
       throw Error("N:M pattern needs 0 < N < M, got " + std::to_string(spec.n) + ":" + std::to_string(spec.m));

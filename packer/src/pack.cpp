@@ -13,6 +13,7 @@
 
 #include "detail.h"
 #include "endor/packer.h"
+#include "endor/tokenizer.h"
 
 namespace endor {
 
@@ -31,6 +32,18 @@ uint64_t count_nonzero(const Checkpoint& ck, const CheckpointTensor& t) {
   const uint8_t* p = ck.bytes(t);
   const uint64_t n = t.numel();
   uint64_t nnz = 0;
+  if (!t.direct) {  // dequantized / un-permuted: count the f32 values, a chunk of rows at a time
+    const uint64_t rows = t.rows(), cols = t.cols(), step = chunk_rows(cols);
+    const int64_t n_chunks = int64_t((rows + step - 1) / step);
+#pragma omp parallel for reduction(+ : nnz) schedule(dynamic, 1) if (n_chunks > 1)
+    for (int64_t ci = 0; ci < n_chunks; ++ci) {
+      const uint64_t r0 = uint64_t(ci) * step, r1 = std::min(rows, r0 + step);
+      std::vector<float> f((r1 - r0) * cols);
+      ck.read_rows_f32(t, r0, r1, f.data());
+      for (float x : f) nnz += x != 0.0f;
+    }
+    return nnz;
+  }
   switch (t.dtype) {
     case SafetensorsDType::F16:
     case SafetensorsDType::BF16:
@@ -58,9 +71,12 @@ uint64_t count_nonzero(const Checkpoint& ck, const CheckpointTensor& t) {
   }
 }
 
-bool same_bits(SafetensorsDType s, ValueType v) {
-  return (s == SafetensorsDType::F16 && v == ValueType::F16) || (s == SafetensorsDType::BF16 && v == ValueType::BF16) ||
-         (s == SafetensorsDType::F32 && v == ValueType::F32);
+// Whether the source bytes of t are already the stored blob of value type v.
+bool same_bits(const CheckpointTensor& t, ValueType v) {
+  const SafetensorsDType s = t.dtype;
+  return t.direct && ((s == SafetensorsDType::F16 && v == ValueType::F16) ||
+                      (s == SafetensorsDType::BF16 && v == ValueType::BF16) ||
+                      (s == SafetensorsDType::F32 && v == ValueType::F32));
 }
 
 // Dense f16/bf16/f32 blob of a source tensor, converted in row chunks (bit-identical to
@@ -77,7 +93,7 @@ std::vector<uint8_t> convert_dense(const Checkpoint& ck, const CheckpointTensor&
     for (int64_t ci = 0; ci < n_chunks; ++ci) {
       const uint64_t r0 = uint64_t(ci) * step, r1 = std::min(rows, r0 + step), n = (r1 - r0) * cols;
       uint8_t* dst = out.data() + r0 * cols * out_size;
-      if (same_bits(t.dtype, vt)) {
+      if (same_bits(t, vt)) {
         std::memcpy(dst, ck.bytes(t) + r0 * cols * out_size, n * out_size);
         continue;
       }
@@ -117,10 +133,34 @@ std::string iso_utc_now() {
   return buf;
 }
 
-std::string absolute_path(const std::string& p) {
+// The source's own name (folder or file), not where it sat on the packer's machine: a shared
+// container must not carry the packer's file system layout.
+std::string source_base_name(const std::string& p) {
   char buf[PATH_MAX];
-  if (::realpath(p.c_str(), buf)) return buf;
-  return p;
+  std::string s = ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  const size_t slash = s.rfind('/');
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
+
+// A tokenizer the runtime cannot load must stop the pack here, not when the file is first run:
+// load it with the runtime's own tokenizer, and check that its ids fit the model's vocab.
+void check_tokenizer(const Checkpoint& ck) {
+  for (const AuxFile& f : ck.files()) {
+    if (f.name != "tokenizer.json") continue;
+    std::string bytes = f.content;  // made from a GGUF's metadata when f.path is empty
+    const std::string where = f.path.empty() ? ck.dir() + ": the tokenizer made from tokenizer.ggml.*" : f.path;
+    if (!f.path.empty()) {
+      std::ifstream in(f.path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (!in.good() && !in.eof()) fail(f.path, "cannot read");
+    }
+    const Tokenizer tok = Tokenizer::from_json(bytes, where);
+    const uint64_t vocab = ck.shape().vocab;
+    if (vocab != 0 && tok.vocab_size() > vocab)
+      fail(where, "has token ids up to " + std::to_string(tok.vocab_size() - 1) + " but the model's vocab is " +
+                       std::to_string(vocab) + " (tokenizer of another model?)");
+  }
 }
 
 std::string group_name(const TensorRole& r) {
@@ -230,7 +270,7 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
   p.info.shape = t.shape;
   p.info.value_type = tr.value_type;
   p.info.group_size = tr.value_type == ValueType::I4 ? o.group_size : 0;
-  p.info.source_dtype = to_string(t.dtype);
+  p.info.source_dtype = t.source_type;
   const std::string where = ck.dir() + ": tensor '" + t.source_name + "'";
   try {
     if (!tr.prune && !tr.quantize) {
@@ -238,7 +278,7 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
       if (choose_encoding(t.shape, tr.value_type, 0, nnz) == Encoding::Dense) {
         p.info.encoding = Encoding::Dense;
         p.info.nnz = t.numel();
-        if (same_bits(t.dtype, tr.value_type)) {
+        if (same_bits(t, tr.value_type)) {
           p.data = ck.bytes(t);  // borrowed from the mapping: no copy
         } else {
           p.owned = convert_dense(ck, t, tr.value_type);
@@ -282,7 +322,7 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
 
 nlohmann::json make_provenance(const std::string& source_dir, const PackOptions& o) {
   nlohmann::json p;
-  p["source"] = absolute_path(source_dir);
+  p["source"] = source_base_name(source_dir);
   p["tool"] = {{"name", "endor-pack"}, {"version", o.tool_version}};
   p["created_utc"] = iso_utc_now();
   p["command"] = o.command;
@@ -290,6 +330,7 @@ nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&
   p["method"] = pruned ? o.prune.method : "none";
   p["sparsity"] = o.prune.structured() ? double(o.prune.n) / double(o.prune.m) : o.prune.sparsity;
   p["pattern"] = o.prune.pattern();
+  p["sparsity_ramp"] = o.prune.sparsity_ramp;
   p["scope"] = o.prune.structured() ? "n:m" : (o.prune.scope == PruneScope::Row ? "row" : "matrix");
   p["quant"] = to_string(o.quant);
   p["group_size"] = o.quant == Quantization::Int4 ? nlohmann::json(o.group_size) : nlohmann::json(nullptr);
@@ -313,6 +354,7 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
   validate_options(o);
   const std::unique_ptr<Checkpoint> ck = Checkpoint::open(source_dir);
   check_output_is_not_input(output_path, *ck);
+  check_tokenizer(*ck);
 
   PackSummary summary;
   summary.source_bytes = ck->source_bytes();
@@ -366,6 +408,10 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
 
   writer.begin_group("files", Tier::Cpu);
   for (const AuxFile& f : ck->files()) {
+    if (f.path.empty()) {  // made from a GGUF's metadata
+      writer.add_file(f.name, f.content.data(), f.content.size());
+      continue;
+    }
     std::ifstream in(f.path, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (!in.good() && !in.eof()) fail(f.path, "cannot read");

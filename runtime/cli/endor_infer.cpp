@@ -95,7 +95,8 @@ std::optional<uint64_t> size_option(const cxxopts::ParseResult& args, const char
   }
 }
 
-// kv_capacity / max_tokens: the KV cache and the largest forward call of this run (fixed needs).
+// kv_capacity / max_tokens: the KV cache rows of all sequences held at once and the rows of the
+// largest forward call of this run (fixed needs).
 Offload setup_offload(const endor::ContainerReader& container, endor::Backend& backend,
                       const cxxopts::ParseResult& args, size_t kv_capacity, size_t max_tokens) {
   const bool cuda = endor::is_cuda_device(backend);
@@ -107,7 +108,7 @@ Offload setup_offload(const endor::ContainerReader& container, endor::Backend& b
   request.cpu_budget = size_option(args, "cpu-mem");
   request.prefetch = args["prefetch"].as<uint32_t>();
   request.cuda = cuda;
-  request.device_fixed_bytes = endor::device_fixed_bytes(config, m, std::min<size_t>(kv_capacity, config.max_positions),
+  request.device_fixed_bytes = endor::device_fixed_bytes(config, m, kv_capacity,
                                                          std::min<size_t>(max_tokens, config.max_positions), cuda);
   if (cuda) request.device_capacity = endor::device_free_bytes(backend);
   Offload o;
@@ -128,9 +129,12 @@ Offload setup_offload(const endor::ContainerReader& container, endor::Backend& b
 // The --stats offload table: placement, then per decode token the bytes moved per tier, copy and
 // disk-read time with achieved bandwidth, compute and stall time. The last line
 // ("offload-summary: key=value ...") is for scripts (bench/offload).
-void print_offload_stats(const Offload& o, const endor::OffloadStats& d, size_t steps, double decode_ms) {
+// `batch_extra` (throughput mode): appended to the summary line; steps are then batched steps.
+void print_offload_stats(const Offload& o, const endor::OffloadStats& d, size_t steps, double decode_ms,
+                         const std::string& batch_extra = "") {
   const double per = steps > 0 ? 1.0 / double(steps) : 1.0;
-  const char* unit = steps > 0 ? "per decode token" : "in all (no decode step)";
+  const char* unit = steps == 0 ? "in all (no decode step)"
+                                : batch_extra.empty() ? "per decode token" : "per batched step (one pass over the blocks)";
   const std::string device = o.weights ? o.weights->device() : "cpu";
   std::fprintf(stderr, "offload: device %s, prefetch %u, disk reads: %s\n", device.c_str(),
                o.placement.n_slots ? o.placement.n_slots - 1 : 0,
@@ -158,13 +162,72 @@ void print_offload_stats(const Offload& o, const endor::OffloadStats& d, size_t 
                "offload-summary: device=%s steps=%zu decode_ms_per_token=%.4f moved_cpu_bytes=%.0f "
                "moved_disk_bytes=%.0f copy_ms=%.4f h2d_gbps=%.3f disk_read_ms=%.4f disk_gbps=%.3f compute_ms=%.4f "
                "stall_ms=%.4f host_wait_ms=%.4f gpu_groups=%u cpu_groups=%u disk_groups=%u gpu_bytes=%llu "
-               "cpu_bytes=%llu disk_bytes=%llu disk_direct=%d\n",
+               "cpu_bytes=%llu disk_bytes=%llu disk_direct=%d%s\n",
                device.c_str(), steps, decode_ms * per, cpu_b * per, disk_b * per, d.copy_s * 1e3 * per, copy_gbps,
                d.disk.busy_s * 1e3 * per, disk_gbps, d.compute_s * 1e3 * per, d.stall_s * 1e3 * per,
                d.host_wait_s * 1e3 * per, p.tier_groups[0], p.tier_groups[1], p.tier_groups[2],
                static_cast<unsigned long long>(p.tier_bytes[0]), static_cast<unsigned long long>(p.tier_bytes[1]),
                static_cast<unsigned long long>(p.tier_bytes[2]),
-               o.weights && o.weights->disk_path().rfind("O_DIRECT", 0) == 0 ? 1 : 0);
+               o.weights && o.weights->disk_path().rfind("O_DIRECT", 0) == 0 ? 1 : 0, batch_extra.c_str());
+}
+
+// --plan: measures the disk and copy bandwidths and the kernel times of this container at this
+// batch, and prints the cost model's per-step and per-token prediction for the placement.
+endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::Backend& backend, const Offload& o,
+                               uint32_t batch) {
+  const endor::Manifest& m = container.manifest();
+  const std::vector<endor::GroupDemand> demands = endor::group_demands(m);
+  endor::CostInputs in;
+  in.batch = batch;
+  std::string disk_mode = "no disk tier";
+  uint64_t max_disk = 0;
+  for (size_t g = 0; g < demands.size(); ++g)
+    if (o.placement.tiers[g] == endor::Tier::Disk && demands[g].loaded) max_disk = std::max(max_disk, m.groups[g].size);
+  for (size_t g = 0; g < demands.size(); ++g) {
+    if (o.placement.tiers[g] != endor::Tier::Disk || !demands[g].loaded) continue;
+    // Reads of whole blocks, as the streaming does: three of them (or to the end of the file).
+    const uint64_t offset = m.groups[g].offset;
+    const uint64_t bytes = std::min<uint64_t>(3 * max_disk, container.file_bytes() - offset);
+    const endor::DiskProbe probe = endor::probe_disk_read(container.path(), offset, bytes, max_disk);
+    in.disk_gbps = probe.gbps;
+    disk_mode = probe.mode;
+    break;
+  }
+  in.copy_gbps = endor::cpu::measure_copy_bandwidth_gbps(size_t(256) << 20, 1);  // the engine copies on one thread
+  for (size_t g = 0; g < demands.size(); ++g) {
+    if (!demands[g].streamable || !demands[g].loaded) continue;
+    in.block_ms = endor::time_linears(container, backend, m.groups[g].tensors, batch, 2);
+    in.block_bytes = m.groups[g].size;
+    break;
+  }
+  for (const char* head : {"lm_head.weight", "model.lm_head.weight", "model.embed_tokens.weight", "embed_tokens.weight"}) {
+    for (uint32_t t = 0; t < m.tensors.size(); ++t) {
+      if (m.tensors[t].name != head) continue;
+      in.head_ms = endor::time_linears(container, backend, {t}, batch, 2);
+      break;
+    }
+    if (in.head_ms > 0) break;
+  }
+  const endor::CostPrediction p = endor::predict_step(o.placement, demands, in);
+  std::fprintf(stderr, "plan: batch %u; measured: disk %.3f GB/s (%s), host copy %.2f GB/s, one block's Linears %.3f ms "
+               "(%s), lm_head %.3f ms\n", batch, in.disk_gbps, disk_mode.c_str(), in.copy_gbps, in.block_ms,
+               endor::format_bytes(in.block_bytes).c_str(), in.head_ms);
+  std::fprintf(stderr, "plan: per step: disk reads %.2f ms (%s) | copies %.2f + block compute %.2f + head %.2f ms -> "
+               "%.2f ms (%s-bound); predicted %.3f ms per token\n", p.read_ms, endor::format_bytes(p.disk_bytes).c_str(),
+               p.copy_ms, p.compute_ms, p.head_ms, p.step_ms, p.bound, p.token_ms);
+  std::fprintf(stderr, "plan-summary: batch=%u disk_gbps=%.4f copy_gbps=%.3f block_ms=%.4f head_ms=%.4f read_ms=%.4f "
+               "compute_lane_ms=%.4f predicted_step_ms=%.4f predicted_ms_per_token=%.4f bound=%s\n", batch, in.disk_gbps,
+               in.copy_gbps, in.block_ms, in.head_ms, p.read_ms, p.copy_ms + p.compute_ms + p.head_ms, p.step_ms,
+               p.token_ms, p.bound);
+  return p;
+}
+
+void print_plan_vs_measured(const std::optional<endor::CostPrediction>& plan, double measured_step_ms,
+                            double measured_token_ms) {
+  if (!plan) return;
+  std::fprintf(stderr, "plan-vs-measured: predicted_step_ms=%.4f measured_step_ms=%.4f predicted_ms_per_token=%.4f "
+               "measured_ms_per_token=%.4f ratio=%.4f\n", plan->step_ms, measured_step_ms, plan->token_ms,
+               measured_token_ms, plan->step_ms > 0 ? measured_step_ms / plan->step_ms : 0.0);
 }
 
 std::string read_file_bytes(const std::string& path) {
@@ -219,6 +282,112 @@ void run_perplexity(endor::Model& model, const endor::Tokenizer& tokenizer, cons
   std::printf("perplexity: %.6f\n", r.perplexity);
 }
 
+// The prompts of --prompts: one per non-empty line (a final line without a newline counts; "\r\n"
+// line ends are accepted). Throws naming the file when it cannot be read or holds no prompt.
+std::vector<std::string> read_prompt_lines(const std::string& path) {
+  const std::string text = read_file_bytes(path);
+  std::vector<std::string> prompts;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) prompts.push_back(std::move(line));
+    begin = end + 1;
+  }
+  if (prompts.empty()) throw endor::Error(path + ": no prompts (the file has no non-empty line)");
+  return prompts;
+}
+
+// The text of `generated` following `prompt` (decoded in context, special tokens and a final EOS
+// left out), as the streaming mode prints it.
+std::string continuation(const endor::Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                         const std::vector<int32_t>& generated, const std::vector<int32_t>& eos, bool stop_at_eos) {
+  endor::StreamingDecoder decoder(tokenizer, /*skip_special_tokens=*/true);
+  for (int32_t id : prompt) decoder.push(id);
+  decoder.flush();
+  std::string text;
+  for (int32_t id : generated) {
+    if (stop_at_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) continue;
+    text += decoder.push(id);
+  }
+  return text + decoder.flush();
+}
+
+// Throughput mode (--prompts): every prompt generated with up to `batch` sequences per pass over
+// the blocks; results printed in prompt order as soon as every earlier prompt is done.
+struct BatchRun {
+  std::vector<std::string> texts;             // the prompts as given (text mode)
+  std::vector<std::vector<int32_t>> prompts;  // their ids
+  size_t batch = 8;
+  bool jsonl = false;
+};
+
+int run_batch(endor::Model& model, const endor::Tokenizer* tokenizer, const BatchRun& br,
+              const endor::SamplerOptions& sampling, const endor::GenerationOptions& gen, const Offload& offload,
+              const endor::Backend& backend, bool stats, uint64_t seed,
+              const std::optional<endor::CostPrediction>& plan) {
+  endor::BatchGenerationOptions options;
+  options.batch = br.batch;
+  options.max_new_tokens = gen.max_new_tokens;
+  options.stop_at_eos = gen.stop_at_eos;
+  const std::vector<int32_t>& eos = model.config().eos_token_ids;
+  std::vector<std::optional<std::vector<int32_t>>> done(br.prompts.size());
+  size_t printed = 0;
+  auto print_ready = [&]() {
+    for (; printed < done.size() && done[printed]; ++printed) {
+      const std::vector<int32_t>& ids = *done[printed];
+      if (!tokenizer) {  // prompts given as ids: ids out
+        std::string line;
+        for (int32_t id : ids) line += (line.empty() ? "" : " ") + std::to_string(id);
+        if (br.jsonl)
+          emit(nlohmann::json({{"prompt", br.texts[printed]}, {"ids", ids}}).dump() + "\n");
+        else
+          emit(line + "\n");
+        continue;
+      }
+      const std::string text = continuation(*tokenizer, br.prompts[printed], ids, eos, gen.stop_at_eos);
+      if (br.jsonl) {
+        nlohmann::json j = {{"prompt", br.texts[printed]}, {"text", text}, {"ids", ids}};
+        emit(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      } else {
+        const std::string all = br.texts[printed] + text;
+        emit(all.empty() || all.back() != '\n' ? all + "\n" : all);
+      }
+    }
+  };
+  const endor::OffloadStats before = offload.weights ? offload.weights->stats() : endor::OffloadStats{};
+  endor::BatchGenerationStats st;
+  endor::generate_batch(model, br.prompts, sampling, options,
+                        [&](size_t index, const std::vector<int32_t>& ids) {
+                          done[index] = ids;
+                          print_ready();
+                        },
+                        &st);
+  if (stats) {
+    std::fprintf(stderr, "backend: %s\n", backend.name().c_str());
+    std::fprintf(stderr, "seed: %llu (prompt i samples with seed + i)\n", static_cast<unsigned long long>(seed));
+    std::fprintf(stderr,
+                 "batch: %zu prompts (%zu prompt tokens), up to %zu together (%zu at most), %zu steps; generated %zu "
+                 "tokens in %.2f ms (%.2f tokens/s, prefill included)\n",
+                 st.n_prompts, st.n_prompt_tokens, br.batch, st.max_active, st.n_steps, st.n_generated, st.total_ms,
+                 st.generated_tokens_per_s());
+    endor::OffloadStats d;
+    if (offload.weights) {
+      offload.weights->synchronize();
+      d = offload.weights->stats() - before;
+    }
+    char extra[128];
+    std::snprintf(extra, sizeof extra, " batch=%zu generated_tokens=%zu generated_tokens_per_s=%.4f", br.batch,
+                  st.n_generated, st.generated_tokens_per_s());
+    print_offload_stats(offload, d, st.n_steps, st.total_ms, extra);
+    print_plan_vs_measured(plan, st.n_steps ? st.total_ms / st.n_steps : 0,
+                           st.n_generated ? st.total_ms / st.n_generated : 0);
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   cxxopts::Options options("endor-infer",
                            "Run a .endor model: stream generated text, or measure perplexity.\n"
@@ -236,6 +405,12 @@ int run(int argc, char** argv) {
              "turn -p TEXT); each answer streams out and joins the history. The conversation holds --ctx tokens "
              "(default: 4096 or the model's context if smaller)")
     ("dump-prompt", "with --chat: print each turn's rendered prompt and its token ids to stderr")
+    ("prompts", "throughput mode: generate for every non-empty line of this text file (output in its order; "
+                "token ids \"1 2 3\" per line when the container has no tokenizer)",
+     cxxopts::value<std::string>())
+    ("batch", "throughput mode: sequences generated together, each block read once per step for all of them",
+     cxxopts::value<size_t>()->default_value("8"))
+    ("jsonl", "throughput mode: one JSON object per prompt {\"prompt\", \"text\", \"ids\"} instead of text")
     ("perplexity", "measure perplexity on this text file instead of generating",
      cxxopts::value<std::string>())
     ("ctx", "perplexity window, or --chat conversation length, in tokens (default: the model's "
@@ -258,6 +433,8 @@ int run(int argc, char** argv) {
      cxxopts::value<uint32_t>()->default_value("2"))
     ("disk-io", "how disk-tier blocks are read: auto, direct (O_DIRECT, buffered where refused), buffered, "
                 "cufile", cxxopts::value<std::string>()->default_value("auto"))
+    ("plan", "before running, measure disk/copy bandwidth and kernel times and print the predicted time per "
+             "step and per token of this placement and batch (with --stats: predicted vs measured)")
     ("dump-logits", "write the prompt's logits [tokens, vocab] as float32 .npy",
      cxxopts::value<std::string>())
     ("stats", "print prefill/decode speed, time per layer, bytes read per token and the offload table "
@@ -271,12 +448,18 @@ int run(int argc, char** argv) {
   }
   if (!args.count("file")) throw UsageError("no model file given (endor-infer FILE -p TEXT)");
   const bool measure = args.count("perplexity") > 0;
-  const int n_inputs = int(args.count("prompt") > 0) + int(args.count("ids") > 0) + int(measure);
-  if (n_inputs > 1) throw UsageError("give one of -p, --ids and --perplexity");
+  const bool batched = args.count("prompts") > 0;
   const bool chat = args.count("chat") > 0;
-  if (chat && (args.count("ids") || measure)) throw UsageError("--chat takes its turns from stdin or -p, not --ids or --perplexity");
+  const int n_inputs = int(args.count("prompt") > 0) + int(args.count("ids") > 0) + int(measure) + int(batched);
+  if (n_inputs > 1) throw UsageError("give one of -p, --ids, --prompts and --perplexity");
+  if (chat && (args.count("ids") || measure || batched))
+    throw UsageError("--chat takes its turns from stdin or -p, not --ids, --prompts or --perplexity");
   if (args.count("dump-prompt") && !chat) throw UsageError("--dump-prompt goes with --chat");
-  if (n_inputs == 0 && !chat) throw UsageError("no prompt given (-p TEXT, --ids \"1 2 3\" or --perplexity TEXT_FILE)");
+  if (n_inputs == 0 && !chat)
+    throw UsageError("no prompt given (-p TEXT, --ids \"1 2 3\", --prompts FILE or --perplexity TEXT_FILE)");
+  if (!batched && (args.count("batch") || args.count("jsonl"))) throw UsageError("--batch and --jsonl go with --prompts");
+  if (batched && args["batch"].as<size_t>() == 0) throw UsageError("--batch must be at least 1");
+  if (batched && args.count("dump-logits")) throw UsageError("--dump-logits goes with -p or --ids, not --prompts");
   if (args.count("ctx") && !measure && !chat) throw UsageError("--ctx goes with --perplexity or --chat");
   if (args.count("ctx") && args["ctx"].as<size_t>() < 2) throw UsageError("--ctx must be at least 2 tokens");
   if (args["threads"].as<int>() < 0) throw UsageError("--threads must be >= 0");
@@ -288,6 +471,12 @@ int run(int argc, char** argv) {
   size_option(args, "cpu-mem");
   std::vector<int32_t> prompt;
   if (args.count("ids")) prompt = parse_ids(args["ids"].as<std::string>());
+  BatchRun br;
+  if (batched) {
+    br.texts = read_prompt_lines(args["prompts"].as<std::string>());  // before the model is opened
+    br.batch = args["batch"].as<size_t>();
+    br.jsonl = args.count("jsonl") > 0;
+  }
 
   const std::string file = args["file"].as<std::string>();
   std::unique_ptr<endor::ContainerReader> container = endor::ContainerReader::open(file);
@@ -295,7 +484,17 @@ int run(int argc, char** argv) {
   std::optional<endor::Tokenizer> tokenizer;
   if (!args.count("ids")) {
     tokenizer = endor::cli::container_tokenizer(*container);
-    if (!tokenizer)
+    if (!tokenizer && batched) {
+      // Without a tokenizer, each line of --prompts is token ids ("1 2 3") and the output is ids.
+      for (const std::string& t : br.texts) {
+        try {
+          parse_ids(t);
+        } catch (const UsageError&) {
+          throw endor::Error(args["prompts"].as<std::string>() + ": \"" + t + "\" is not a line of token ids, and " + file +
+                             " holds no tokenizer.json to encode text");
+        }
+      }
+    } else if (!tokenizer)
       throw endor::Error(file + ": the container holds no tokenizer.json, so text cannot be encoded; "
                          "give token ids with --ids \"1 2 3\"");
   }
@@ -311,14 +510,38 @@ int run(int argc, char** argv) {
 
   // The KV cache and the largest call of this run size the placement's fixed needs.
   const std::string prompt_text = args.count("prompt") ? args["prompt"].as<std::string>() : "";
-  if (tokenizer && !measure && !chat) prompt = tokenizer->encode(prompt_text, true);
+  if (tokenizer && !measure && !batched && !chat) prompt = tokenizer->encode(prompt_text, true);
   const size_t n_new = args["n-tokens"].as<size_t>();
   const size_t context = endor::parse_model_config(container->manifest().config, file).max_positions;
   // A chat's KV cache is allocated whole up front: 4096 tokens unless --ctx asks for more.
-  const size_t ctx_tokens = args.count("ctx") ? args["ctx"].as<size_t>() : chat ? std::min<size_t>(context, 4096) : context;
-  const size_t kv_capacity = measure || chat ? ctx_tokens : prompt.size() + std::max<size_t>(n_new, 1) - 1;
-  const size_t max_tokens = measure || chat ? ctx_tokens : prompt.size();
+  const size_t ctx_tokens =
+      args.count("ctx") ? args["ctx"].as<size_t>() : chat ? std::min<size_t>(context, 4096) : context;
+  // Checked before anything is printed: a refused prompt must not be half echoed.
+  if (!measure && !batched && !chat && prompt.empty()) throw endor::Error(file + ": the prompt has no tokens");
+  if (!measure && !batched && !chat && prompt.size() > context)
+    throw endor::Error(file + ": the prompt has " + std::to_string(prompt.size()) +
+                       " tokens, more than the model's context length " + std::to_string(context) +
+                       " (max_position_embeddings)");
+  size_t kv_capacity = std::min(context, measure || chat ? ctx_tokens : prompt.size() + std::max<size_t>(n_new, 1) - 1);
+  size_t max_tokens = measure || chat ? ctx_tokens : prompt.size();
+  if (batched) {
+    // KV caches: the `batch` longest sequences at once; activations: every prompt of one step.
+    std::vector<size_t> lengths;
+    for (const std::string& t : br.texts) {
+      br.prompts.push_back(tokenizer ? tokenizer->encode(t, true) : parse_ids(t));
+      lengths.push_back(std::min(context, br.prompts.back().size() + std::max<size_t>(n_new, 1) - 1));
+    }
+    std::sort(lengths.rbegin(), lengths.rend());
+    kv_capacity = 0;
+    max_tokens = 0;
+    for (size_t i = 0; i < std::min(br.batch, lengths.size()); ++i) {
+      kv_capacity += lengths[i];
+      max_tokens += lengths[i] - std::max<size_t>(n_new, 1) + 1;
+    }
+  }
   const Offload offload = setup_offload(*container, *backend, args, kv_capacity, max_tokens);
+  std::optional<endor::CostPrediction> plan;
+  if (args.count("plan")) plan = plan_run(*container, *backend, offload, batched ? uint32_t(br.batch) : 1u);
   std::unique_ptr<endor::Model> model = endor::load_model(*container, *backend, offload.weights.get());
 
   if (measure) {
@@ -338,6 +561,13 @@ int run(int argc, char** argv) {
   endor::Sampler sampler(sampling);
 
   endor::GenerationOptions gen;
+  if (batched) {
+    gen.max_new_tokens = n_new;
+    gen.stop_at_eos = args.count("ignore-eos") == 0;
+    model->set_profiling(false);
+    return run_batch(*model, tokenizer ? &*tokenizer : nullptr, br, sampling, gen, offload, *backend,
+                     args.count("stats") > 0, seed, plan);
+  }
   gen.max_new_tokens = n_new;
   gen.stop_at_eos = args.count("ignore-eos") == 0;
   if (chat) {
@@ -416,6 +646,8 @@ int run(int argc, char** argv) {
       decode = offload.weights->stats() - at_first_token;
     }
     print_offload_stats(offload, decode, st.n_decode_steps, st.decode_ms);
+    const double per = st.n_decode_steps ? st.decode_ms / st.n_decode_steps : 0;
+    print_plan_vs_measured(plan, per, per);
   }
   return 0;
 }

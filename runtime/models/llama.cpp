@@ -27,21 +27,18 @@ class LlamaModel final : public BlockModel {
  private:
   enum Slot : size_t { kNormed = kFirstArchSlot, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits };
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
-  void run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* k_cache, float* v_cache,
-                 const LinearInputHook* hook) override;
+  void run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) override;
   void run_head(const float* x, size_t rows, std::vector<float>& logits) override;
   std::vector<LinearSlot> linear_slots(uint32_t layer) override;
   size_t kv_dim() const override { return size_t(config_.n_kv_heads) * config_.head_dim; }
   const char* arch_name() const override { return "Llama"; }
   std::string block_prefix(uint32_t layer) const override { return "layers." + std::to_string(layer) + "."; }
-  void set_positions(size_t n_past, size_t n);
 
   const Weight* embed_ = nullptr;    // [V, H]
   const Weight* lm_head_ = nullptr;  // [V, H] (the embedding when tied)
   float* final_norm_ = nullptr;      // [H]
   std::vector<LlamaLayer> layers_;
   RopeParams rope_;
-  std::vector<int32_t> positions_;   // host, [n] of the current call
 };
 
 LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, Backend& backend,
@@ -106,20 +103,13 @@ LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, B
   rope_.attention_factor = 1.0f;
 }
 
-void LlamaModel::set_positions(size_t n_past, size_t n) {
-  positions_.resize(n);
-  for (size_t t = 0; t < n; ++t) positions_[t] = static_cast<int32_t>(n_past + t);
-}
-
 void LlamaModel::run_embed(const int32_t* ids, size_t n, size_t /*n_past*/, float* x) {
   backend_.embed(*embed_, ids, n, x);
 }
 
-void LlamaModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* k_cache,
-                           float* v_cache, const LinearInputHook* hook) {
-  set_positions(n_past, n);  // n ints: cheaper than tracking which call set them
+void LlamaModel::run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) {
   const ModelConfig& c = config_;
-  const size_t H = c.hidden, I = c.intermediate;
+  const size_t n = rows.n, H = c.hidden, I = c.intermediate;
   const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
   float* h = scratch_.get(kNormed, n * H);
   float* q = scratch_.get(kQ, n * q_dim);
@@ -130,30 +120,32 @@ void LlamaModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float
   float* act = scratch_.get(kAct, n * I);
   const LlamaLayer& L = layers_[l];
   const BlockResidency resident(store_, L.group);  // streamed blocks: weights in place until scope end
-  // New keys/values go straight into the cache rows [n_past, n_past + n).
-  float* k_new = k_cache + n_past * kv_dim;
-  float* v_new = v_cache + n_past * kv_dim;
+  // New keys/values: the cache rows [n_past, n_past + n) (one sequence) or scratch.
+  float* k_new = new_keys(rows, kv_dim);
+  float* v_new = new_values(rows, kv_dim);
   backend_.rms_norm(x, L.attn_norm, c.norm_eps, n, H, h);
   hook_caller_(hook, l, "self_attn.q_proj", h, n, H);
   hook_caller_(hook, l, "self_attn.k_proj", h, n, H);
   hook_caller_(hook, l, "self_attn.v_proj", h, n, H);
   const Backend::LinearTarget qkv[] = {{L.q, L.q_bias, q}, {L.k, L.k_bias, k_new}, {L.v, L.v_bias, v_new}};
-  backend_.linear_group(qkv, 3, h, n);
-  backend_.rope(q, n, c.n_heads, positions_.data(), rope_);
-  backend_.rope(k_new, n, c.n_kv_heads, positions_.data(), rope_);
-  backend_.attention(q, k_cache, v_cache, n_past, n, L.attention, attn);
+  linear_group_rows(rows, qkv, 3, h);
+  backend_.rope(q, n, c.n_heads, rows.positions.data(), rope_);
+  backend_.rope(k_new, n, c.n_kv_heads, rows.positions.data(), rope_);
+  store_kv(rows, k_new, v_new, kv_dim);
+  for (const SequenceRows& s : rows.seqs)
+    backend_.attention(q + s.row * q_dim, s.k_cache, s.v_cache, s.n_past, s.n, L.attention, attn + s.row * q_dim);
   hook_caller_(hook, l, "self_attn.o_proj", attn, n, q_dim);
-  backend_.linear(*L.o, attn, n, L.o_bias, proj);
+  linear_rows(rows, *L.o, attn, L.o_bias, proj);
   backend_.add(x, proj, n * H);
 
   backend_.rms_norm(x, L.mlp_norm, c.norm_eps, n, H, h);
   hook_caller_(hook, l, "mlp.gate_proj", h, n, H);
   hook_caller_(hook, l, "mlp.up_proj", h, n, H);
   const Backend::LinearTarget gate_up[] = {{L.gate, L.gate_bias, gate}, {L.up, L.up_bias, up}};
-  backend_.linear_group(gate_up, 2, h, n);
+  linear_group_rows(rows, gate_up, 2, h);
   backend_.silu_mul(gate, up, n * I, act);
   hook_caller_(hook, l, "mlp.down_proj", act, n, I);
-  backend_.linear(*L.down, act, n, L.down_bias, proj);
+  linear_rows(rows, *L.down, act, L.down_bias, proj);
   backend_.add(x, proj, n * H);
 }
 

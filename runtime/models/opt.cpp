@@ -31,8 +31,7 @@ class OptModel final : public BlockModel {
   // kAlt: the residual stream's second buffer (post-LN blocks alternate between kX and kAlt).
   enum Slot : size_t { kAlt = kFirstArchSlot, kQ, kAttn, kProj, kFfn, kWordEmbed, kLogits };
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
-  void run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* k_cache, float* v_cache,
-                 const LinearInputHook* hook) override;
+  void run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) override;
   void run_head(const float* cur, size_t rows, std::vector<float>& logits) override;
   std::vector<LinearSlot> linear_slots(uint32_t layer) override;
   size_t kv_dim() const override { return config_.hidden; }
@@ -137,10 +136,9 @@ void OptModel::run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) 
   backend_.add(x, proj, n * H);
 }
 
-void OptModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* k_cache,
-                         float* v_cache, const LinearInputHook* hook) {
+void OptModel::run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) {
   const ModelConfig& c = config_;
-  const size_t H = c.hidden, F = c.intermediate;
+  const size_t n = rows.n, H = c.hidden, F = c.intermediate;
   // h: whichever of the two residual buffers x is not (post-LN swaps them).
   float* const x_buf = scratch_.get(kX, n * H);
   float* h = x == x_buf ? scratch_.get(kAlt, n * H) : x_buf;
@@ -151,8 +149,8 @@ void OptModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* 
   float* ffn = scratch_.get(kFfn, n * F);
   const OptLayer& L = layers_[l];
   const BlockResidency resident(store_, L.group);  // streamed blocks: weights in place until scope end
-  float* k_new = k_cache + n_past * H;
-  float* v_new = v_cache + n_past * H;
+  float* k_new = new_keys(rows, H);
+  float* v_new = new_values(rows, H);
   const float* in = x;
   if (c.pre_layer_norm) {
     backend_.layer_norm(x, L.attn_ln_gamma, L.attn_ln_beta, c.norm_eps, n, H, h);
@@ -162,11 +160,13 @@ void OptModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* 
   hook_caller_(hook, l, "self_attn.k_proj", in, n, H);
   hook_caller_(hook, l, "self_attn.v_proj", in, n, H);
   const Backend::LinearTarget qkv[] = {{L.q, L.q_bias, q}, {L.k, L.k_bias, k_new}, {L.v, L.v_bias, v_new}};
-  backend_.linear_group(qkv, 3, in, n);
+  linear_group_rows(rows, qkv, 3, in);
   backend_.scale(q, q_scale, n * H);
-  backend_.attention(q, k_cache, v_cache, n_past, n, attention_, attn);
+  store_kv(rows, k_new, v_new, H);
+  for (const SequenceRows& s : rows.seqs)
+    backend_.attention(q + s.row * H, s.k_cache, s.v_cache, s.n_past, s.n, attention_, attn + s.row * H);
   hook_caller_(hook, l, "self_attn.out_proj", attn, n, H);
-  backend_.linear(*L.out, attn, n, L.out_bias, proj);
+  linear_rows(rows, *L.out, attn, L.out_bias, proj);
   backend_.add(x, proj, n * H);
   if (!c.pre_layer_norm) {
     backend_.layer_norm(x, L.attn_ln_gamma, L.attn_ln_beta, c.norm_eps, n, H, h);
@@ -179,10 +179,10 @@ void OptModel::run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* 
     in = h;
   }
   hook_caller_(hook, l, "fc1", in, n, H);
-  backend_.linear(*L.fc1, in, n, L.fc1_bias, ffn);
+  linear_rows(rows, *L.fc1, in, L.fc1_bias, ffn);
   backend_.relu(ffn, n * F);
   hook_caller_(hook, l, "fc2", ffn, n, F);
-  backend_.linear(*L.fc2, ffn, n, L.fc2_bias, proj);
+  linear_rows(rows, *L.fc2, ffn, L.fc2_bias, proj);
   backend_.add(x, proj, n * H);
   if (!c.pre_layer_norm) {
     backend_.layer_norm(x, L.ffn_ln_gamma, L.ffn_ln_beta, c.norm_eps, n, H, h);

@@ -6,23 +6,23 @@ BlockModel::BlockModel(const ModelConfig& config, const ContainerReader& contain
                        WeightProvider* provider)
     : Model(config, backend), store_(container, backend, provider), scratch_(backend) {}
 
-void BlockModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
-                         std::vector<float>& logits) {
+double BlockModel::run_blocks(const int32_t* const* ids, KvCache* const* caches, BlockRows& rows, float*& x) {
   const ModelConfig& c = config_;
-  check_forward_inputs(c, store_.path(), ids, n, cache);
-  const size_t H = c.hidden, n_past = cache.n_past();
-  float* x = scratch_.get(kX, n * H);  // the residual stream [n, H]
-
-  const Clock::time_point t_start = Clock::now();
+  const size_t H = c.hidden;
   double layers_total_ms = 0;
-  run_embed(ids, n, n_past, x);
+  for (size_t s = 0; s < rows.seqs.size(); ++s)
+    run_embed(ids[s], rows.seqs[s].n, rows.seqs[s].n_past, x + rows.seqs[s].row * H);
   for (uint32_t l = 0; l < c.n_layers; ++l) {
+    for (size_t s = 0; s < rows.seqs.size(); ++s) {
+      rows.seqs[s].k_cache = caches[s]->keys(l);
+      rows.seqs[s].v_cache = caches[s]->values(l);
+    }
     Clock::time_point t_layer;
     if (profiling_) {
       backend_.synchronize();
       t_layer = Clock::now();
     }
-    run_block(l, x, n, n_past, cache.keys(l), cache.values(l), nullptr);
+    run_block(l, x, rows, nullptr);
     if (profiling_) {
       backend_.synchronize();
       const double ms = ms_since(t_layer);
@@ -30,13 +30,111 @@ void BlockModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_
       layers_total_ms += ms;
     }
   }
-  cache.advance(n);
+  for (size_t s = 0; s < rows.seqs.size(); ++s) caches[s]->advance(rows.seqs[s].n);
+  return layers_total_ms;
+}
 
-  const size_t rows = all_logits ? n : 1;
-  run_head(all_logits ? x : x + (n - 1) * H, rows, logits);
+namespace {
+void add_positions(std::vector<int32_t>& positions, size_t n_past, size_t n) {
+  for (size_t t = 0; t < n; ++t) positions.push_back(static_cast<int32_t>(n_past + t));
+}
+}  // namespace
+
+void BlockModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
+                         std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  check_forward_inputs(c, store_.path(), ids, n, cache);
+  const size_t H = c.hidden;
+  BlockRows rows;
+  rows.n = n;
+  rows.seqs.push_back({0, n, cache.n_past(), nullptr, nullptr});
+  rows.linear_calls.push_back({0, n});
+  add_positions(rows.positions, cache.n_past(), n);
+  float* x = scratch_.get(kX, n * H);  // the residual stream [n, H]
+  const Clock::time_point t_start = Clock::now();
+  KvCache* caches[] = {&cache};
+  const double layers_ms = run_blocks(&ids, caches, rows, x);
+  const size_t n_rows = all_logits ? n : 1;
+  run_head(all_logits ? x : x + (n - 1) * H, n_rows, logits);
   if (profiling_) {
-    profile_.head_ms += ms_since(t_start) - layers_total_ms;
+    profile_.head_ms += ms_since(t_start) - layers_ms;
     profile_.n_calls += 1;
+  }
+}
+
+void BlockModel::forward_batch(const SequenceStep* steps, size_t n_steps, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  if (n_steps == 0) throw Error(store_.path() + ": batched forward pass over no sequence");
+  const size_t H = c.hidden;
+  BlockRows rows;
+  std::vector<const int32_t*> ids(n_steps);
+  std::vector<KvCache*> caches(n_steps);
+  for (size_t s = 0; s < n_steps; ++s) {
+    const SequenceStep& st = steps[s];
+    if (!st.cache) throw Error(store_.path() + ": batched forward pass: sequence " + std::to_string(s) + " has no cache");
+    for (size_t e = 0; e < s; ++e)
+      if (caches[e] == st.cache)
+        throw Error(store_.path() + ": batched forward pass: two sequences share one KV cache");
+    check_forward_inputs(c, store_.path(), st.ids, st.n, *st.cache);
+    ids[s] = st.ids;
+    caches[s] = st.cache;
+    rows.seqs.push_back({rows.n, st.n, st.cache->n_past(), nullptr, nullptr});
+    // Consecutive single-token sequences share one Linear call; a prompt has its own.
+    if (st.n == 1 && s > 0 && steps[s - 1].n == 1)
+      rows.linear_calls.back().n += 1;
+    else
+      rows.linear_calls.push_back({rows.n, st.n});
+    add_positions(rows.positions, st.cache->n_past(), st.n);
+    rows.n += st.n;
+  }
+  float* x = scratch_.get(kX, rows.n * H);
+  const Clock::time_point t_start = Clock::now();
+  const double layers_ms = run_blocks(ids.data(), caches.data(), rows, x);
+  // Each sequence's last row -> logits [n_steps, vocab].
+  float* last = scratch_.get(kLastRows, n_steps * H);
+  for (size_t s = 0; s < n_steps; ++s)
+    backend_.copy(last + s * H, x + (rows.seqs[s].row + rows.seqs[s].n - 1) * H, H);
+  run_head(last, n_steps, logits);
+  if (profiling_) {
+    profile_.head_ms += ms_since(t_start) - layers_ms;
+    profile_.n_calls += 1;
+  }
+}
+
+void BlockModel::linear_rows(const BlockRows& rows, const Weight& w, const float* x, const float* bias, float* y) {
+  const size_t in = w.in_features(), out = w.out_features();
+  for (const RowRange& r : rows.linear_calls) backend_.linear(w, x + r.row * in, r.n, bias, y + r.row * out);
+}
+
+void BlockModel::linear_group_rows(const BlockRows& rows, const Backend::LinearTarget* targets, size_t n_targets,
+                                   const float* x) {
+  const size_t in = targets[0].w->in_features();
+  if (rows.linear_calls.size() == 1 && rows.linear_calls[0].row == 0) {
+    backend_.linear_group(targets, n_targets, x, rows.linear_calls[0].n);
+    return;
+  }
+  std::vector<Backend::LinearTarget> at(targets, targets + n_targets);
+  for (const RowRange& r : rows.linear_calls) {
+    for (size_t i = 0; i < n_targets; ++i) at[i].y = targets[i].y + r.row * targets[i].w->out_features();
+    backend_.linear_group(at.data(), n_targets, x + r.row * in, r.n);
+  }
+}
+
+float* BlockModel::new_keys(const BlockRows& rows, size_t kv_dim) {
+  if (rows.seqs.size() == 1) return rows.seqs[0].k_cache + rows.seqs[0].n_past * kv_dim;
+  return scratch_.get(kBlockK, rows.n * kv_dim);
+}
+
+float* BlockModel::new_values(const BlockRows& rows, size_t kv_dim) {
+  if (rows.seqs.size() == 1) return rows.seqs[0].v_cache + rows.seqs[0].n_past * kv_dim;
+  return scratch_.get(kBlockV, rows.n * kv_dim);
+}
+
+void BlockModel::store_kv(const BlockRows& rows, const float* k, const float* v, size_t kv_dim) {
+  if (rows.seqs.size() == 1) return;  // written in place
+  for (const SequenceRows& s : rows.seqs) {
+    backend_.copy(s.k_cache + s.n_past * kv_dim, k + s.row * kv_dim, s.n * kv_dim);
+    backend_.copy(s.v_cache + s.n_past * kv_dim, v + s.row * kv_dim, s.n * kv_dim);
   }
 }
 
@@ -52,7 +150,12 @@ void BlockModel::forward_block(uint32_t layer, float* hidden, size_t n, const Li
   const size_t H = config_.hidden;
   float* x = scratch_.get(kX, n * H);
   backend_.upload(x, hidden, n * H);
-  run_block(layer, x, n, 0, scratch_.get(kBlockK, n * kv_dim()), scratch_.get(kBlockV, n * kv_dim()), &hook);
+  BlockRows rows;
+  rows.n = n;
+  rows.seqs.push_back({0, n, 0, scratch_.get(kBlockK, n * kv_dim()), scratch_.get(kBlockV, n * kv_dim())});
+  rows.linear_calls.push_back({0, n});
+  add_positions(rows.positions, 0, n);
+  run_block(layer, x, rows, &hook);
   backend_.download(hidden, x, n * H);
 }
 

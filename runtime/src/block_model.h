@@ -15,6 +15,7 @@ class BlockModel : public Model {
  public:
   void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
                std::vector<float>& logits) final;
+  void forward_batch(const SequenceStep* steps, size_t n_steps, std::vector<float>& logits) final;
   void embed(const int32_t* ids, size_t n, float* hidden_out) final;
   void forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) final;
   void head(const float* hidden, size_t n, std::vector<float>& logits) final;
@@ -32,14 +33,45 @@ class BlockModel : public Model {
     uint64_t rows, cols;
   };
 
+  // The rows of one call of the blocks. Each sequence owns a contiguous range of rows of the
+  // activations [n, hidden] and its own KV cache (attention, positions and cache rows are per
+  // sequence); Linears run once per entry of linear_calls, a range of rows that shares one kernel
+  // call (a batch's single-token rows together; each prompt alone, so its rows take the kernel
+  // path they take when the prompt runs alone, and its results are the same).
+  struct SequenceRows {
+    size_t row = 0, n = 0, n_past = 0;
+    float* k_cache = nullptr;  // [capacity, kv_dim] of this block (set per block)
+    float* v_cache = nullptr;
+  };
+  struct RowRange {
+    size_t row = 0, n = 0;
+  };
+  struct BlockRows {
+    size_t n = 0;                       // rows in all
+    std::vector<SequenceRows> seqs;
+    std::vector<RowRange> linear_calls;
+    std::vector<int32_t> positions;     // [n] host: each row's position in its sequence
+  };
+
+  // Linear(s) over every range of rows.linear_calls (x: [rows.n, in], y: [rows.n, out]).
+  void linear_rows(const BlockRows& rows, const Weight& w, const float* x, const float* bias, float* y);
+  void linear_group_rows(const BlockRows& rows, const Backend::LinearTarget* targets, size_t n_targets,
+                         const float* x);
+  // Where a block writes its new key/value rows [rows.n, kv_dim]: straight into the cache when
+  // the call has one sequence, else the scratch slots kBlockK/kBlockV (then store_kv copies each
+  // sequence's rows into its cache).
+  float* new_keys(const BlockRows& rows, size_t kv_dim);
+  float* new_values(const BlockRows& rows, size_t kv_dim);
+  void store_kv(const BlockRows& rows, const float* k, const float* v, size_t kv_dim);
+
   // ---- what an architecture implements ----
   // ids[0..n) at positions [n_past, n_past + n) -> the residual stream x [n, hidden] (backend).
   virtual void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) = 0;
-  // Block l on the residual stream x [n, hidden] (backend), writing key/value rows
-  // [n_past, n_past + n) of k_cache/v_cache [.., kv_dim()]. May leave the result in another
-  // buffer and repoint x (OPT's post-LN blocks alternate two buffers).
-  virtual void run_block(uint32_t l, float*& x, size_t n, size_t n_past, float* k_cache, float* v_cache,
-                         const LinearInputHook* hook) = 0;
+  // Block l on the residual stream x [rows.n, hidden] (backend), writing each sequence's key/value
+  // rows [n_past, n_past + n) of its k_cache/v_cache [.., kv_dim()]. May leave the result in another
+  // buffer and repoint x (OPT's post-LN blocks alternate two buffers). The hook is only given
+  // with one sequence (calibration).
+  virtual void run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) = 0;
   // x [rows, hidden] (backend) -> logits [rows, vocab] (host). x may be any scratch buffer.
   virtual void run_head(const float* x, size_t rows, std::vector<float>& logits) = 0;
   // The Linears of block `layer`, in execution order.
@@ -50,12 +82,15 @@ class BlockModel : public Model {
   virtual std::string block_prefix(uint32_t layer) const = 0;
 
   // Scratch slots below kFirstArchSlot belong to this class; architectures number theirs from it.
-  enum BaseSlot : size_t { kX, kBlockK, kBlockV, kFirstArchSlot };
+  enum BaseSlot : size_t { kX, kBlockK, kBlockV, kLastRows, kFirstArchSlot };
   WeightStore store_;
   ScratchBuffers scratch_;
   BlockHookCaller hook_caller_{backend_};
 
  private:
+  // Embedding, every block, cache advance; x ends as the residual stream [rows.n, hidden].
+  // Returns the blocks' profiled time (ms; 0 unless profiling).
+  double run_blocks(const int32_t* const* ids, KvCache* const* caches, BlockRows& rows, float*& x);
   std::vector<std::unique_ptr<Weight>> replaced_;  // weights given by replace_block_weight
 };
 

@@ -86,6 +86,90 @@ std::vector<int32_t> generate_in_cache(Model& model, KvCache& cache_ref, const s
   return out;
 }
 
+std::vector<std::vector<int32_t>> generate_batch(
+    Model& model, const std::vector<std::vector<int32_t>>& prompts, const SamplerOptions& sampling,
+    const BatchGenerationOptions& options,
+    const std::function<void(size_t index, const std::vector<int32_t>& ids)>& on_done,
+    BatchGenerationStats* stats) {
+  const ModelConfig& c = model.config();
+  if (options.batch == 0) throw Error("generate_batch: the batch must hold at least one sequence");
+  BatchGenerationStats local;
+  BatchGenerationStats& st = stats ? *stats : local;
+  st = BatchGenerationStats{};
+  st.n_prompts = prompts.size();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) throw Error("generate_batch: prompt " + std::to_string(i + 1) + " has no tokens");
+    if (prompts[i].size() > c.max_positions)
+      throw Error("generate_batch: prompt " + std::to_string(i + 1) + " has " + std::to_string(prompts[i].size()) +
+                  " tokens, more than the context length " + std::to_string(c.max_positions) +
+                  " (max_position_embeddings)");
+    st.n_prompt_tokens += prompts[i].size();
+  }
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  if (options.max_new_tokens == 0) {
+    if (on_done)
+      for (size_t i = 0; i < prompts.size(); ++i) on_done(i, out[i]);
+    return out;
+  }
+  auto is_eos = [&](int32_t id) {
+    return std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end();
+  };
+  struct Sequence {
+    size_t index = 0;
+    std::unique_ptr<KvCache> cache;
+    std::unique_ptr<Sampler> sampler;
+    bool prefilled = false;
+  };
+  std::vector<Sequence> active;
+  std::vector<Model::SequenceStep> steps;
+  std::vector<float> logits;
+  size_t next = 0;
+  const Clock::time_point t0 = Clock::now();
+  while (next < prompts.size() || !active.empty()) {
+    while (active.size() < options.batch && next < prompts.size()) {
+      Sequence s;
+      s.index = next++;
+      s.cache = model.make_cache(prompts[s.index].size() + options.max_new_tokens - 1);
+      SamplerOptions so = sampling;
+      so.seed = sampling.seed + s.index;
+      s.sampler = std::make_unique<Sampler>(so);
+      active.push_back(std::move(s));
+    }
+    // Decode steps first (one shared Linear call), then the prompts that join.
+    std::stable_partition(active.begin(), active.end(), [](const Sequence& s) { return s.prefilled; });
+    steps.clear();
+    for (Sequence& s : active) {
+      const std::vector<int32_t>& p = prompts[s.index];
+      if (s.prefilled)
+        steps.push_back({&out[s.index].back(), 1, s.cache.get()});
+      else
+        steps.push_back({p.data(), p.size(), s.cache.get()});
+    }
+    st.max_active = std::max(st.max_active, active.size());
+    model.forward_batch(steps.data(), steps.size(), logits);
+    st.n_steps += 1;
+    std::vector<Sequence> still;
+    for (size_t i = 0; i < active.size(); ++i) {
+      Sequence& s = active[i];
+      std::vector<int32_t>& ids = out[s.index];
+      ids.push_back(s.sampler->sample(logits.data() + i * c.vocab, c.vocab));
+      s.prefilled = true;
+      st.n_generated += 1;
+      const bool done = ids.size() >= options.max_new_tokens || (options.stop_at_eos && is_eos(ids.back())) ||
+                        s.cache->n_past() + 1 > std::min<size_t>(s.cache->capacity(), c.max_positions);
+      if (!done) {
+        still.push_back(std::move(s));
+        continue;
+      }
+      s.cache.reset();
+      if (on_done) on_done(s.index, ids);
+    }
+    active = std::move(still);
+  }
+  st.total_ms = ms_since(t0);
+  return out;
+}
+
 PerplexityResult perplexity(Model& model, const std::vector<int32_t>& ids, size_t window,
                             const std::function<void(size_t done, size_t n_windows)>& on_window) {
   const ModelConfig& c = model.config();

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../packer/gguf_builder.h"
 #include "../packer/synthetic_checkpoint.h"
 
 extern char** environ;
@@ -247,6 +248,12 @@ TEST_CASE("errors: one line, right exit code, no output or temporary file left")
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--method", "sparsegpt",
                             "--calib", dir + "/absent.txt"}), 1, "absent.txt: cannot open the calibration text");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--skip", "("}), 2, "--skip");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--sparsity-ramp", "0.1"}), 2,
+                       "--sparsity-ramp needs --method wanda|sparsegpt");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--sparsity-ramp", "0.5",
+                            "--method", "wanda", "--calib", "x.txt"}), 2, "S + D < 1");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--pattern", "2:4", "--sparsity-ramp", "0.1",
+                            "--method", "wanda", "--calib", "x.txt"}), 2, "not --pattern 2:4");
 
   // Corrupt safetensors: a copy of a fixture with its data cut short.
   const std::string corrupt = dir + "/corrupt";
@@ -285,6 +292,37 @@ TEST_CASE("errors: one line, right exit code, no output or temporary file left")
   check_one_line_error(run({"compare", fixture("opt-tiny"), "--min-time", "0", "--zstd-levels", "1", "--csv",
                             dir + "/nowhere/c.csv"}), 1, "cannot create");
   CHECK(list_dir(out_dir).empty());
+  remove_tree(dir);
+}
+
+TEST_CASE("GGUF: convert, prune and compare a GGUF file; corrupt GGUF files give one line and no output") {
+  const std::string dir = make_temp_dir("cli-gguf");
+  const std::string gguf = std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/gguf/tiny-llama.gguf";
+  const std::string before = read_bytes(gguf);
+  Run r = run({"convert", gguf, "-o", dir + "/c.endor"});
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  r = run({"prune", gguf, "-o", dir + "/p.endor", "--sparsity", "0.5", "--quant", "int4", "--group-size", "32"});
+  CHECK(r.exit_code == 0);
+  r = run({"inspect", dir + "/p.endor", "--verify", "--json"});
+  CHECK(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["provenance"]["source"] == "tiny-llama.gguf");  // the base name, not the path
+  r = run({"compare", gguf, "--sparsity", "0.5", "--zstd-levels", "1", "--min-time", "0", "--csv", dir + "/x.csv",
+           "--json", dir + "/x.json", "--svg", dir + "/x.svg"});
+  CHECK(r.exit_code == 0);
+  CHECK(read_bytes(gguf) == before);
+
+  const std::string out_dir = dir + "/out";
+  ::mkdir(out_dir.c_str(), 0755);
+  for (const gguf_test::CorruptCase& c : gguf_test::corrupt_cases()) {
+    CAPTURE(c.name);
+    const std::string bad = dir + "/bad.gguf";
+    write_bytes(bad, std::string(c.bytes.begin(), c.bytes.end()));
+    check_one_line_error(run({"convert", bad, "-o", out_dir + "/x.endor"}), 1, c.fragment);
+    CHECK(list_dir(out_dir).empty());
+    CHECK(read_bytes(bad) == std::string(c.bytes.begin(), c.bytes.end()));
+  }
   remove_tree(dir);
 }
 

@@ -82,6 +82,8 @@ TEST_CASE("--perplexity errors: one line, non-zero exit") {
   const std::string bare = dir.file("bare.endor");
   test::write_synthetic_container(bare, cfg, test::synthetic_llama_tensors(cfg), 3);
 
+  std::string long_prompt;
+  for (int i = 0; i < 300; ++i) long_prompt += "and God said ";
   struct Case {
     std::string args, must_mention;
     int status;
@@ -96,6 +98,8 @@ TEST_CASE("--perplexity errors: one line, non-zero exit") {
       {model + " --perplexity " + shortfile + " -p hello", "give one of", 2},
       {model + " -p hello --ctx 8", "--ctx goes with --perplexity", 2},
       {bare + " --perplexity " + shortfile, "--ids", 1},
+      // A prompt past the context is refused before any of it is echoed (out stays empty).
+      {model + " -n 4 -p '" + long_prompt + "'", "more than the model's context length 256", 1},
   };
   for (const Case& c : cases) {
     INFO("endor-infer ", c.args);

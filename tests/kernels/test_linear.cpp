@@ -1,4 +1,5 @@
-// linear() on every encoding × value type, both instruction sets and every path, against the
+// linear() with exact f32 activations (cpu::Options::exact; int8 activations are
+// test_int8_activations.cpp's) on every encoding × value type, both instruction sets and every path, against the
 // double-precision reference built on decode_rows_f32, with a derived error bound:
 //
 //   |y − y_ref| ≤ (k + 6)·u·Σ_c |W[r,c]·x[t,c]|,   u = 2^-24,
@@ -94,6 +95,7 @@ TEST_CASE("linear matches the reference on every encoding, value type, instructi
     for (cpu::LinearPath path : paths) {
       cpu::Options opt;
       opt.isa = isa;
+      opt.exact = true;  // f32 activations for int8/int4 too: this file tests the exact path
       opt.linear_path = path;
       auto backend = make_cpu_backend(opt);
       for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
@@ -127,6 +129,7 @@ TEST_CASE("linear: every token count through the automatic path choice") {
   for (cpu::Isa isa : isas()) {
     cpu::Options opt;
     opt.isa = isa;
+    opt.exact = true;
     auto backend = make_cpu_backend(opt);
     const auto w = random_weights(129, 300, 0.5, 77);
     for (ValueType vt : kValueTypes) {
@@ -177,6 +180,7 @@ TEST_CASE("linear: AVX-512 fused kernels on word and block edges") {
   }
   cpu::Options opt;
   opt.isa = cpu::Isa::Avx512;
+  opt.exact = true;
   opt.linear_path = cpu::LinearPath::Fused;
   auto backend = make_cpu_backend(opt);
   // Columns at and around the 64-column word and the 4096-column index block; group sizes that
@@ -234,6 +238,7 @@ TEST_CASE("linear_group: bit-identical to one linear() per target, with and with
       cpu::Options opt;
       opt.isa = isa;
       opt.n_threads = threads;
+      opt.exact = threads == 2;  // int8 activations (the default) and the exact path
       auto backend = make_cpu_backend(opt);
       for (ValueType vt : kValueTypes) {
         std::vector<EncodedWeight> enc;

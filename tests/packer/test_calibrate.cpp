@@ -128,6 +128,8 @@ TEST_CASE("wanda and sparsegpt at 50 %: sparsity as requested, verified containe
     const auto& prov = r->manifest().provenance;
     CHECK(prov["calibration"]["samples"] == 8);
     CHECK(prov["calibration"]["seq_len"] == 64);
+    CHECK(prov["calibration"]["text"] == "calib.txt");  // its name, not the packer's path to it
+    CHECK(prov["source"] == "kjv-llama");
     const std::vector<Linear> linears = pruned_linears(*r);
     REQUIRE(linears.size() == 6 * 7);
     for (const Linear& l : linears) {
@@ -298,4 +300,38 @@ TEST_CASE("wanda with int4: quantized after pruning; block 0 has wanda's own zer
   CHECK(std::count_if(lb.begin(), lb.end(), [](const Linear& l) { return l.name.find(".layers.0.") != std::string::npos; }) == 7);
   CHECK(short_rows == 0);
   CHECK(value_changed > 0);  // the kept weights are on the int4 grid now
+}
+
+TEST_CASE("--sparsity-ramp: block l of L prunes S + D (2 l / (L - 1) - 1) of every row; bad ramps refused") {
+  TempDir dir;
+  const std::string out = dir.file("ramp.endor");
+  PackOptions o = prune_options("wanda", 0.5);
+  o.prune.sparsity_ramp = 0.2;
+  pack_calibrated(kSample, out, o, small_calibration());
+  auto r = ContainerReader::open(out);
+  CHECK(r->manifest().provenance["sparsity_ramp"] == 0.2);
+  const std::vector<Linear> linears = pruned_linears(*r);
+  REQUIRE(linears.size() == 6 * 7);
+  for (const Linear& l : linears) {
+    CAPTURE(l.name);
+    const size_t at = l.name.find(".layers.") + 8;
+    const uint32_t block = uint32_t(std::stoul(l.name.substr(at)));
+    const double s = 0.5 + 0.2 * (2.0 * block / 5.0 - 1.0);  // 0.3, 0.38, ..., 0.7
+    CHECK(o.prune.block_sparsity(block, 6) == doctest::Approx(s));
+    for (uint64_t i = 0; i < l.rows; ++i) {
+      uint64_t zeros = 0;
+      for (uint64_t j = 0; j < l.cols; ++j) zeros += l.w[i * l.cols + j] == 0.0f;
+      CHECK(zeros >= uint64_t(double(l.cols) * s));   // Wanda: int(in * s) per row (more only on exact zeros)
+      CHECK(zeros <= uint64_t(double(l.cols) * s) + 2);
+    }
+  }
+  PackOptions bad = prune_options("sparsegpt", 0.5);
+  bad.prune.sparsity_ramp = 0.6;  // block 0 at -0.1
+  CHECK_THROWS_WITH_AS(pack_calibrated(kSample, dir.file("bad.endor"), bad, small_calibration()),
+                       doctest::Contains("outside [0, 1)"), Error);
+  bad = prune_options("wanda", 0.0, 2, 4);
+  bad.prune.sparsity_ramp = 0.1;
+  CHECK_THROWS_WITH_AS(pack_calibrated(kSample, dir.file("bad.endor"), bad, small_calibration()),
+                       doctest::Contains("not N:M"), Error);
+  CHECK(!std::ifstream(dir.file("bad.endor")).good());
 }

@@ -328,7 +328,7 @@ TEST_CASE("container carries config verbatim, generation config, tokenizer files
   CHECK(p["group_size"] == 64);
   CHECK(p["dtype"] == "source");
   CHECK(p["tool"]["name"] == "endor-pack");
-  CHECK(p["source"].get<std::string>().find("qwen2-tiny") != std::string::npos);
+  CHECK(p["source"] == "qwen2-tiny");  // the folder's name, never the packer's path to it
   CHECK(p["created_utc"].get<std::string>().size() == 20);
   // Groups in execution order, files last on the cpu tier.
   REQUIRE(m.groups.size() == 5);
@@ -360,7 +360,7 @@ TEST_CASE("size formula: f16/bf16 at 50% is 9/16 of the pruned Linears plus the 
     CAPTURE(dtype_s);
     const std::string dir = make_temp_dir("size");
     endor::test::LlamaDims d;
-    d.vocab = 256;
+    d.vocab = 1024;  // the bytebpe fixture tokenizer's 1001 ids fit
     d.hidden = 512;
     d.intermediate = 1024;
     d.layers = 1;  // keeps the sanitizer build quick; index/padding overheads stay under 2 %
@@ -368,7 +368,9 @@ TEST_CASE("size formula: f16/bf16 at 50% is 9/16 of the pruned Linears plus the 
     d.kv_heads = 4;
     d.dtype = dtype;
     endor::test::write_llama_checkpoint(dir + "/ck", d);
-    write_bytes(dir + "/ck/tokenizer.json", std::string(5000, 'x'));
+    const std::string tokenizer =
+        read_bytes(std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/tokenizers/bytebpe/tokenizer.json");
+    write_bytes(dir + "/ck/tokenizer.json", tokenizer);
     pack_checkpoint(dir + "/ck", dir + "/out.endor", prune_options(0.5));
     const auto r = ContainerReader::open(dir + "/out.endor");
     r->verify_all();
@@ -393,7 +395,7 @@ TEST_CASE("size formula: f16/bf16 at 50% is 9/16 of the pruned Linears plus the 
       CHECK(rows_below_half == 0);
     }
     CHECK(linears == 7);
-    const double expected = 9.0 / 16.0 * double(linear_dense) + double(other) + 5000.0;
+    const double expected = 9.0 / 16.0 * double(linear_dense) + double(other) + double(tokenizer.size());
     const double actual = double(r->file_bytes());
     MESSAGE("file bytes / (9/16 linear + other + files) = " << actual / expected);
     CHECK(std::fabs(actual / expected - 1.0) < 0.02);
@@ -534,5 +536,30 @@ TEST_CASE("failures leave no output and no temporary file; the input is untouche
   CHECK_THROWS_WITH_AS(pack_checkpoint(dir + "/ck", dir + "/out", PackOptions()), doctest::Contains("is a folder"), Error);
   CHECK(list_dir(dir + "/out").empty());
   CHECK(list_dir(dir + "/ck") == std::vector<std::string>{"config.json", "model.safetensors"});
+  remove_tree(dir);
+}
+
+TEST_CASE("a tokenizer.json the runtime cannot load, or with ids past the vocab, is refused at pack time") {
+  const std::string dir = make_temp_dir("tokenizer");
+  endor::test::LlamaDims d;  // vocab smaller than the bytebpe fixture's 1001 ids
+  endor::test::write_llama_checkpoint(dir + "/ck", d);
+  ::mkdir((dir + "/out").c_str(), 0755);
+  const std::string good =
+      read_bytes(std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/tokenizers/bytebpe/tokenizer.json");
+  const struct {
+    std::string bytes, expected;
+  } cases[] = {
+      {std::string(5000, 'x'), "tokenizer.json"},
+      {"{\"model\": {\"type\": \"Unigram\"}}", "tokenizer.json"},
+      {good, "model's vocab is " + std::to_string(d.vocab)},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.expected);
+    write_bytes(dir + "/ck/tokenizer.json", c.bytes);
+    CHECK_THROWS_WITH_AS(pack_checkpoint(dir + "/ck", dir + "/out/x.endor", PackOptions()),
+                         doctest::Contains(c.expected.c_str()), Error);
+    CHECK(list_dir(dir + "/out").empty());
+    CHECK(read_bytes(dir + "/ck/tokenizer.json") == c.bytes);
+  }
   remove_tree(dir);
 }

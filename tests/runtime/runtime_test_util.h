@@ -124,7 +124,11 @@ inline std::string fixture_dir(const std::string& model) {
 inline std::string endor_pack() {
   return std::string("OMP_NUM_THREADS=1 ") + ENDOR_BINARY_DIR + "/packer/endor-pack";
 }
-inline std::string endor_infer() { return std::string(ENDOR_BINARY_DIR) + "/runtime/endor-infer"; }
+// ENDOR_INFER_BINARY: the emulated CUDA suites (tests/cuemu) run their own endor-infer build.
+#ifndef ENDOR_INFER_BINARY
+#define ENDOR_INFER_BINARY ENDOR_BINARY_DIR "/runtime/endor-infer"
+#endif
+inline std::string endor_infer() { return ENDOR_INFER_BINARY; }
 
 inline nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_text(path)); }
 

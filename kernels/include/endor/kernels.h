@@ -132,6 +132,11 @@ struct Options {
   LinearPath linear_path = LinearPath::Auto;
   GemmImpl gemm = GemmImpl::Auto;
   size_t gemm_min_tokens = 0;             // Auto path: T >= this uses PanelGemm; 0 = default
+  // false (default): int8 and int4 weights multiply activations quantized to int8 per 32-column
+  // block (integer dot products: vpdpbusd with AVX-512 VNNI, vpmaddubsw with AVX2); prefill paths
+  // multiply the same dequantized activations, so decode and prefill compute one function.
+  // true: every weight multiplies the f32 activations exactly (the reference; calibration uses it).
+  bool exact = false;
 };
 
 // Multithreaded decode of a whole tensor to f32 (same values as decode_rows_f32), out[rows·cols].

@@ -110,30 +110,43 @@ TensorRole classify_tensor(const std::string& canonical_name, const std::vector<
 // "decoder.x" -> "model.decoder.x" (OPT), "layers.0.x" -> "model.layers.0.x" (Llama), ...
 std::string canonical_tensor_name(ModelFamily, const std::string& source_name);
 
+class GgufFile;
+struct GgufModelTensor;
+
 struct CheckpointTensor {
   std::string name;                                 // canonical name
   std::string source_name;                          // as spelled in the file
+  // The float type the values are read as and stored in by default: the source dtype, or F16
+  // for a quantized GGUF tensor (which read_rows_f32 dequantizes).
   SafetensorsDType dtype = SafetensorsDType::F32;
+  std::string source_type;                          // as the file names it: "BF16", "Q4_1", ...
   std::vector<uint64_t> shape;
   uint32_t shard = 0;                               // index into Checkpoint's shard files
-  const SafetensorsEntry* entry = nullptr;
+  const SafetensorsEntry* entry = nullptr;          // safetensors source
+  const GgufModelTensor* gguf = nullptr;            // GGUF source
+  // Checkpoint::bytes() holds the values in `dtype`, row-major in Hugging Face layout (false
+  // for a quantized or row-permuted GGUF tensor: read it with read_rows_f32).
+  bool direct = true;
+  uint64_t stored_bytes = 0;                        // bytes it takes in the source file
   TensorRole role;
   uint64_t numel() const;
   uint64_t rows() const;                            // shape[0] (1 for 0-/1-D)
   uint64_t cols() const;                            // numel / rows
-  uint64_t source_bytes() const { return numel() * dtype_bytes(dtype); }
+  uint64_t source_bytes() const { return stored_bytes; }
 };
 
 struct AuxFile {                                    // tokenizer files, carried verbatim
   std::string name;                                 // file name inside the container
-  std::string path;                                 // on disk
+  std::string path;                                 // on disk (empty: made from a GGUF's metadata)
+  std::string content;                              // the bytes when path is empty
 };
 
-// A Hugging Face checkpoint folder, memory-mapped. Tensors are in execution order: embed group,
+// A Hugging Face checkpoint folder or a GGUF file (gguf.h: config, tensors and tokenizer files
+// translated from its metadata), memory-mapped. Tensors are in execution order: embed group,
 // layers 0..L-1, head group. Shapes are checked against config.json at open().
 class Checkpoint {
  public:
-  static std::unique_ptr<Checkpoint> open(const std::string& dir);
+  static std::unique_ptr<Checkpoint> open(const std::string& dir_or_gguf);
   ~Checkpoint();
 
   const std::string& dir() const { return dir_; }
@@ -149,6 +162,8 @@ class Checkpoint {
   // Every file this checkpoint reads (config, index, shards, generation config, aux files).
   std::vector<std::string> input_paths() const;
 
+  bool is_gguf() const { return gguf_ != nullptr; }
+  // The tensor's bytes in the source file; only meaningful as values when t.direct.
   const uint8_t* bytes(const CheckpointTensor&) const;
   // Rows [row_begin, row_end) of the tensor viewed as [rows, cols], as f32 (row-major).
   void read_rows_f32(const CheckpointTensor&, uint64_t row_begin, uint64_t row_end, float* out) const;
@@ -156,7 +171,11 @@ class Checkpoint {
 
  private:
   Checkpoint() = default;
+  static std::unique_ptr<Checkpoint> open_gguf(const std::string& path);
+  void check_and_order(const std::string& config_where);
   std::string dir_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<std::vector<GgufModelTensor>> gguf_tensors_;
   nlohmann::json config_, generation_config_;
   ModelShape shape_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
@@ -174,6 +193,12 @@ struct PruneSpec {
   double sparsity = 0.0;              // [0, 1); unstructured only
   uint32_t n = 0, m = 0;              // N:M when m > 0 (zero N of every M)
   PruneScope scope = PruneScope::Row;
+  // Unstructured, calibrated methods: sparsity rises linearly through the decoder blocks, from
+  // sparsity - ramp in the first to sparsity + ramp in the last (mean: sparsity). Small models
+  // lose much less accuracy when their early blocks keep more weights (bench/ACCURACY.md).
+  double sparsity_ramp = 0.0;
+  // Block `layer` of `n_layers`: sparsity + ramp * (2 layer / (n_layers - 1) - 1).
+  double block_sparsity(uint32_t layer, uint32_t n_layers) const;
   bool structured() const { return m > 0; }
   bool active() const { return structured() || sparsity > 0.0; }
   std::string pattern() const;        // "unstructured" or "2:4"

@@ -136,6 +136,21 @@ class Model {
   virtual void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
                        std::vector<float>& logits) = 0;
 
+  // Several sequences' new tokens in one pass over the blocks (FlexGen's block-major order: each
+  // block is acquired once and applied to every sequence before the next block). steps[s] runs
+  // ids[0..n) at positions [cache.n_past(), +n) of its own cache and appends their keys/values;
+  // sequences may have different lengths and mix prompts (n > 1) with decode steps (n = 1).
+  // Single-token steps that follow each other share one Linear call (the kernel path for their
+  // count); a prompt's rows run as their own call, so its results equal forward() of that prompt
+  // alone. logits (host): [n_steps, vocab], each sequence's last token's. Throws as forward()
+  // does (naming the first bad step), when no step is given, or when two steps share a cache.
+  struct SequenceStep {
+    const int32_t* ids = nullptr;
+    size_t n = 0;
+    KvCache* cache = nullptr;
+  };
+  virtual void forward_batch(const SequenceStep* steps, size_t n_steps, std::vector<float>& logits) = 0;
+
   // Encoded weight bytes one decoded token reads: every block's weights and biases, the final
   // norm, the lm_head, and one embedding (and position) row.
   uint64_t decode_bytes_per_token() const { return decode_bytes_per_token_; }
@@ -246,6 +261,36 @@ std::vector<int32_t> generate_in_cache(Model& model, KvCache& cache, const std::
                                        Sampler& sampler, const GenerationOptions& options,
                                        const std::function<void(int32_t)>& on_token,
                                        GenerationStats* stats = nullptr);
+
+// ---- batched generation (throughput mode) ----------------------------------------------------------
+struct BatchGenerationOptions {
+  size_t batch = 8;          // sequences run together (>= 1)
+  size_t max_new_tokens = 64;
+  bool stop_at_eos = true;
+};
+
+struct BatchGenerationStats {
+  size_t n_prompts = 0, n_prompt_tokens = 0, n_generated = 0;
+  size_t n_steps = 0;        // forward_batch calls (each one pass over the blocks)
+  size_t max_active = 0;     // most sequences in one step
+  double total_ms = 0;       // wall time of all steps and sampling
+  double generated_tokens_per_s() const { return total_ms > 0 ? n_generated * 1e3 / total_ms : 0; }
+};
+
+// Generates up to max_new_tokens for every prompt, running up to `batch` sequences together: each
+// step is one Model::forward_batch over the active sequences (a prompt that joins is prefilled in
+// the step it joins; the others decode one token). A sequence leaves the batch when it is done
+// (max_new_tokens, EOS when asked, or the context end) and the next prompt joins in the next
+// step. Each sequence has its own KV cache (capacity prompt + max_new_tokens - 1, freed when it
+// leaves) and its own Sampler (`sampling` with seed + prompt index), so with greedy sampling the
+// ids equal generate() of each prompt alone. on_done (optional) is called with the prompt's index
+// and its ids when it leaves; the result is in prompt order. Throws before any compute when a
+// prompt is empty or longer than the context, or batch is 0.
+std::vector<std::vector<int32_t>> generate_batch(
+    Model& model, const std::vector<std::vector<int32_t>>& prompts, const SamplerOptions& sampling,
+    const BatchGenerationOptions& options,
+    const std::function<void(size_t index, const std::vector<int32_t>& ids)>& on_done = {},
+    BatchGenerationStats* stats = nullptr);
 
 // ---- perplexity (ALGORITHMS.md "Perplexity", the Wanda/SparseGPT convention) ---------------------
 struct PerplexityResult {

@@ -26,6 +26,7 @@ enum class RequestState { Queued, Reading, Done, Failed, Released };
 
 struct Request {
   uint64_t offset = 0, length = 0;
+  uint8_t* dst = nullptr;        // submit_into: the caller's memory, else a staging buffer
   RequestState state = RequestState::Queued;
   bool release_pending = false;  // released while being read: free the buffer when the read ends
   const uint8_t* data = nullptr;
@@ -156,7 +157,8 @@ struct DiskReader::State {
         continue;
       }
       Buffer& b = buffers[size_t(t % buffers.size())];
-      if (b.owner != -1) {
+      uint8_t* const into = find(t)->dst;
+      if (!into && b.owner != -1) {
         const Clock::time_point t0 = Clock::now();
         cv.wait(lock, [&] { return stop || b.owner == -1 || dropped(t); });
         stats.backpressure_s += seconds_since(t0);
@@ -166,14 +168,14 @@ struct DiskReader::State {
           continue;
         }
       }
-      b.owner = int64_t(t);
+      if (!into) b.owner = int64_t(t);
       Request copy = *find(t);
       find(t)->state = RequestState::Reading;
       ++next_read;
       lock.unlock();
       uint64_t device_bytes = 0;
       const Clock::time_point t0 = Clock::now();
-      const bool direct_ok = read(path, copy, b.data, device_bytes);
+      const bool direct_ok = read(path, copy, into ? into : b.data, device_bytes);
       const double busy = seconds_since(t0);
       lock.lock();
       if (!direct_ok) {  // buffered from now on
@@ -266,6 +268,28 @@ DiskReader::Ticket DiskReader::submit(uint64_t offset, uint64_t length) {
   Request r;
   r.offset = offset;
   r.length = length;
+  s.requests.push_back(std::move(r));
+  const Ticket t = s.next_submit++;
+  s.cv.notify_all();
+  return t;
+}
+
+DiskReader::Ticket DiskReader::submit_into(uint64_t offset, uint64_t length, uint8_t* dst, uint64_t dst_bytes) {
+  State& s = *state_;
+  const uint64_t a = s.opt.alignment;
+  if (length == 0) throw Error(path_ + ": disk read of 0 bytes at " + std::to_string(offset));
+  if (offset % a != 0 || reinterpret_cast<uintptr_t>(dst) % a != 0)
+    throw Error(path_ + ": a disk read into given memory needs an offset and an address aligned to " + std::to_string(a));
+  if (offset > UINT64_MAX - length - 2 * a || offset + length > uint64_t(INT64_MAX))
+    throw Error(path_ + ": disk read range at " + std::to_string(offset) + " overflows");
+  if (dst_bytes < (length + a - 1) / a * a)
+    throw Error(path_ + ": disk read of " + std::to_string(length) + " bytes does not fit the " +
+                std::to_string(dst_bytes) + " bytes given");
+  std::lock_guard<std::mutex> lock(s.mu);
+  Request r;
+  r.offset = offset;
+  r.length = length;
+  r.dst = dst;
   s.requests.push_back(std::move(r));
   const Ticket t = s.next_submit++;
   s.cv.notify_all();

@@ -102,6 +102,8 @@ class StreamingWeightsImpl final : public StreamingWeights {
   std::vector<GroupState> groups_;
   std::vector<uint32_t> order_;    // streamed groups in execution order
   uint32_t n_slots_ = 0;
+  uint64_t slot_bytes_ = 0;
+  bool read_into_slots_ = false;   // CPU device: disk reads land in the slots
   std::vector<SlotState> slots_;
   std::deque<Fetch> window_;       // issued fetches of positions > current_, in position order
   int64_t current_ = -1;           // position acquired last
@@ -154,6 +156,8 @@ StreamingWeightsImpl::StreamingWeightsImpl(const ContainerReader& container, Bac
                 ", the streaming asks for " + std::to_string(options.prefetch));
   const uint64_t slot_bytes = std::max<uint64_t>(placement.slot_bytes, (max_streamed + 16 + 4095) / 4096 * 4096);
   engine_->allocate_slots(n_slots_, slot_bytes);
+  slot_bytes_ = slot_bytes;
+  read_into_slots_ = !cuda;
   slots_.assign(n_slots_, SlotState{});
 
   // cpu tier on CUDA: a pinned copy of each group, so the copies into slots are DMA.
@@ -218,7 +222,9 @@ void StreamingWeightsImpl::issue(int64_t position) {
     slot.group = g;
     if (gs.tier == Tier::Disk) {
       f.pending_read = true;
-      f.ticket = reader_->submit(gs.offset, gs.size);
+      // Host slots (CPU device): read straight into the slot, no staging copy.
+      f.ticket = read_into_slots_ ? reader_->submit_into(gs.offset, gs.size, engine_->slot(s), slot_bytes_)
+                                  : reader_->submit(gs.offset, gs.size);
     } else {
       engine_->fill(s, gs.host, gs.size, {});
     }
@@ -243,6 +249,11 @@ void StreamingWeightsImpl::queue_read_fill(Fetch& f) {
   const Clock::time_point t0 = Clock::now();
   const DiskReader::Chunk chunk = reader_->wait(f.ticket);
   stats_.host_wait_s += seconds_since(t0);
+  if (read_into_slots_) {  // the bytes are in the slot already
+    reader_->release(f.ticket);
+    f.pending_read = false;
+    return;
+  }
   DiskReader* reader = reader_.get();
   const DiskReader::Ticket ticket = f.ticket;
   engine_->fill(f.slot, chunk.data, chunk.length, [reader, ticket] { reader->release(ticket); });
@@ -364,7 +375,7 @@ void StreamingWeightsImpl::synchronize() {
 std::string StreamingWeightsImpl::disk_path() const {
   if (!reader_) return "none (no group on disk)";
   const bool cuda = engine_->device() == "cuda";
-  return reader_->mode() + (cuda ? " into pinned staging, then copy to the device" : " into staging, then copy to host slots");
+  return reader_->mode() + (cuda ? " into pinned staging, then copy to the device" : " straight into the host slots");
 }
 
 }  // namespace

@@ -144,6 +144,12 @@ class DiskReader {
   // Queues a read of [offset, offset + length); never blocks. Throws when length is 0 or over
   // max_request, or offset + length overflows.
   Ticket submit(uint64_t offset, uint64_t length);
+  // The same, read straight into `dst` (dst_bytes long) instead of a staging buffer: no buffer is
+  // taken and wait() returns dst. Needs offset and dst aligned to `alignment` and dst_bytes >=
+  // length rounded up to it (O_DIRECT reads whole pages); throws otherwise. The reader writes dst
+  // until the read ends, even after a release (requests are read one at a time, in order, so a
+  // later read into the same memory lands after it).
+  Ticket submit_into(uint64_t offset, uint64_t length, uint8_t* dst, uint64_t dst_bytes);
   // Blocks until ticket t is read and returns its bytes, valid until release(t). Throws (one
   // line naming the file) when the read failed (I/O error, the file ends before the range
   // does), or when t was never submitted or is already released. Ticket t - n_buffers must be
@@ -218,6 +224,33 @@ class StreamingWeights : public WeightProvider {
 std::unique_ptr<StreamingWeights> make_streaming_weights(const ContainerReader& container, Backend& backend,
                                                          const Placement& placement,
                                                          const StreamingOptions& options);
+
+// ---- cost model (--plan) -----------------------------------------------------------------------------
+// FlexGen's cost model reduced to the CPU device's pipeline (cost_model.cpp has the formula): a
+// step is one pass over the decoder blocks for the whole batch; the reader thread's lane (disk
+// reads) overlaps the compute thread's lane (staging copies, block compute, head).
+struct CostInputs {
+  double disk_gbps = 0;      // O_DIRECT sequential reads of the container (probe_disk_read)
+  double copy_gbps = 0;      // host copy bandwidth, counted as read + write bytes (measure_copy_bandwidth_gbps)
+  double block_ms = 0;       // one decoder block's Linears at this batch's tokens per step (time_linears)
+  uint64_t block_bytes = 0;  // that block's bytes: other blocks' compute scales with their bytes
+  double head_ms = 0;        // lm_head at the batch's tokens per step
+  uint32_t batch = 1;        // sequences per step (tokens generated per step)
+};
+struct CostPrediction {
+  double read_ms = 0, copy_ms = 0, compute_ms = 0, head_ms = 0;  // per step
+  double step_ms = 0;        // max(read lane, compute lane)
+  double token_ms = 0;       // step_ms / batch
+  uint64_t disk_bytes = 0;   // read from disk per step
+  uint32_t batch = 1;
+  const char* bound = "";    // "disk" or "compute": the longer lane
+};
+CostPrediction predict_step(const Placement& placement, const std::vector<GroupDemand>& groups, const CostInputs& in);
+// Best wall time (ms) of `repeats` passes of Backend::linear over the 2-D tensors among `tensors`
+// (manifest indices), prepared in place from the mapping, with x [n_tokens, in]; a first pass
+// warms up (pages the weights in).
+double time_linears(const ContainerReader& container, Backend& backend, const std::vector<uint32_t>& tensors,
+                    size_t n_tokens, int repeats);
 
 // ---- bandwidth probes (benchmarks, --stats) -------------------------------------------------------
 // Sequential reads of [offset, offset + bytes) of `path` through a DiskReader (requests of

@@ -1,0 +1,335 @@
+// linear() with int8 activations (the default for int8/int4 weights) against a double-precision
+// reference of the same quantized arithmetic, written here from its definition
+// (kernels/cpu/weight_kernels.h, "int8 activations"), on every instruction set the machine has:
+//
+//   x per token in blocks of 32 columns: d = f32(amax/127), q = nearbyint(f32(x·f32(1/d))) in [−127, 127];
+//   int8 weights:  y = s · Σ_b d_b · Σ_{c∈b} q_w·q
+//   int4 weights:  y = Σ_b d_b · Σ_g (S_g·Σ_{c∈b∩g} q_w·q + M_g·Σ_{c∈b∩g, present} q)
+//
+// Integer sums are exact in every kernel; only the f32 steps round, so with B = Σ_c |d_b|·(|s·q_w·q|)
+// (int8) or Σ_c |d_b|·(|S_g·q_w·q| + |M_g·q|) (int4, present c) every partial sum is bounded by B
+// and |y − y_ref| ≤ (k + 8)·u·B, k the longest chain of f32 additions: at most one per 32 columns
+// plus the groups and a 16-lane reduction (cols/32 + 24 covers every kernel), or the exact path's
+// chain (cols/8; cols with oneDNN) when a prefill path multiplies x̂ = d·q.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "kernel_test_util.h"
+
+using namespace endor;
+using namespace endor::ktest;
+
+namespace {
+
+constexpr size_t kBlock = 32;
+
+std::vector<cpu::Isa> isas() {
+  std::vector<cpu::Isa> v{cpu::Isa::Portable};
+  if (cpu::cpu_has_avx2()) v.push_back(cpu::Isa::Avx2);
+  if (cpu::cpu_has_avx512()) v.push_back(cpu::Isa::Avx512);
+  return v;
+}
+const char* isa_name(cpu::Isa i) { return i == cpu::Isa::Avx512 ? "avx512" : i == cpu::Isa::Avx2 ? "avx2" : "portable"; }
+
+// The quantized activations, from the definition.
+struct QuantX {
+  std::vector<int32_t> q;  // [T, cols]
+  std::vector<float> d;    // [T, blocks]
+  size_t blocks = 0;
+};
+QuantX quantize(const std::vector<float>& x, size_t n_tokens, uint64_t cols) {
+  QuantX r;
+  r.blocks = (cols + kBlock - 1) / kBlock;
+  r.q.resize(n_tokens * cols);
+  r.d.resize(n_tokens * r.blocks);
+  for (size_t t = 0; t < n_tokens; ++t)
+    for (size_t b = 0; b < r.blocks; ++b) {
+      const uint64_t c0 = b * kBlock, c1 = std::min<uint64_t>(cols, c0 + kBlock);
+      float amax = 0.0f;
+      for (uint64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[t * cols + c]));
+      const float d = amax / 127.0f;
+      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+      r.d[t * r.blocks + b] = d;
+      for (uint64_t c = c0; c < c1; ++c) {
+        const float v = std::nearbyint(x[t * cols + c] * inv);
+        r.q[t * cols + c] = int32_t(std::clamp(v, -127.0f, 127.0f));
+      }
+    }
+  return r;
+}
+
+// A weight row's codes (int8 signed, int4 unsigned) and presence, read from the encoded bytes
+// as SPEC.md §6 lays them out.
+void row_codes(const TensorView& v, uint64_t r, std::vector<int32_t>& code, std::vector<uint8_t>& present) {
+  const TensorLayout& L = v.layout;
+  code.assign(L.cols, 0);
+  present.assign(L.cols, 0);
+  const uint8_t* values = v.values();
+  auto code_of = [&](uint64_t k) -> int32_t {
+    if (L.value_type == ValueType::I8) return int8_t(values[k]);
+    return (k % 2 == 0) ? (values[k / 2] & 0x0F) : (values[k / 2] >> 4);
+  };
+  if (L.encoding == Encoding::Dense) {
+    for (uint64_t c = 0; c < L.cols; ++c) {
+      code[c] = code_of(r * L.cols + c);
+      present[c] = 1;
+    }
+    return;
+  }
+  uint64_t k = 0;  // stored values before row r: count the set bits of the rows above
+  const uint8_t* bitmap = v.data + L.bitmap_offset;
+  for (uint64_t rr = 0; rr <= r; ++rr)
+    for (uint64_t c = 0; c < L.cols; ++c) {
+      const bool bit = (bitmap[8 * rr * L.words_per_row + c / 8] >> (c % 8)) & 1;
+      if (!bit) continue;
+      if (rr == r) {
+        code[c] = code_of(k);
+        present[c] = 1;
+      }
+      ++k;
+    }
+}
+
+float f16(uint16_t h) {
+  // Via the format library's decoder of a 1×1 dense f16 tensor would be circular; f16 → f32 by hand.
+  const uint32_t sign = uint32_t(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  float f;
+  if (e == 0) f = std::ldexp(float(m), -24);
+  else if (e == 31) f = m ? NAN : INFINITY;
+  else f = std::ldexp(float(m | 0x400), int(e) - 25);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u |= sign;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+Reference reference_q8(const TensorView& v, const QuantX& qx, size_t n_tokens) {
+  const TensorLayout& L = v.layout;
+  Reference ref{std::vector<double>(n_tokens * L.rows), std::vector<double>(n_tokens * L.rows)};
+  std::vector<int32_t> code;
+  std::vector<uint8_t> present;
+  const bool int4 = L.value_type == ValueType::I4;
+  for (uint64_t r = 0; r < L.rows; ++r) {
+    row_codes(v, r, code, present);
+    for (size_t t = 0; t < n_tokens; ++t) {
+      double y = 0.0, bound = 0.0;
+      for (uint64_t c = 0; c < L.cols; ++c) {
+        const double d = qx.d[t * qx.blocks + c / kBlock], q = qx.q[t * L.cols + c];
+        if (int4) {
+          const uint64_t p = r * L.groups_per_row + c / L.group_size;
+          const double s = f16(v.group_scales()[p]), m = f16(v.group_mins()[p]);
+          y += d * (s * code[c] * q + m * present[c] * q);
+          bound += std::fabs(d) * (std::fabs(s * code[c] * q) + std::fabs(m * present[c] * q));
+        } else {
+          const double s = v.row_scales()[r];
+          y += d * s * code[c] * q;
+          bound += std::fabs(d * s * code[c] * q);
+        }
+      }
+      ref.y[t * L.rows + r] = y;
+      ref.bound[t * L.rows + r] = bound;
+    }
+  }
+  return ref;
+}
+
+// Runs linear() and counts the outputs outside (chain + 8)·u·B of the reference.
+size_t check_q8(Backend& backend, const EncodedWeight& ew, size_t n_tokens, double chain, uint32_t seed,
+                bool with_bias = false) {
+  const TensorView v = ew.view();
+  const uint64_t rows = v.layout.rows, cols = v.layout.cols;
+  std::vector<float> x = random_activations(n_tokens * cols, seed);
+  if (cols > 40) {  // an all-zero block (d = 0) and an outlier, as real activations have
+    for (uint64_t c = 0; c < std::min<uint64_t>(cols, 32); ++c) x[c] = 0.0f;
+    x[cols - 1] = 40.0f;
+  }
+  const std::vector<float> bias = random_activations(rows, seed + 1);
+  std::vector<float> y(n_tokens * rows, -12345.0f);
+  auto w = backend.prepare_weight(v);
+  backend.linear(*w, x.data(), n_tokens, with_bias ? bias.data() : nullptr, y.data());
+  const Reference ref = reference_q8(v, quantize(x, n_tokens, cols), n_tokens);
+  size_t bad = 0;
+  for (size_t t = 0; t < n_tokens; ++t)
+    for (uint64_t r = 0; r < rows; ++r) {
+      const size_t i = t * rows + r;
+      const double expect = ref.y[i] + (with_bias ? double(bias[r]) : 0.0);
+      const double tol = (chain + 8.0) * kEpsF32 * ref.bound[i] + 2.0 * kEpsF32 * std::fabs(expect);
+      if (!(std::fabs(double(y[i]) - expect) <= tol)) {
+        if (bad == 0)
+          MESSAGE("first mismatch at t=" << t << " r=" << r << ": got " << y[i] << " want " << expect << " tol " << tol);
+        ++bad;
+      }
+    }
+  return bad;
+}
+
+double fused_chain(uint64_t cols) { return double(cols / kBlock + 24); }
+
+struct Shape {
+  uint64_t rows, cols;
+};
+
+}  // namespace
+
+TEST_CASE("int8 activations: fused kernels match the quantized reference on every ISA, encoding and odd size") {
+  const Shape shapes[] = {{1, 1}, {3, 31}, {5, 63}, {65, 65}, {7, 127}, {9, 191}, {4, 576}, {3, 4097}, {2, 5000}, {33, 300}};
+  const double sparsities[] = {0.0, 0.5, 0.9, 1.0};
+  const uint32_t groups[] = {64, 128, 32, 7, 256, 96};
+  uint32_t seed = 900;
+  for (cpu::Isa isa : isas()) {
+    cpu::Options opt;
+    opt.isa = isa;
+    opt.linear_path = cpu::LinearPath::Fused;
+    auto backend = make_cpu_backend(opt);
+    for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
+      for (ValueType vt : {ValueType::I8, ValueType::I4})
+        for (const Shape& s : shapes)
+          for (double sp : sparsities) {
+            if (enc == Encoding::Dense && sp > 0.5) continue;
+            ++seed;
+            const uint32_t g = groups[seed % std::size(groups)];
+            const size_t T = 1 + seed % 8;
+            const auto w = random_weights(s.rows, s.cols, sp, seed);
+            const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+            CAPTURE(isa_name(isa));
+            CAPTURE(to_string(enc));
+            CAPTURE(to_string(vt));
+            CAPTURE(s.rows);
+            CAPTURE(s.cols);
+            CAPTURE(sp);
+            CAPTURE(T);
+            CAPTURE(g);
+            CHECK(check_q8(*backend, ew, T, fused_chain(s.cols), seed, seed % 3 == 0) == 0);
+          }
+  }
+}
+
+TEST_CASE("int8 activations: every token count and path computes the same function (prefill multiplies x̂ = d·q)") {
+  const cpu::LinearPath paths[] = {cpu::LinearPath::Auto, cpu::LinearPath::RowDecode, cpu::LinearPath::PanelGemm};
+  for (cpu::Isa isa : isas())
+    for (cpu::LinearPath path : paths) {
+      cpu::Options opt;
+      opt.isa = isa;
+      opt.linear_path = path;
+      auto backend = make_cpu_backend(opt);
+      const auto w = random_weights(70, 333, 0.5, 5);
+      for (ValueType vt : {ValueType::I8, ValueType::I4})
+        for (Encoding enc : {Encoding::Dense, Encoding::Bitmap}) {
+          const EncodedWeight ew = encode(w, 70, 333, enc, vt, 64);
+          for (size_t T : {size_t(1), size_t(8), size_t(9), size_t(17)}) {
+            const bool fused = path == cpu::LinearPath::Auto && T <= 8;
+            const double chain = fused ? fused_chain(333)
+                                 : path == cpu::LinearPath::PanelGemm && cpu::have_onednn() ? 333.0
+                                 : double((333 + 7) / 8) + fused_chain(333);
+            CAPTURE(isa_name(isa));
+            CAPTURE(int(path));
+            CAPTURE(to_string(vt));
+            CAPTURE(to_string(enc));
+            CAPTURE(T);
+            CHECK(check_q8(*backend, ew, T, chain, uint32_t(T + 3), T % 2 == 1) == 0);
+          }
+        }
+    }
+}
+
+TEST_CASE("int8 activations: linear_group quantizes once and gives what linear() gives, beside an f16 job") {
+  const uint64_t cols = 200;
+  const uint64_t rows[] = {67, 16, 130};
+  const ValueType vts[] = {ValueType::I4, ValueType::F16, ValueType::I8};
+  for (cpu::Isa isa : isas()) {
+    cpu::Options opt;
+    opt.isa = isa;
+    opt.n_threads = 2;
+    auto backend = make_cpu_backend(opt);
+    std::vector<EncodedWeight> enc;
+    std::vector<std::unique_ptr<Weight>> ws;
+    for (size_t i = 0; i < 3; ++i)
+      enc.push_back(encode(random_weights(rows[i], cols, 0.5, uint32_t(60 + i)), rows[i], cols, Encoding::Bitmap, vts[i], 64));
+    for (const EncodedWeight& e : enc) ws.push_back(backend->prepare_weight(e.view()));
+    for (size_t T : {size_t(1), size_t(3), size_t(8)}) {
+      const auto x = random_activations(T * cols, uint32_t(T + 70));
+      std::vector<std::vector<float>> want(3), got(3);
+      std::vector<Backend::LinearTarget> targets;
+      for (size_t i = 0; i < 3; ++i) {
+        want[i].assign(T * rows[i], 0.0f);
+        got[i].assign(T * rows[i], -1.0f);
+        backend->linear(*ws[i], x.data(), T, nullptr, want[i].data());
+        targets.push_back({ws[i].get(), nullptr, got[i].data()});
+      }
+      backend->linear_group(targets.data(), targets.size(), x.data(), T);
+      CAPTURE(isa_name(isa));
+      CAPTURE(T);
+      for (size_t i = 0; i < 3; ++i) CHECK(std::memcmp(want[i].data(), got[i].data(), want[i].size() * 4) == 0);
+      // And the int8/int4 jobs really are the quantized function.
+      for (size_t i : {size_t(0), size_t(2)}) {
+        const Reference ref = reference_q8(enc[i].view(), quantize(x, T, cols), T);
+        for (size_t j = 0; j < got[i].size(); ++j)
+          CHECK(std::fabs(double(got[i][j]) - ref.y[j]) <= (fused_chain(cols) + 8) * kEpsF32 * ref.bound[j]);
+      }
+    }
+  }
+}
+
+TEST_CASE("int8 activations are the default for int8/int4 weights; Options::exact keeps f32, and f16 is never quantized") {
+  const uint64_t rows = 40, cols = 256;
+  const auto w = random_weights(rows, cols, 0.5, 11);
+  const auto x = random_activations(cols, 12);
+  for (cpu::Isa isa : isas()) {
+    cpu::Options q8_opt, exact_opt;
+    q8_opt.isa = exact_opt.isa = isa;
+    exact_opt.exact = true;
+    auto q8 = make_cpu_backend(q8_opt), exact = make_cpu_backend(exact_opt);
+    for (ValueType vt : {ValueType::I8, ValueType::I4, ValueType::F16}) {
+      const EncodedWeight ew = encode(w, rows, cols, Encoding::Bitmap, vt, 64);
+      auto w1 = q8->prepare_weight(ew.view()), w2 = exact->prepare_weight(ew.view());
+      std::vector<float> y1(rows), y2(rows);
+      q8->linear(*w1, x.data(), 1, nullptr, y1.data());
+      exact->linear(*w2, x.data(), 1, nullptr, y2.data());
+      const Reference ref = reference_linear(ew.view(), x, 1);
+      size_t differ = 0;
+      double err = 0.0, scale = 0.0;
+      for (uint64_t r = 0; r < rows; ++r) {
+        differ += y1[r] != y2[r];
+        err += std::fabs(double(y1[r]) - ref.y[r]);
+        scale += ref.bound[r];
+      }
+      CAPTURE(isa_name(isa));
+      CAPTURE(to_string(vt));
+      if (vt == ValueType::F16) {
+        CHECK(differ == 0);
+      } else {
+        CHECK(differ > rows / 2);  // quantized: almost every output moves
+        CHECK(err < 0.01 * scale);  // by about 2^-8 of the scale of the sum, not more
+      }
+    }
+  }
+}
+
+TEST_CASE("int8 activations: the bound sees one activation code off by one") {
+  // What a mutation of the quantizer or of one lane's arithmetic would do, at the sizes tested above.
+  const uint64_t cols = 576;
+  const auto w = random_weights(8, cols, 0.5, 21);
+  const auto x = random_activations(cols, 22);
+  for (ValueType vt : {ValueType::I8, ValueType::I4}) {
+    const EncodedWeight ew = encode(w, 8, cols, Encoding::Bitmap, vt, 64);
+    QuantX qx = quantize(x, 1, cols);
+    const Reference ref = reference_q8(ew.view(), qx, 1);
+    std::vector<float> decoded(8 * cols);
+    decode_rows_f32(ew.view(), 0, 8, decoded.data());
+    for (uint64_t r = 0; r < 8; ++r) {
+      uint64_t c = 0;
+      while (c < cols && std::fabs(decoded[r * cols + c]) < 0.25f) ++c;  // a weight of some size
+      REQUIRE(c < cols);
+      QuantX off = qx;
+      off.q[c] += off.q[c] < 127 ? 1 : -1;
+      const Reference moved = reference_q8(ew.view(), off, 1);
+      CAPTURE(to_string(vt));
+      CAPTURE(r);
+      CHECK(std::fabs(moved.y[r] - ref.y[r]) > (fused_chain(cols) + 8) * kEpsF32 * ref.bound[r]);
+    }
+  }
+}

@@ -1,0 +1,357 @@
+// GGUF import: the parser against a table of corrupt files, the dequantizers against gguf-py,
+// whole-model weights against transformers' GGUF loader (tests/fixtures/gguf, made by
+// tools/make_gguf_fixtures.py), and tokenizers built from tokenizer.ggml.* against the real
+// tokenizers' reference encodings (tests/fixtures/tokenizers).
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "endor/gguf.h"
+#include "endor/packer.h"
+#include "endor/tokenizer.h"
+#include "gguf_builder.h"
+
+using namespace endor;
+
+namespace {
+
+std::string fixture(const std::string& rel) { return std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/" + rel; }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE_MESSAGE(in, "cannot open " << path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string read_zst(const std::string& path) {
+  const std::string z = read_file(path);
+  const unsigned long long n = ZSTD_getFrameContentSize(z.data(), z.size());
+  REQUIRE(n != ZSTD_CONTENTSIZE_ERROR);
+  REQUIRE(n != ZSTD_CONTENTSIZE_UNKNOWN);
+  std::string out(size_t(n), '\0');
+  REQUIRE(ZSTD_decompress(out.data(), out.size(), z.data(), z.size()) == n);
+  return out;
+}
+
+bool exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/endor-gguf-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { (void)std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+// All values of a checkpoint tensor as f32, in Hugging Face layout.
+std::vector<float> values(const Checkpoint& ck, const CheckpointTensor& t) {
+  std::vector<float> v(t.numel());
+  ck.read_rows_f32(t, 0, t.rows(), v.data());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("gguf: the tiny llama equals transformers' GGUF loader bit for bit (dequantized, q/k un-permuted)") {
+  const auto g = Checkpoint::open(fixture("gguf/tiny-llama.gguf"));
+  const auto h = Checkpoint::open(fixture("gguf/tiny-llama-hf"));
+  REQUIRE(g->tensors().size() == h->tensors().size());
+  for (size_t i = 0; i < g->tensors().size(); ++i) {
+    const CheckpointTensor &a = g->tensors()[i], &b = h->tensors()[i];
+    CAPTURE(a.name);
+    REQUIRE(a.name == b.name);  // same names, same execution order
+    REQUIRE(a.shape == b.shape);
+    const std::vector<float> x = values(*g, a), y = values(*h, b);
+    CHECK(std::memcmp(x.data(), y.data(), x.size() * 4) == 0);
+  }
+  // The types of the source and the default stored dtype (f16 for quantized, source otherwise).
+  const auto find = [&](const std::string& name) -> const CheckpointTensor& {
+    for (const CheckpointTensor& t : g->tensors())
+      if (t.name == name) return t;
+    FAIL("no tensor " << name);
+    return g->tensors()[0];
+  };
+  CHECK(find("model.layers.0.self_attn.q_proj.weight").source_type == "Q4_1");
+  CHECK(!find("model.layers.0.self_attn.q_proj.weight").direct);
+  CHECK(find("model.layers.0.self_attn.o_proj.weight").direct);  // F16, not permuted: borrowed
+  PackOptions o;
+  CHECK(plan_treatment(find("model.embed_tokens.weight"), o).value_type == ValueType::F16);
+  CHECK(plan_treatment(find("model.layers.0.mlp.gate_proj.weight"), o).value_type == ValueType::BF16);
+  CHECK(plan_treatment(find("model.norm.weight"), o).value_type == ValueType::F32);
+
+  // Packed in f32 and bf16 the stored blobs are identical too.
+  for (ValueType vt : {ValueType::F32, ValueType::BF16}) {
+    o.dtype = vt;
+    for (size_t i = 0; i < g->tensors().size(); ++i) {
+      const CheckpointTensor &a = g->tensors()[i], &b = h->tensors()[i];
+      const PreparedTensor pa = prepare_tensor(*g, a, plan_treatment(a, o), nullptr, o);
+      const PreparedTensor pb = prepare_tensor(*h, b, plan_treatment(b, o), nullptr, o);
+      CAPTURE(a.name);
+      REQUIRE(pa.n_bytes == pb.n_bytes);
+      CHECK(std::memcmp(pa.data, pb.data, pa.n_bytes) == 0);
+    }
+  }
+}
+
+TEST_CASE("gguf: config.json from the metadata has the values transformers gives") {
+  const auto g = Checkpoint::open(fixture("gguf/tiny-llama.gguf"));
+  const nlohmann::json hf = nlohmann::json::parse(read_file(fixture("gguf/tiny-llama-hf/config.json")));
+  for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "vocab_size",
+                          "tie_word_embeddings", "bos_token_id", "eos_token_id", "model_type", "architectures"}) {
+    CAPTURE(key);
+    CHECK(g->config().at(key) == hf.at(key));
+  }
+  CHECK(g->config().at("rope_theta") == hf.at("rope_parameters").at("rope_theta"));
+  // The tokenizer files, as a Hugging Face folder's: loadable by the runtime's tokenizer.
+  bool has_tok = false, has_cfg = false;
+  for (const AuxFile& f : g->files()) {
+    if (f.name == "tokenizer.json") {
+      has_tok = true;
+      const Tokenizer t = Tokenizer::from_json(f.content, "tokenizer.json");
+      CHECK(t.vocab_size() == 1000);
+      CHECK(t.is_special(0));
+      CHECK(t.decode(t.encode("Hello world, the GGUF file.")) == "Hello world, the GGUF file.");
+    }
+    if (f.name == "tokenizer_config.json") {
+      has_cfg = true;
+      const nlohmann::json c = nlohmann::json::parse(f.content);
+      CHECK(c.at("add_bos_token") == false);
+      CHECK(c.at("bos_token") == "<|endoftext|>");
+      CHECK(c.at("chat_template").get<std::string>().find("<|im_start|>") != std::string::npos);
+    }
+  }
+  CHECK(has_tok);
+  CHECK(has_cfg);
+}
+
+TEST_CASE("gguf: dequantizers give gguf-py's values bit for bit (F32, F16, BF16, Q8_0, Q4_0, Q4_1)") {
+  const auto f = GgufFile::open(fixture("gguf/tiny-llama.gguf"));
+  const nlohmann::json expected = nlohmann::json::parse(read_file(fixture("gguf/expected.json")));
+  CHECK(expected.size() == 6);
+  for (auto it = expected.begin(); it != expected.end(); ++it) {
+    CAPTURE(it.key());
+    const GgufTensorInfo* t = f->header().tensor(it.value().at("tensor").get<std::string>());
+    REQUIRE(t != nullptr);
+    CHECK(ggml_type_name(t->type) == it.key());
+    std::vector<float> out(64);
+    ggml_dequantize(t->type, f->data(*t), 64, out.data());
+    for (size_t i = 0; i < 64; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &out[i], 4);
+      CHECK(bits == it.value().at("bits")[i].get<uint32_t>());
+    }
+  }
+  // Q4_1 by hand: d = 0.5, m = -1, nibbles: element j = j % 16 (low), 15 - j % 16 (high).
+  uint8_t blk[20];
+  const uint16_t d = f32_to_f16(0.5f), m = f32_to_f16(-1.0f);
+  std::memcpy(blk, &d, 2);
+  std::memcpy(blk + 2, &m, 2);
+  for (int j = 0; j < 16; ++j) blk[4 + j] = uint8_t(j | ((15 - j) << 4));
+  float out[32];
+  ggml_dequantize(GgmlType::Q4_1, blk, 32, out);
+  for (int j = 0; j < 16; ++j) {
+    CHECK(out[j] == 0.5f * float(j) - 1.0f);
+    CHECK(out[16 + j] == 0.5f * float(15 - j) - 1.0f);
+  }
+  CHECK_THROWS_WITH_AS(ggml_dequantize(GgmlType::Q4_K, blk, 256, out), doctest::Contains("Q4_K"), Error);
+}
+
+TEST_CASE("gguf: q/k row un-permutation is transformers' reshape(heads, d, 2).swapaxes(1, 2)") {
+  // rows 8, 2 heads: d = 2; HF row (head h, half s, i) comes from GGUF row h*4 + 2*i + s.
+  const uint64_t expect[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  for (uint64_t r = 0; r < 8; ++r) CHECK(gguf_unpermuted_row(r, 8, 2) == expect[r]);
+}
+
+TEST_CASE("gguf: corrupt or unsupported files give one line naming the file, and no output") {
+  TempDir dir;
+  const std::string out = dir.path + "/out.endor";
+  for (const gguf_test::CorruptCase& c : gguf_test::corrupt_cases()) {
+    CAPTURE(c.name);
+    const std::string path = dir.path + "/bad.gguf";
+    write_bytes(path, c.bytes);
+    std::string msg;
+    try {
+      // Through the parser directly when the magic is there (the fuzz target's entry point)...
+      if (c.bytes.size() >= 4) {
+        try {
+          (void)parse_gguf(c.bytes.data(), c.bytes.size(), path);
+        } catch (const Error&) {
+        }
+      }
+      // ...and through the packer, which must not leave an output file.
+      PackOptions o;
+      pack_checkpoint(path, out, o);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    CHECK_MESSAGE(msg.find(c.fragment) != std::string::npos, "message: " << msg);
+    CHECK(msg.find('\n') == std::string::npos);
+    CHECK(msg.rfind(path, 0) == 0);  // starts with the file
+    CHECK(!exists(out));
+    CHECK(!exists(out + ".tmp-" + std::to_string(::getpid())));
+  }
+  // The valid base of the table packs.
+  write_bytes(dir.path + "/good.gguf", gguf_test::tiny_llama().build());
+  pack_checkpoint(dir.path + "/good.gguf", out, PackOptions{});
+  CHECK(exists(out));
+}
+
+namespace {
+
+// A GGUF holding only the tokenizer of a real tokenizer.json, as llama.cpp's convert writes it:
+// tokens by id (vocab, then added tokens), token types (added special = control, added plain =
+// user-defined, SentencePiece <0xXX> = byte), merges (byte-level) or scores (SentencePiece: the
+// file has none; transformers rebuilds merges from the scores).
+std::vector<uint8_t> tokenizer_gguf(const nlohmann::json& tj, const std::string& model, const std::string& pre,
+                                    bool add_bos, int64_t bos) {
+  std::vector<std::string> tokens;
+  for (auto it = tj["model"]["vocab"].begin(); it != tj["model"]["vocab"].end(); ++it) {
+    const size_t id = it.value().get<size_t>();
+    if (tokens.size() <= id) tokens.resize(id + 1);
+    tokens[id] = it.key();
+  }
+  std::vector<int32_t> types(tokens.size(), 1);
+  for (const auto& a : tj["added_tokens"]) {
+    const size_t id = a["id"].get<size_t>();
+    if (tokens.size() <= id) {
+      tokens.resize(id + 1);
+      types.resize(id + 1, 1);
+    }
+    tokens[id] = a["content"].get<std::string>();
+    types[id] = a["special"].get<bool>() ? 3 : 4;
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].empty()) tokens[i] = "[PAD" + std::to_string(i) + "]";  // unused ids
+    if (model == "llama" && tokens[i].size() == 6 && tokens[i].rfind("<0x", 0) == 0) types[i] = 6;
+  }
+  gguf_test::Builder b;
+  b.kv_str("general.architecture", "llama");
+  b.kv_str("tokenizer.ggml.model", model);
+  b.kv_str("tokenizer.ggml.pre", pre);
+  b.kv_strs("tokenizer.ggml.tokens", tokens);
+  b.kv_i32s("tokenizer.ggml.token_type", types);
+  if (model == "gpt2") {
+    std::vector<std::string> merges;
+    for (const auto& m : tj["model"]["merges"])
+      merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+    b.kv_strs("tokenizer.ggml.merges", merges);
+  } else {
+    // SentencePiece scores rank a token by the merge that makes it: -(rank of the first merge of
+    // the file giving it); tokens no merge makes rank last (their scores only order merges).
+    std::map<std::string, size_t> first_rank;
+    size_t rank = 0;
+    for (const auto& m : tj["model"]["merges"]) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ');
+      first_rank.emplace(s.substr(0, sp) + s.substr(sp + 1), rank++);
+    }
+    std::vector<float> scores(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const auto it = first_rank.find(tokens[i]);
+      scores[i] = it == first_rank.end() ? -1e9f : -float(it->second);
+    }
+    b.kv_f32s("tokenizer.ggml.scores", scores);
+  }
+  if (bos >= 0) b.kv_u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
+  b.kv_bool("tokenizer.ggml.add_bos_token", add_bos);
+  return b.build();
+}
+
+}  // namespace
+
+TEST_CASE("gguf: tokenizers built from tokenizer.ggml.* encode the real tokenizers' reference texts") {
+  const nlohmann::json refs = nlohmann::json::parse(read_zst(fixture("tokenizers/reference-encodings.json.zst")));
+  struct Family {
+    const char* name;
+    const char* model;
+    const char* pre;
+    bool add_bos;
+    int64_t bos;
+  };
+  for (const Family& f : {Family{"llama2", "llama", "default", true, 1}, Family{"llama3", "gpt2", "llama-bpe", false, 128000},
+                          Family{"qwen3", "gpt2", "qwen2", false, -1}}) {
+    CAPTURE(f.name);
+    const nlohmann::json tj = nlohmann::json::parse(read_zst(fixture(std::string("tokenizers/") + f.name + ".tokenizer.json.zst")));
+    const std::vector<uint8_t> bytes = tokenizer_gguf(tj, f.model, f.pre, f.add_bos, f.bos);
+    const GgufHeader h = parse_gguf(bytes.data(), bytes.size(), std::string(f.name) + ".gguf");
+    const nlohmann::json built = gguf_tokenizer_json(h, "test");
+    if (std::string(f.model) == "llama") CHECK(built["model"]["merges"].size() == tj["model"]["merges"].size());
+    const Tokenizer tok = Tokenizer::from_json(built.dump(), f.name);
+    const nlohmann::json& cases = refs.at(f.name);
+    REQUIRE(cases.size() >= 20);
+    for (const auto& c : cases) {
+      const std::string text = c.at("text").get<std::string>();
+      CAPTURE(text);
+      CHECK(tok.encode(text, true) == c.at("ids").get<std::vector<int32_t>>());
+    }
+  }
+}
+
+TEST_CASE("gguf: SentencePiece merges from scores are transformers' generate_merges") {
+  // Expected: transformers.tokenization_utils_base.generate_merges(vocab, dict(zip(tokens, scores))).
+  gguf_test::Builder b;
+  const std::vector<std::string> tokens = {"<unk>", "a", "b", "c", "ab", "bc", "abc", "\u2581", "\u2581a",
+                                           "\u2581ab", "ca", "cab", "\u00e9", "\u00e9a"};
+  b.kv_str("tokenizer.ggml.model", "llama");
+  b.kv_strs("tokenizer.ggml.tokens", tokens);
+  b.kv_f32s("tokenizer.ggml.scores", {0, 0, 0, 0, -1, -2, -3, 0, -4, -5, -2, -6, 0, -1});
+  b.kv_i32s("tokenizer.ggml.token_type", {2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+  b.kv_u32("tokenizer.ggml.unknown_token_id", 0);
+  b.kv_u32("tokenizer.ggml.bos_token_id", 0);
+  const std::vector<uint8_t> bytes = b.build();
+  const nlohmann::json t = gguf_tokenizer_json(parse_gguf(bytes.data(), bytes.size(), "m.gguf"), "m.gguf");
+  const nlohmann::json expected = nlohmann::json::parse(R"([["a","b"],["\u00e9","a"],["b","c"],["c","a"],["ab","c"],
+      ["a","bc"],["\u2581","a"],["\u2581a","b"],["\u2581","ab"],["ca","b"],["c","ab"]])");
+  CHECK(t["model"]["merges"] == expected);
+  CHECK(t["model"]["byte_fallback"] == true);
+  CHECK(t["model"]["unk_token"] == "<unk>");
+  CHECK(t["added_tokens"].size() == 1);  // <unk> (type 2) is special
+}
+
+TEST_CASE("gguf: qwen2 maps q/k/v biases and is not un-permuted; llama refuses biases") {
+  gguf_test::Builder b = gguf_test::tiny_llama("", "", "qwen2", "qwen2");
+  b.tensor_f32("blk.0.attn_q.bias", {32});
+  b.tensor_f32("blk.0.attn_k.bias", {16});
+  b.tensor_f32("blk.0.attn_v.bias", {16});
+  TempDir dir;
+  write_bytes(dir.path + "/q.gguf", b.build());
+  const auto ck = Checkpoint::open(dir.path + "/q.gguf");
+  CHECK(ck->config().at("model_type") == "qwen2");
+  CHECK(ck->config().at("architectures")[0] == "Qwen2ForCausalLM");
+  size_t biases = 0;
+  for (const CheckpointTensor& t : ck->tensors()) {
+    if (t.name.find(".bias") != std::string::npos) ++biases;
+    CHECK(t.direct);  // F32 and no permutation for qwen2
+  }
+  CHECK(biases == 3);
+  const nlohmann::json tok = nlohmann::json::parse(ck->files()[0].content);
+  CHECK(tok.at("normalizer").at("type") == "NFC");
+  pack_checkpoint(dir.path + "/q.gguf", dir.path + "/q.endor", PackOptions{});
+  const auto r = ContainerReader::open(dir.path + "/q.endor");
+  CHECK(r->find_tensor("model.layers.0.self_attn.k_proj.bias").has_value());
+
+  gguf_test::Builder l = gguf_test::tiny_llama();
+  l.tensor_f32("blk.0.attn_q.bias", {32});
+  write_bytes(dir.path + "/l.gguf", l.build());
+  CHECK_THROWS_WITH_AS(Checkpoint::open(dir.path + "/l.gguf"), doctest::Contains("bias is not supported for llama"), Error);
+}
