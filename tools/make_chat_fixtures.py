@@ -138,6 +138,14 @@ SNIPPETS = [
     ("{{ range(3) | list }}{{ range(1, 7, 2) | list }}{% for i in range(2) %}{{ i }}{% endfor %}", {}),
     ("{{ 'multi\nline' | indent(2) }}|{{ 'a' 'b' }}|{{ '\\u00e9\\x41\\n\\t' }}|{{ \"dq 'x'\" }}", {}),
     ("{% generation %}gen {{ 1 }}{% endgeneration %}", {}),
+    # Llama-3.1-style preamble: a date from strftime_now unless given, tools as indented JSON.
+    ("{%- if not date_string is defined %}{%- if strftime_now is defined %}{%- set date_string = strftime_now('%d %b %Y') %}"
+     "{%- else %}{%- set date_string = '26 Jul 2024' %}{%- endif %}{%- endif %}Today Date: {{ date_string }}\n"
+     "{%- if tools is not none %}{%- for t in tools %}{{- t | tojson(indent=4) }}{{- '\n\n' }}{%- endfor %}{%- endif %}"
+     "{%- set ns = namespace(sys='') %}{%- if messages[0]['role'] == 'system' %}{%- set ns.sys = messages[0]['content'] | trim %}"
+     "{%- set messages = messages[1:] %}{%- endif %}[{{ ns.sys }}]{{ messages | length }}",
+     {"date_string": "1 Jan 2025", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"x": 1}}}],
+      "messages": [{"role": "system", "content": " sys \n"}, {"role": "user", "content": "u"}]}),
     ("{{ raise_exception('custom failure') }}", {}),
     ("{{ undefined_thing.attr }}", {}),
     ("{{ 'a' + 1 }}", {}),

@@ -2,6 +2,7 @@
 // perplexity on a text file, or tokenize / detokenize with the model's tokenizer.
 //   endor-infer FILE -p TEXT | --ids "1 2 3" [sampling options]
 //   endor-infer FILE --perplexity TEXT_FILE [--ctx L]
+//   endor-infer FILE --chat [-p TEXT]   (a conversation through the model's chat template)
 //   endor-infer tokenize FILE  /  endor-infer detokenize FILE   (stdin -> stdout)
 // Errors: one line "error: ..." on stderr, exit 1 (2 for command-line usage errors).
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include "endor/offload.h"
 #include "endor/runtime.h"
 #include "endor/tokenizer.h"
+#include "chat_command.h"
 #include "tokenizer_commands.h"
 #include "usage_error.h"
 
@@ -399,6 +401,10 @@ int run(int argc, char** argv) {
     ("ids", "prompt as token ids, e.g. \"1 2 3\" (output prints as ids)", cxxopts::value<std::string>())
     ("n,n-tokens", "tokens to generate", cxxopts::value<size_t>()->default_value("64"))
     ("ignore-eos", "keep generating after an end-of-sequence token")
+    ("chat", "chat through the container's chat template: user turns from stdin, one per line (or the one "
+             "turn -p TEXT); each answer streams out and joins the history. The conversation holds --ctx tokens "
+             "(default: 4096 or the model's context if smaller)")
+    ("dump-prompt", "with --chat: print each turn's rendered prompt and its token ids to stderr")
     ("prompts", "throughput mode: generate for every non-empty line of this text file (output in its order; "
                 "token ids \"1 2 3\" per line when the container has no tokenizer)",
      cxxopts::value<std::string>())
@@ -407,7 +413,8 @@ int run(int argc, char** argv) {
     ("jsonl", "throughput mode: one JSON object per prompt {\"prompt\", \"text\", \"ids\"} instead of text")
     ("perplexity", "measure perplexity on this text file instead of generating",
      cxxopts::value<std::string>())
-    ("ctx", "perplexity window in tokens (default: the model's max_position_embeddings)",
+    ("ctx", "perplexity window, or --chat conversation length, in tokens (default: the model's "
+            "max_position_embeddings)",
      cxxopts::value<size_t>())
     ("temperature", "sampling temperature; 0 = greedy (default: the container's generation_config, "
                     "else greedy)", cxxopts::value<float>())
@@ -442,14 +449,18 @@ int run(int argc, char** argv) {
   if (!args.count("file")) throw UsageError("no model file given (endor-infer FILE -p TEXT)");
   const bool measure = args.count("perplexity") > 0;
   const bool batched = args.count("prompts") > 0;
+  const bool chat = args.count("chat") > 0;
   const int n_inputs = int(args.count("prompt") > 0) + int(args.count("ids") > 0) + int(measure) + int(batched);
   if (n_inputs > 1) throw UsageError("give one of -p, --ids, --prompts and --perplexity");
-  if (n_inputs == 0)
+  if (chat && (args.count("ids") || measure || batched))
+    throw UsageError("--chat takes its turns from stdin or -p, not --ids, --prompts or --perplexity");
+  if (args.count("dump-prompt") && !chat) throw UsageError("--dump-prompt goes with --chat");
+  if (n_inputs == 0 && !chat)
     throw UsageError("no prompt given (-p TEXT, --ids \"1 2 3\", --prompts FILE or --perplexity TEXT_FILE)");
   if (!batched && (args.count("batch") || args.count("jsonl"))) throw UsageError("--batch and --jsonl go with --prompts");
   if (batched && args["batch"].as<size_t>() == 0) throw UsageError("--batch must be at least 1");
   if (batched && args.count("dump-logits")) throw UsageError("--dump-logits goes with -p or --ids, not --prompts");
-  if (args.count("ctx") && !measure) throw UsageError("--ctx goes with --perplexity");
+  if (args.count("ctx") && !measure && !chat) throw UsageError("--ctx goes with --perplexity or --chat");
   if (args.count("ctx") && args["ctx"].as<size_t>() < 2) throw UsageError("--ctx must be at least 2 tokens");
   if (args["threads"].as<int>() < 0) throw UsageError("--threads must be >= 0");
   if (args["prefetch"].as<uint32_t>() < 1 || args["prefetch"].as<uint32_t>() > 64)
@@ -487,6 +498,8 @@ int run(int argc, char** argv) {
       throw endor::Error(file + ": the container holds no tokenizer.json, so text cannot be encoded; "
                          "give token ids with --ids \"1 2 3\"");
   }
+  std::optional<endor::cli::ChatSetup> chat_setup;
+  if (chat) chat_setup = endor::cli::load_chat_setup(*container, *tokenizer);
   std::unique_ptr<endor::Backend> backend =
       endor::make_backend(args["device"].as<std::string>(), args["threads"].as<int>());
   if (args.count("gpu-mem") && !endor::is_cuda_device(*backend))
@@ -497,18 +510,20 @@ int run(int argc, char** argv) {
 
   // The KV cache and the largest call of this run size the placement's fixed needs.
   const std::string prompt_text = args.count("prompt") ? args["prompt"].as<std::string>() : "";
-  if (tokenizer && !measure && !batched) prompt = tokenizer->encode(prompt_text, true);
+  if (tokenizer && !measure && !batched && !chat) prompt = tokenizer->encode(prompt_text, true);
   const size_t n_new = args["n-tokens"].as<size_t>();
   const size_t context = endor::parse_model_config(container->manifest().config, file).max_positions;
-  const size_t ctx_tokens = args.count("ctx") ? args["ctx"].as<size_t>() : context;
+  // A chat's KV cache is allocated whole up front: 4096 tokens unless --ctx asks for more.
+  const size_t ctx_tokens =
+      args.count("ctx") ? args["ctx"].as<size_t>() : chat ? std::min<size_t>(context, 4096) : context;
   // Checked before anything is printed: a refused prompt must not be half echoed.
-  if (!measure && !batched && prompt.empty()) throw endor::Error(file + ": the prompt has no tokens");
-  if (!measure && !batched && prompt.size() > context)
+  if (!measure && !batched && !chat && prompt.empty()) throw endor::Error(file + ": the prompt has no tokens");
+  if (!measure && !batched && !chat && prompt.size() > context)
     throw endor::Error(file + ": the prompt has " + std::to_string(prompt.size()) +
                        " tokens, more than the model's context length " + std::to_string(context) +
                        " (max_position_embeddings)");
-  size_t kv_capacity = std::min(context, measure ? ctx_tokens : prompt.size() + std::max<size_t>(n_new, 1) - 1);
-  size_t max_tokens = measure ? ctx_tokens : prompt.size();
+  size_t kv_capacity = std::min(context, measure || chat ? ctx_tokens : prompt.size() + std::max<size_t>(n_new, 1) - 1);
+  size_t max_tokens = measure || chat ? ctx_tokens : prompt.size();
   if (batched) {
     // KV caches: the `batch` longest sequences at once; activations: every prompt of one step.
     std::vector<size_t> lengths;
@@ -555,6 +570,15 @@ int run(int argc, char** argv) {
   }
   gen.max_new_tokens = n_new;
   gen.stop_at_eos = args.count("ignore-eos") == 0;
+  if (chat) {
+    endor::cli::ChatOptions chat_options;
+    if (args.count("prompt")) chat_options.prompt = prompt_text;
+    chat_options.context = ctx_tokens;
+    chat_options.dump_prompt = args.count("dump-prompt") > 0;
+    chat_options.stats = args.count("stats") > 0;
+    endor::cli::run_chat(*model, *tokenizer, *chat_setup, sampler, gen, chat_options);
+    return 0;
+  }
   const std::string dump_path = args.count("dump-logits") ? args["dump-logits"].as<std::string>() : "";
   if (!dump_path.empty()) {
     const size_t vocab = model->config().vocab;

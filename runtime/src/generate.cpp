@@ -20,14 +20,27 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
     throw Error("generate: the prompt has " + std::to_string(prompt.size()) +
                 " tokens, more than the context length " + std::to_string(c.max_positions) +
                 " (max_position_embeddings)");
+  // The last sampled token is never fed back, hence the - 1.
+  const size_t capacity = prompt.size() + std::max<size_t>(options.max_new_tokens, 1) - 1;
+  std::unique_ptr<KvCache> cache = model.make_cache(capacity);
+  return generate_in_cache(model, *cache, prompt, sampler, options, on_token, stats);
+}
+
+std::vector<int32_t> generate_in_cache(Model& model, KvCache& cache_ref, const std::vector<int32_t>& prompt,
+                                       Sampler& sampler, const GenerationOptions& options,
+                                       const std::function<void(int32_t)>& on_token,
+                                       GenerationStats* stats) {
+  const ModelConfig& c = model.config();
+  if (prompt.empty()) throw Error("generate: the prompt has no tokens");
+  const size_t room = std::min<size_t>(cache_ref.capacity(), c.max_positions);
+  if (cache_ref.n_past() + prompt.size() > room)
+    throw Error("generate: " + std::to_string(cache_ref.n_past() + prompt.size()) +
+                " tokens do not fit in the context of " + std::to_string(room) + " tokens");
   GenerationStats local;
   GenerationStats& st = stats ? *stats : local;
   st = GenerationStats{};
   st.n_prompt = prompt.size();
-
-  // The last sampled token is never fed back, hence the - 1.
-  const size_t capacity = prompt.size() + std::max<size_t>(options.max_new_tokens, 1) - 1;
-  std::unique_ptr<KvCache> cache = model.make_cache(capacity);
+  KvCache* cache = &cache_ref;
   std::vector<float> logits;
   std::vector<int32_t> out;
   if (options.max_new_tokens == 0 && !options.on_prompt_logits) return out;
@@ -48,7 +61,8 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
   model.reset_profile();  // per-layer times below are decode-only
 
   auto is_eos = [&](int32_t id) {
-    return std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end();
+    return std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end() ||
+           std::find(options.stop_ids.begin(), options.stop_ids.end(), id) != options.stop_ids.end();
   };
   const Clock::time_point t_decode = Clock::now();
   for (;;) {

@@ -82,6 +82,9 @@ class KvCache {
   float* values(uint32_t layer) { return values_[layer]; }
   void advance(size_t n_tokens) { n_past_ += n_tokens; }  // called by Model::forward
   void clear() { n_past_ = 0; }                            // rows need no zeroing
+  // Keeps rows [0, n) and drops the rest (n <= n_past), e.g. where a chat's re-tokenized history
+  // stops matching what the cache holds.
+  void truncate(size_t n) { n_past_ = n < n_past_ ? n : n_past_; }
 
  private:
   Backend& backend_;
@@ -235,7 +238,8 @@ struct GenerationStats {
 
 struct GenerationOptions {
   size_t max_new_tokens = 64;
-  bool stop_at_eos = true;  // stop after emitting one of config.eos_token_ids
+  bool stop_at_eos = true;  // stop after emitting one of config.eos_token_ids or stop_ids
+  std::vector<int32_t> stop_ids;  // more end tokens, e.g. a chat template's end of turn (<|im_end|>)
   // Called with the prompt's logits [n_prompt, vocab] when set (prefill then computes all rows).
   std::function<void(const std::vector<float>&, size_t n_prompt)> on_prompt_logits;
 };
@@ -248,6 +252,15 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
                               const GenerationOptions& options,
                               const std::function<void(int32_t)>& on_token,
                               GenerationStats* stats = nullptr);
+
+// The same continuing in `cache`: `prompt` (new tokens, at least one) is prefilled at positions
+// [cache.n_past(), +prompt.size()), then tokens are sampled as above. Afterwards the cache holds the
+// prompt and every emitted token but the last (which was never fed back). Throws when the prompt is
+// empty or does not fit in the cache (capacity and context length).
+std::vector<int32_t> generate_in_cache(Model& model, KvCache& cache, const std::vector<int32_t>& prompt,
+                                       Sampler& sampler, const GenerationOptions& options,
+                                       const std::function<void(int32_t)>& on_token,
+                                       GenerationStats* stats = nullptr);
 
 // ---- batched generation (throughput mode) ----------------------------------------------------------
 struct BatchGenerationOptions {

@@ -6,10 +6,19 @@
 //
 // Supported: {{ }}, {% %}, {# #}, whitespace control (-, +); if/elif/else, for (loop.*, else,
 // `if` filter, tuple unpacking), set (name, namespace attribute, block set), macro, break/continue;
-// literals, + - * / // % ~, comparisons, and/or/not, in / not in, inline if, attribute/item access,
-// slices, filters and tests (see chat_template.cpp's tables), str/dict methods (strip, split,
-// startswith, items, get, ...). Anything else fails at parse (or render) time with one line naming
-// the construct and its line:column in the template.
+// literals, + - * / // % ** ~, comparisons, and/or/not, in / not in, inline if, attribute/item
+// access, slices (strings by code point, as Python).
+//   filters: trim length count upper lower tojson default/d safe string int float abs list first last
+//            reverse join replace capitalize title items selectattr rejectattr map unique indent
+//   tests:   defined undefined none string number integer float boolean true false mapping sequence
+//            iterable callable lower upper even odd divisibleby eq/equalto ne sameas in
+//   methods: str strip lstrip rstrip split rsplit startswith endswith upper lower title capitalize
+//            replace join find count isdigit isspace isalpha isalnum; dict items keys values get
+//   globals: raise_exception strftime_now namespace dict range
+// upper/lower map ASCII, Latin-1/Extended-A, Greek and Cyrillic (no final-sigma rule).
+// Syntax errors and unsupported tags fail at parse time; an unsupported filter, test or method
+// fails when rendering reaches it (so a tools-only branch never used here does not refuse the
+// template); each with one line naming the construct and its line:column in the template.
 //
 // Errors: ChatTemplateError (an endor::Error), one line "SOURCE:LINE:COL: what". Untrusted input:
 // template size, nesting depth, macro recursion, loop work and output size are capped, so garbage
