@@ -109,6 +109,7 @@ Offload setup_offload(const endor::ContainerReader& container, endor::Backend& b
   request.device_fixed_bytes = endor::device_fixed_bytes(config, m, kv_capacity,
                                                          std::min<size_t>(max_tokens, config.max_positions), cuda);
   if (cuda) request.device_capacity = endor::device_free_bytes(backend);
+  else request.host_kv_bytes = uint64_t(2) * config.n_layers * kv_capacity * config.n_kv_heads * config.head_dim * 4;
   Offload o;
   try {
     o.placement = endor::place_groups(request);
@@ -213,7 +214,7 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
   std::fprintf(stderr, "plan: per step: disk reads %.2f ms (%s) | copies %.2f + block compute %.2f + head %.2f ms -> "
                "%.2f ms (%s-bound); predicted %.3f ms per token\n", p.read_ms, endor::format_bytes(p.disk_bytes).c_str(),
                p.copy_ms, p.compute_ms, p.head_ms, p.step_ms, p.bound, p.token_ms);
-  std::fprintf(stderr, "plan-summary: batch=%u disk_gbps=%.4f copy_gbps=%.3f block_ms=%.4f head_ms=%.4f read_ms=%.4f "
+  std::fprintf(stderr, "plan-summary: batch=%u probe_disk_gbps=%.4f copy_gbps=%.3f block_ms=%.4f head_ms=%.4f read_ms=%.4f "
                "compute_lane_ms=%.4f predicted_step_ms=%.4f predicted_ms_per_token=%.4f bound=%s\n", batch, in.disk_gbps,
                in.copy_gbps, in.block_ms, in.head_ms, p.read_ms, p.copy_ms + p.compute_ms + p.head_ms, p.step_ms,
                p.token_ms, p.bound);

@@ -138,8 +138,9 @@ class Model {
   // ids[0..n) at positions [cache.n_past(), +n) of its own cache and appends their keys/values;
   // sequences may have different lengths and mix prompts (n > 1) with decode steps (n = 1).
   // Single-token steps that follow each other share one Linear call (the kernel path for their
-  // count); a prompt's rows run as their own call, so its results equal forward() of that prompt
-  // alone. logits (host): [n_steps, vocab], each sequence's last token's. Throws as forward()
+  // count); other steps join a call only while it stays within the fused kernels' 8 tokens (where a
+  // row's result does not depend on the others), else run as their own call, so a prompt's results
+  // equal forward() of that prompt alone. logits (host): [n_steps, vocab], each sequence's last token's. Throws as forward()
   // does (naming the first bad step), when no step is given, or when two steps share a cache.
   struct SequenceStep {
     const int32_t* ids = nullptr;
