@@ -262,6 +262,8 @@ struct BatchGenerationStats {
   size_t n_steps = 0;        // forward_batch calls (each one pass over the blocks)
   size_t max_active = 0;     // most sequences in one step
   double total_ms = 0;       // wall time of all steps and sampling
+  size_t n_decode_steps = 0; // steps where no prompt joined (every sequence decoded one token)
+  double decode_ms = 0;      // their wall time (forward + sampling)
   double generated_tokens_per_s() const { return total_ms > 0 ? n_generated * 1e3 / total_ms : 0; }
 };
 
