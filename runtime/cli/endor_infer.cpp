@@ -111,6 +111,7 @@ Offload setup_offload(const endor::ContainerReader& container, endor::Backend& b
   request.device_fixed_bytes = endor::device_fixed_bytes(config, m, kv_capacity,
                                                          std::min<size_t>(max_tokens, config.max_positions), cuda);
   if (cuda) request.device_capacity = endor::device_free_bytes(backend);
+  else request.host_kv_bytes = uint64_t(2) * config.n_layers * kv_capacity * config.n_kv_heads * config.head_dim * 4;
   Offload o;
   try {
     o.placement = endor::place_groups(request);
@@ -215,7 +216,7 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
   std::fprintf(stderr, "plan: per step: disk reads %.2f ms (%s) | copies %.2f + block compute %.2f + head %.2f ms -> "
                "%.2f ms (%s-bound); predicted %.3f ms per token\n", p.read_ms, endor::format_bytes(p.disk_bytes).c_str(),
                p.copy_ms, p.compute_ms, p.head_ms, p.step_ms, p.bound, p.token_ms);
-  std::fprintf(stderr, "plan-summary: batch=%u disk_gbps=%.4f copy_gbps=%.3f block_ms=%.4f head_ms=%.4f read_ms=%.4f "
+  std::fprintf(stderr, "plan-summary: batch=%u probe_disk_gbps=%.4f copy_gbps=%.3f block_ms=%.4f head_ms=%.4f read_ms=%.4f "
                "compute_lane_ms=%.4f predicted_step_ms=%.4f predicted_ms_per_token=%.4f bound=%s\n", batch, in.disk_gbps,
                in.copy_gbps, in.block_ms, in.head_ms, p.read_ms, p.copy_ms + p.compute_ms + p.head_ms, p.step_ms,
                p.token_ms, p.bound);
@@ -370,9 +371,9 @@ int run_batch(endor::Model& model, const endor::Tokenizer* tokenizer, const Batc
     std::fprintf(stderr, "seed: %llu (prompt i samples with seed + i)\n", static_cast<unsigned long long>(seed));
     std::fprintf(stderr,
                  "batch: %zu prompts (%zu prompt tokens), up to %zu together (%zu at most), %zu steps; generated %zu "
-                 "tokens in %.2f ms (%.2f tokens/s, prefill included)\n",
+                 "tokens in %.2f ms (%.2f tokens/s, prefill included); %zu decode-only steps, %.2f ms each\n",
                  st.n_prompts, st.n_prompt_tokens, br.batch, st.max_active, st.n_steps, st.n_generated, st.total_ms,
-                 st.generated_tokens_per_s());
+                 st.generated_tokens_per_s(), st.n_decode_steps, st.n_decode_steps ? st.decode_ms / st.n_decode_steps : 0.0);
     endor::OffloadStats d;
     if (offload.weights) {
       offload.weights->synchronize();
@@ -382,8 +383,11 @@ int run_batch(endor::Model& model, const endor::Tokenizer* tokenizer, const Batc
     std::snprintf(extra, sizeof extra, " batch=%zu generated_tokens=%zu generated_tokens_per_s=%.4f", br.batch,
                   st.n_generated, st.generated_tokens_per_s());
     print_offload_stats(offload, d, st.n_steps, st.total_ms, extra);
-    print_plan_vs_measured(plan, st.n_steps ? st.total_ms / st.n_steps : 0,
-                           st.n_generated ? st.total_ms / st.n_generated : 0);
+    // The plan models a decode step: compared with the steps no prompt joined.
+    if (plan && st.n_decode_steps == 0) std::fprintf(stderr, "plan-vs-measured: no decode-only step to compare\n");
+    if (st.n_decode_steps > 0)
+      print_plan_vs_measured(plan, st.decode_ms / st.n_decode_steps,
+                             st.decode_ms / st.n_decode_steps / std::max<size_t>(1, std::min(br.batch, st.n_prompts)));
   }
   return 0;
 }

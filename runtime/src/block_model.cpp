@@ -35,6 +35,8 @@ double BlockModel::run_blocks(const int32_t* const* ids, KvCache* const* caches,
 }
 
 namespace {
+// The CPU backend's fused decode kernels serve up to this many tokens per call (kernels.h).
+constexpr size_t kFusedTokens = 8;
 void add_positions(std::vector<int32_t>& positions, size_t n_past, size_t n) {
   for (size_t t = 0; t < n; ++t) positions.push_back(static_cast<int32_t>(n_past + t));
 }
@@ -69,6 +71,7 @@ void BlockModel::forward_batch(const SequenceStep* steps, size_t n_steps, std::v
   BlockRows rows;
   std::vector<const int32_t*> ids(n_steps);
   std::vector<KvCache*> caches(n_steps);
+  bool all_single = false;  // the last Linear call holds single-token steps only
   for (size_t s = 0; s < n_steps; ++s) {
     const SequenceStep& st = steps[s];
     if (!st.cache) throw Error(store_.path() + ": batched forward pass: sequence " + std::to_string(s) + " has no cache");
@@ -79,11 +82,18 @@ void BlockModel::forward_batch(const SequenceStep* steps, size_t n_steps, std::v
     ids[s] = st.ids;
     caches[s] = st.cache;
     rows.seqs.push_back({rows.n, st.n, st.cache->n_past(), nullptr, nullptr});
-    // Consecutive single-token sequences share one Linear call; a prompt has its own.
-    if (st.n == 1 && s > 0 && steps[s - 1].n == 1)
-      rows.linear_calls.back().n += 1;
-    else
+    // Consecutive sequences share one Linear call while the call stays within the fused kernels'
+    // token limit (each row's result there does not depend on the other rows, so a prompt gets
+    // the values it gets alone), and single-token steps always do (a batch's decode rows: the
+    // kernel path for the batch). A longer prompt has a call of its own.
+    const bool merge = s > 0 && ((st.n == 1 && all_single) || rows.linear_calls.back().n + st.n <= kFusedTokens);
+    if (merge) {
+      rows.linear_calls.back().n += st.n;
+      all_single = all_single && st.n == 1;
+    } else {
       rows.linear_calls.push_back({rows.n, st.n});
+      all_single = st.n == 1;
+    }
     add_positions(rows.positions, st.cache->n_past(), st.n);
     rows.n += st.n;
   }

@@ -146,6 +146,8 @@ std::vector<std::vector<int32_t>> generate_batch(
         steps.push_back({p.data(), p.size(), s.cache.get()});
     }
     st.max_active = std::max(st.max_active, active.size());
+    const bool decode_only = std::all_of(active.begin(), active.end(), [](const Sequence& s) { return s.prefilled; });
+    const Clock::time_point t_step = Clock::now();
     model.forward_batch(steps.data(), steps.size(), logits);
     st.n_steps += 1;
     std::vector<Sequence> still;
@@ -165,6 +167,10 @@ std::vector<std::vector<int32_t>> generate_batch(
       if (on_done) on_done(s.index, ids);
     }
     active = std::move(still);
+    if (decode_only) {
+      st.n_decode_steps += 1;
+      st.decode_ms += ms_since(t_step);
+    }
   }
   st.total_ms = ms_since(t0);
   return out;

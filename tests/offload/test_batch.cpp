@@ -173,7 +173,7 @@ TEST_CASE("endor-infer --prompts: prompt order, ids and text as alone, from disk
 
   // --jsonl, every block from disk (--cpu-mem 0), with the stats line.
   const auto js = test::run_capture(infer() + " " + model + gen + " --prompts " + prompts +
-                                        " --batch 4 --jsonl --stats --cpu-mem 0", dir);
+                                        " --batch 4 --jsonl --stats --plan --cpu-mem 0", dir);
   INFO("stderr: ", js.err);
   REQUIRE(js.status == 0);
   const std::vector<std::string> lines = lines_of(js.out);
@@ -192,6 +192,12 @@ TEST_CASE("endor-infer --prompts: prompt order, ids and text as alone, from disk
   CHECK(std::stod(summary_value(js.err, "generated_tokens_per_s")) > 0);
   CHECK(std::stod(summary_value(js.err, "moved_disk_bytes")) > 0);
   CHECK(summary_value(js.err, "disk_groups") != "0");
+  // --plan printed its prediction before the run and, with --stats, predicted vs measured.
+  CHECK(js.err.find("plan-summary: batch=4 ") < js.err.find("offload-summary:"));
+  CHECK(js.err.find("bound=") != std::string::npos);
+  const size_t vs = js.err.find("plan-vs-measured: predicted_step_ms=");
+  REQUIRE(vs != std::string::npos);
+  CHECK(std::stod(js.err.substr(vs + 36)) > 0);
 
   // The ids of --jsonl equal --ids of each prompt alone.
   const auto tokenized = test::run_capture("printf '%s' \"" + kPrompts[1] + "\" | " + test::endor_infer() +

@@ -44,10 +44,22 @@ TEST_CASE("endor-infer: --cpu-mem streams blocks from disk and the ids stay the 
   CHECK(summary_value(resident.err, "disk_groups") == "0");
   CHECK(summary_value(resident.err, "moved_disk_bytes") == "0");
 
-  // --cpu-mem: room for two of the eight blocks (read in place); the other six come from disk.
+  // --cpu-mem: room for the KV cache (keys and values, 8 layers x 16 rows x 2 kv heads x 16 floats)
+  // and two of the eight blocks (read in place); the other six come from disk.
   auto c = ContainerReader::open(model);
   const uint64_t layer = c->manifest().groups[1].size;
-  const uint64_t budget = 2 * layer + 100;
+  const uint64_t kv = 2 * 8 * 16 * 32 * 4;
+  const uint64_t budget = kv + 2 * layer + 100;
+  {
+    // Without the KV cache's room, only one block fits: --cpu-mem covers the KV cache first.
+    const auto tight = test::run_capture(infer() + " " + model + ids + " --stats --cpu-mem " +
+                                             std::to_string(2 * layer + 100), dir);
+    INFO("stderr: ", tight.err);
+    REQUIRE(tight.status == 0);
+    CHECK(tight.out == resident.out);
+    CHECK(summary_value(tight.err, "disk_groups") == "7");
+    CHECK(tight.err.find("kv cache: 32.00 KiB (within --cpu-mem") != std::string::npos);
+  }
 
   for (const char* prefetch : {"1", "2", "7"}) {
     CAPTURE(prefetch);

@@ -262,3 +262,37 @@ TEST_CASE("group demands and fixed needs come from the manifest and the config")
   CHECK(text.find("gpu") != std::string::npos);
   CHECK(text.find("manifest") != std::string::npos);
 }
+
+TEST_CASE("CPU device: --cpu-mem covers the KV caches first; the cost model takes the longer lane") {
+  PlacementRequest r;
+  r.groups = model_groups();
+  r.cuda = false;
+  r.cpu_budget = 350 * MiB;
+  const Placement roomy = place_groups(r);
+  CHECK(roomy.tier_groups[int(Tier::Disk)] == 7);  // three blocks in place
+  r.host_kv_bytes = 60 * MiB;
+  const Placement p = place_groups(r);
+  CHECK(p.tier_groups[int(Tier::Disk)] == 8);      // the KV caches leave room for two
+  CHECK(p.host_kv_bytes == 60 * MiB);
+  CHECK(describe_placement(p).find("kv cache: 60.00 MiB") != std::string::npos);
+
+  // 8 disk blocks of 100 MiB at 1 GB/s: 838.9 ms of reads per step. One block computes in 10 ms
+  // (2 in place, 8 streamed: 100 ms) + head 5 ms: disk-bound, per token = step / batch.
+  CostInputs in;
+  in.disk_gbps = 1.0;
+  in.block_ms = 10;
+  in.block_bytes = 100 * MiB;
+  in.head_ms = 5;
+  in.batch = 4;
+  const CostPrediction disk = predict_step(p, r.groups, in);
+  CHECK(disk.read_ms == doctest::Approx(8 * 100.0 * MiB / 1e6));
+  CHECK(disk.compute_ms == doctest::Approx(100));
+  CHECK(disk.copy_ms == 0);  // the CPU device reads into its slots
+  CHECK(disk.step_ms == doctest::Approx(disk.read_ms));
+  CHECK(disk.token_ms == doctest::Approx(disk.read_ms / 4));
+  CHECK(std::string(disk.bound) == "disk");
+  in.block_ms = 200;  // compute now longer than the reads
+  const CostPrediction compute = predict_step(p, r.groups, in);
+  CHECK(compute.step_ms == doctest::Approx(10 * 200 + 5));
+  CHECK(std::string(compute.bound) == "compute");
+}

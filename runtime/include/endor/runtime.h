@@ -141,8 +141,9 @@ class Model {
   // ids[0..n) at positions [cache.n_past(), +n) of its own cache and appends their keys/values;
   // sequences may have different lengths and mix prompts (n > 1) with decode steps (n = 1).
   // Single-token steps that follow each other share one Linear call (the kernel path for their
-  // count); a prompt's rows run as their own call, so its results equal forward() of that prompt
-  // alone. logits (host): [n_steps, vocab], each sequence's last token's. Throws as forward()
+  // count); other steps join a call only while it stays within the fused kernels' 8 tokens (where a
+  // row's result does not depend on the others), else run as their own call, so a prompt's results
+  // equal forward() of that prompt alone. logits (host): [n_steps, vocab], each sequence's last token's. Throws as forward()
   // does (naming the first bad step), when no step is given, or when two steps share a cache.
   struct SequenceStep {
     const int32_t* ids = nullptr;
@@ -274,6 +275,8 @@ struct BatchGenerationStats {
   size_t n_steps = 0;        // forward_batch calls (each one pass over the blocks)
   size_t max_active = 0;     // most sequences in one step
   double total_ms = 0;       // wall time of all steps and sampling
+  size_t n_decode_steps = 0; // steps where no prompt joined (every sequence decoded one token)
+  double decode_ms = 0;      // their wall time (forward + sampling)
   double generated_tokens_per_s() const { return total_ms > 0 ? n_generated * 1e3 / total_ms : 0; }
 };
 

@@ -178,10 +178,11 @@ Placement place_groups(const PlacementRequest& r) {
       }
     }
   } else {
-    // CPU device: --cpu-mem bounds the decoder blocks read in place from the mapping (embed,
-    // head, KV cache and activations are always in memory; the host slots and the staging ring
-    // are extra); the blocks past it are read from disk into the slots.
-    uint64_t room = *r.cpu_budget;
+    // CPU device: --cpu-mem bounds the KV caches and the decoder blocks read in place from the
+    // mapping (the KV caches first: they are always in memory, as are embed, head and
+    // activations; the host slots and the staging ring are extra); the blocks past it are read
+    // from disk into the slots.
+    uint64_t room = *r.cpu_budget > r.host_kv_bytes ? *r.cpu_budget - r.host_kv_bytes : 0;
     bool spilled = false;
     for (size_t i = 0; i < n; ++i) {
       const GroupDemand& g = r.groups[i];
@@ -219,6 +220,7 @@ Placement place_groups(const PlacementRequest& r) {
     p.staging_bytes = round_up(max_disk, kPage) + 2 * kPage;
   }
   const uint64_t slots = mul(p.n_slots, p.slot_bytes), staging = mul(p.n_staging, p.staging_bytes);
+  p.host_kv_bytes = r.cuda ? 0 : r.host_kv_bytes;
   if (r.cuda) {
     p.device_bytes = add(add(r.device_fixed_bytes, p.tier_bytes[int(Tier::Gpu)]), slots);
     for (const GroupDemand& g : r.groups)
@@ -253,6 +255,7 @@ std::string describe_placement(const Placement& p) {
     s << "  slots: " << p.n_slots << " x " << format_bytes(p.slot_bytes) << (cuda ? " on the device" : " in host memory")
       << "\n";
   if (p.n_staging > 0) s << "  disk staging: " << p.n_staging << " x " << format_bytes(p.staging_bytes) << "\n";
+  if (p.host_kv_bytes > 0) s << "  kv cache: " << format_bytes(p.host_kv_bytes) << " (within --cpu-mem, before blocks)\n";
   s << "  " << (cuda ? "device" : "host") << " total " << format_bytes(p.device_bytes);
   if (cuda) s << ", pinned host " << format_bytes(p.host_pinned_bytes);
   s << "\n";

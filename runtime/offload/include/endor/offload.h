@@ -63,6 +63,9 @@ struct PlacementRequest {
   std::optional<uint64_t> device_capacity;  // memory the device has free (checks manifest tiers)
   uint32_t prefetch = 2;            // k >= 1; the slot ring has k + 1 slots
   bool cuda = true;                 // false: the CPU device (only disk groups stream)
+  // CPU device: the KV caches of every sequence held at once (part of device_fixed_bytes too).
+  // --cpu-mem covers them first: blocks read in place get what is left.
+  uint64_t host_kv_bytes = 0;
 };
 
 struct Placement {
@@ -77,6 +80,7 @@ struct Placement {
   uint32_t tier_groups[3] = {0, 0, 0};  // loaded groups per tier
   uint64_t device_bytes = 0;        // what the device holds in all: resident groups, slots, fixed needs
   uint64_t host_pinned_bytes = 0;   // pinned host memory: cpu-tier groups (CUDA) and staging buffers
+  uint64_t host_kv_bytes = 0;       // CPU device: KV caches counted against --cpu-mem
   bool streams() const { return n_slots > 0; }
 };
 
