@@ -10,7 +10,8 @@
 #            Accelerate (hf_offload.py), (b) Endor dense, (c) Endor f16 50 %, (d) Endor int4 50 %
 #   disk     the same with every offloaded block on disk (Endor --cpu-mem 0: O_DIRECT reads;
 #            Accelerate max_memory cpu 0 + offload_folder, page cache dropped before each step)
-#   kernels  bench_cuda_kernels --quick (decode GB/s vs device copy) and the CUDA test binaries
+#   kernels  bench_cuda_kernels --quick (decode GB/s vs device copy), the CUDA test binaries, and
+#            compute-sanitizer (memcheck, racecheck, synccheck) over them
 #   table    the table of everything measured so far
 #   all      prepare, hostram, disk, kernels, in that order, stopping when the deadline nears
 # A phase first runs what it depends on when its outputs are missing (a fresh machine). Everything
@@ -238,6 +239,23 @@ do_kernels() {
   (cd "$build" && run_timed 300 ctest --output-on-failure -R "^test_cuda_kernels$") | tail -40 |
     tee -a "$results/kernels.txt"
   cat "$results/test_offload_cuda.txt" >>"$results/kernels.txt" 2>/dev/null
+  # compute-sanitizer over the CUDA tests: what the CPU emulation in CI (tests/cuemu) cannot see —
+  # the hardware's own memory errors, shared-memory races and barrier misuse. The 11008-column case
+  # is left out (its kernels run in the smaller cases; under the sanitizer it would take minutes).
+  local san
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck synccheck; do
+    time_for 90 || { note "deadline: skipping compute-sanitizer $tool"; break; }
+    note "compute-sanitizer --tool $tool test_cuda_kernels"
+    (cd "$build/tests/cuda" && run_timed 240 "$san" --tool "$tool" --error-exitcode 3 \
+       "$build/tests/cuda/test_cuda_kernels" "-tce=*11008*"; echo "exit status $?") 2>&1 | tail -8 |
+      tee -a "$results/kernels.txt"
+  done
+  if time_for 90; then
+    note "compute-sanitizer --tool memcheck test_offload_cuda"
+    (cd "$build/tests/offload" && run_timed 240 "$san" --tool memcheck --error-exitcode 3 \
+       "$build/tests/offload/test_offload_cuda"; echo "exit status $?") 2>&1 | tail -8 | tee -a "$results/kernels.txt"
+  fi
   cp "$results/kernels.txt" "$out/"
 }
 

@@ -182,6 +182,62 @@ GPU_TEST_CASE("cuda linear: exactly representable products and sums come out exa
   }
 }
 
+// Edge shapes, exact arithmetic (as above): rows fewer than a fused block (8) and one more than it,
+// columns on both sides of 64, the fused tile (1024) and the index block (4096), whole rows
+// without a stored value, 0 % and 100 % sparsity, int4 groups of 32, 64 and 128 columns, every
+// token count 1..8 of the fused kernel, and DecodeGemm with panels of a few rows.
+GPU_TEST_CASE("cuda linear: edge shapes — short rows, empty rows, 0/100 %, int4 groups 32/64/128, T 1..8") {
+  REQUIRE_GPU();
+  const Shape shapes[] = {{1, 64}, {7, 65}, {9, 1023}, {2, 1025}, {3, 4095}, {6, 4096}, {9, 4097}, {5, 63}};
+  const uint32_t groups[] = {32, 64, 128};
+  size_t counter = 0;
+  for (const auto& [path, panel] : {std::pair{cuda::LinearPath::Fused, size_t(0)},
+                                    std::pair{cuda::LinearPath::DecodeGemm, size_t(4096)}}) {
+    auto gpu = gpu_backend(path, panel);
+    for (ValueType vt : kValueTypes)
+      for (const Shape& s : shapes)
+        for (double sp : {0.0, 0.5, 1.0}) {
+          ++counter;
+          const Encoding enc = sp == 0.0 && counter % 2 ? Encoding::Dense : Encoding::Bitmap;
+          const size_t T = 1 + counter % 8;
+          const uint32_t g = groups[counter % 3];
+          const uint32_t seed = uint32_t(5000 + counter);
+          CAPTURE(path_name(path));
+          CAPTURE(to_string(enc));
+          CAPTURE(to_string(vt));
+          CAPTURE(s.rows);
+          CAPTURE(s.cols);
+          CAPTURE(sp);
+          CAPTURE(T);
+          CAPTURE(g);
+          auto wf = exact_weights(s.rows, s.cols, sp, vt, g, seed);
+          if (enc == Encoding::Bitmap)  // every third row (from row 1) stores nothing at all
+            for (uint64_t r = 1; r < s.rows; r += 3) std::fill(wf.begin() + r * s.cols, wf.begin() + (r + 1) * s.cols, 0.0f);
+          const EncodedWeight ew = encode(wf, s.rows, s.cols, enc, vt, g);
+          const TensorView v = ew.view();
+          std::vector<float> decoded(s.rows * s.cols);
+          decode_rows_f32(v, 0, s.rows, decoded.data());
+          bool representable = true;
+          for (float d : decoded) representable &= std::fabs(d) < 8.0f && std::ldexp(d, 5) == std::trunc(std::ldexp(d, 5));
+          REQUIRE(representable);
+          const std::vector<float> x = random_eighths(T * s.cols, seed, 4);
+          const std::vector<float> bias = random_eighths(s.rows, seed + 1, 8);
+          auto w = gpu->prepare_weight(v);
+          DeviceFloats dx(*gpu, x), dbias(*gpu, bias), dy(*gpu, T * s.rows);
+          gpu->linear(*w, dx.get(), T, counter % 2 ? dbias.get() : nullptr, dy.get());
+          const std::vector<float> y = dy.download();
+          size_t inexact = 0;
+          for (size_t t = 0; t < T; ++t)
+            for (uint64_t r = 0; r < s.rows; ++r) {
+              double sum = counter % 2 ? double(bias[r]) : 0.0;
+              for (uint64_t c = 0; c < s.cols; ++c) sum += double(decoded[r * s.cols + c]) * double(x[t * s.cols + c]);
+              inexact += double(y[t * s.rows + r]) != sum;
+            }
+          CHECK(inexact == 0);
+        }
+  }
+}
+
 GPU_TEST_CASE("cuda linear: random values within the derived bound, every path, encoding, type and shape") {
   REQUIRE_GPU();
   auto cpu = make_cpu_backend(0);

@@ -146,6 +146,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
   }
   ::cuemu::record_coverage(std::string("cublasGemmEx\t") + (ta ? "T" : "N") + (tb ? "T" : "N") + " " +
                            type_name(Atype) + " -> f32");
+  ::cuemu::stream_access(handle->stream, "cublasGemmEx", A, 1, C, 1);
+  ::cuemu::stream_access(handle->stream, "cublasGemmEx", B, 1, nullptr, 0);
   const auto t0 = std::chrono::steady_clock::now();
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   const std::vector<float> a = gather(A, Atype, lda, ta, m, k, false);  // [m][k]

@@ -13,7 +13,10 @@
 // a warp collective waits for exactly the lanes of its mask and aborts when a lane named in it has
 // exited or waits at a different collective; __syncthreads aborts unless every thread of the
 // block waits at the same barrier. Streams, events and copies execute in host-call order (a legal
-// CUDA schedule). Device allocations end at a guard page with canaries before and after; a
+// CUDA schedule), and every device access is checked against the streams' ordering: an access to
+// an allocation that another stream wrote (or read, for a write), with no event wait or host
+// synchronization in between, aborts naming both (a missing cudaStreamWaitEvent on a GPU).
+// Device allocations end at a guard page with canaries before and after; a
 // kernel that writes outside an allocation is named when its launch returns.
 #pragma once
 
@@ -65,8 +68,9 @@ extern thread_local dim3 t_blockDim, t_gridDim;
 
 // Launch: validates the configuration (an invalid one sets the last error and runs nothing),
 // records `name` / `signature` in the coverage file, and runs body() once per CUDA thread.
+// `args`/`args_bytes`: the packed kernel arguments, scanned for device pointers (stream-order check).
 cudaError_t launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const char* name,
-                   const char* signature, std::function<void()> body);
+                   const char* signature, const void* args, size_t args_bytes, std::function<void()> body);
 
 // Device-side hooks, valid only inside a kernel.
 uint64_t warp_op(unsigned mask, int op, uint64_t in, int arg, int width);
@@ -96,7 +100,7 @@ struct Config {
   template <auto K, class... A>
   void launch(const char* name, A&&... a) const {
     auto args = pack_args(K, std::forward<A>(a)...);
-    ::cuemu::launch(g, b, shm, s, name, kernel_signature<K>(), [args]() mutable {
+    ::cuemu::launch(g, b, shm, s, name, kernel_signature<K>(), &args, sizeof(args), [args]() mutable {
       auto copy = args;
       std::apply(K, copy);
     });

@@ -45,6 +45,28 @@ __global__ void read_past_end(const float* in, float* out) {
   out[threadIdx.x] = in[1024 + 64 * 1024 * threadIdx.x];  // 4096 bytes = 1024 floats
 }
 
+__global__ void scale_by_two(float* x) { x[threadIdx.x] *= 2.0f; }
+
+// An upload on one stream, a kernel on another without cudaStreamWaitEvent: a race on a GPU.
+void stream_race(float* dev) {
+  static float host[64];
+  cudaStream_t copy_s, compute_s;
+  cudaStreamCreateWithFlags(&copy_s, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&compute_s, cudaStreamNonBlocking);
+  cudaEvent_t done;
+  cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  // Ordered: copy, record, wait, kernel — no report.
+  cudaMemcpyAsync(dev, host, sizeof host, cudaMemcpyHostToDevice, copy_s);
+  cudaEventRecord(done, copy_s);
+  cudaStreamWaitEvent(compute_s, done, 0);
+  scale_by_two<<<1, 64, 0, compute_s>>>(dev);
+  cudaStreamSynchronize(compute_s);
+  std::fprintf(stderr, "ordered pair passed\n");
+  // Unordered: the kernel may run before the copy has landed.
+  cudaMemcpyAsync(dev, host, sizeof host, cudaMemcpyHostToDevice, copy_s);
+  scale_by_two<<<1, 64, 0, compute_s>>>(dev);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,6 +85,7 @@ int main(int argc, char** argv) {
   else if (!std::strcmp(c, "mismatched_collectives")) mismatched_collectives<<<1, 32>>>(d);
   else if (!std::strcmp(c, "shuffle_outside_mask")) shuffle_outside_mask<<<1, 32>>>(d);
   else if (!std::strcmp(c, "oob_write")) write_past_end<<<1, 1>>>(d, 250);
+  else if (!std::strcmp(c, "stream_race")) stream_race(f);
   else if (!std::strcmp(c, "oob_read")) read_past_end<<<1, 1>>>(f, reinterpret_cast<float*>(d));
   else {
     std::fprintf(stderr, "unknown case %s\n", c);

@@ -25,10 +25,13 @@ namespace bctx = boost::context::detail;
 struct CUstream_st {
   unsigned flags = 0;
 };
+// Vector clock: for each stream, the number of its operations known to have completed.
+using VClock = std::map<const void*, uint64_t>;
 struct CUevent_st {
   unsigned flags = 0;
   bool recorded = false;
   uint64_t t_ns = 0;
+  VClock clock;  // the recording stream's clock at the record
 };
 
 namespace cuemu {
@@ -631,6 +634,94 @@ uint64_t now_ns() {  // strictly increasing: two records never share a time
 
 }  // namespace
 
+// ---------------------------------------------------------------- stream-order check
+// Happens-before between streams: an operation on stream s takes s's clock (joined with what the
+// host has synchronized with) and ticks s; cudaEventRecord copies the clock into the event,
+// cudaStreamWaitEvent joins it into the waiting stream, host synchronizations join clocks into
+// the host's. Each allocation remembers its last writer and its readers since (stream, tick);
+// an access not ordered after them is a race on a GPU, whatever order the emulation ran it in.
+namespace {
+
+struct Access {
+  const void* stream = nullptr;
+  uint64_t tick = 0;
+  std::string what;
+};
+struct History {
+  Access write;
+  std::map<const void*, Access> reads;  // per stream, the latest
+};
+VClock g_host_clock;
+std::map<const void*, VClock> g_stream_clock;
+std::map<uintptr_t, History> g_history;  // by allocation start
+
+void join(VClock& into, const VClock& from) {
+  for (const auto& [k, v] : from) {
+    uint64_t& x = into[k];
+    x = std::max(x, v);
+  }
+}
+bool ordered(const VClock& c, const Access& a) {
+  if (!a.stream) return true;
+  const auto it = c.find(a.stream);
+  return it != c.end() && it->second >= a.tick;
+}
+std::string stream_name(const void* s) {
+  char b[40];
+  std::snprintf(b, sizeof b, "stream %p", s);
+  return b;
+}
+
+}  // namespace
+
+void host_joins_stream(cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  join(g_host_clock, g_stream_clock[s]);
+}
+void host_joins_all() {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  for (const auto& [s, c] : g_stream_clock) join(g_host_clock, c);
+}
+
+void stream_access(cudaStream_t stream, const char* what, const void* r, size_t rn, const void* w, size_t wn) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  const bool legacy = stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+  if (legacy) host_joins_all();  // the default stream waits for the others (simplified: all)
+  VClock& c = g_stream_clock[stream];
+  join(c, g_host_clock);
+  const uint64_t tick = ++c[stream];
+  auto touch = [&](const void* p, size_t n, bool write) {
+    if (!p) return;
+    const auto* a = find_alloc(p, n ? n : 1);
+    if (!a) return;
+    History& h = g_history[a->first];
+    auto race = [&](const Access& prev, const char* kind) {
+      die(std::string("stream race: ") + what + " on " + stream_name(stream) + (write ? " writes" : " reads") +
+          " a device allocation of " + std::to_string(a->second.bytes) + " bytes that " + prev.what + " on " +
+          stream_name(prev.stream) + " " + kind + ", with no event wait or synchronization ordering them");
+    };
+    if (h.write.stream != stream && !ordered(c, h.write)) race(h.write, "wrote");
+    if (write)
+      for (const auto& [s2, rd] : h.reads)
+        if (s2 != stream && !ordered(c, rd)) race(rd, "read");
+    Access now{stream, tick, what};
+    if (write) {
+      h.write = now;
+      h.reads.clear();
+    } else {
+      h.reads[stream] = now;
+    }
+  };
+  touch(r, rn, false);
+  touch(w, wn, true);
+  if (legacy) join(g_host_clock, c);
+}
+
+void forget_history(uintptr_t user) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  g_history.erase(user);
+}
+
 bool device_range(const void* p, size_t n) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   return find_alloc(p, n) != nullptr;
@@ -640,7 +731,7 @@ void after_device_work(const char* what) { check_canaries(what); }
 
 // ---------------------------------------------------------------- launch
 cudaError_t launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const char* name,
-                   const char* signature, std::function<void()> body) {
+                   const char* signature, const void* args, size_t args_bytes, std::function<void()> body) {
   install_fault_handler();
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   if (threads == 0 || threads > kMaxThreads || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
@@ -652,6 +743,22 @@ cudaError_t launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stre
   const size_t with = instance.find("K = ");
   instance = with == std::string::npos ? name : instance.substr(with + 4, instance.rfind(']') - with - 4);
   record_coverage(std::string(name) + "\t" + instance);
+  {
+    // Every argument word that points into a device allocation (pointer members of structs too)
+    // counts as a read and write of that allocation by this kernel.
+    std::vector<const void*> touched;
+    {
+      std::lock_guard<std::recursive_mutex> lock(g_mutex);
+      for (size_t off = 0; off + sizeof(void*) <= args_bytes; off += alignof(void*)) {
+        const void* p;
+        std::memcpy(&p, static_cast<const char*>(args) + off, sizeof p);
+        if (const auto* a = find_alloc(p, 1)) touched.push_back(reinterpret_cast<const void*>(a->first));
+      }
+    }
+    const std::string what = std::string("kernel ") + name;
+    if (touched.empty()) stream_access(stream, what.c_str(), nullptr, 0, nullptr, 0);
+    for (const void* p : touched) stream_access(stream, what.c_str(), nullptr, 0, p, 1);
+  }
 
   const uint64_t n_blocks = uint64_t(grid.x) * grid.y * grid.z;
   const OrderSetting& os = order_setting();
@@ -750,6 +857,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+  host_joins_all();
   after_device_work("cudaDeviceSynchronize");
   return cudaSuccess;
 }
@@ -823,6 +931,8 @@ cudaError_t cudaFree(void* ptr) {
   if (!where.empty())
     die("out-of-bounds write: a device allocation of " + std::to_string(it->second.bytes) + " bytes was written " +
         where + " (found at cudaFree)");
+  host_joins_all();  // cudaFree waits for the device
+  forget_history(it->first);
   g_device_live -= it->second.bytes;
   munmap(it->second.map, it->second.map_len);
   allocs().erase(it);
@@ -848,26 +958,37 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   if (const cudaError_t e = check_copy("cudaMemcpy", dst, src, n, kind)) return e;
+  stream_access(nullptr, "cudaMemcpy", src, n, dst, n);
+  host_joins_all();
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (const cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, n, kind)) return e;
+  stream_access(stream, "cudaMemcpyAsync", src, n, dst, n);
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
-cudaError_t cudaMemset(void* dst, int value, size_t n) {
+namespace {
+cudaError_t memset_on(void* dst, int value, size_t n, cudaStream_t stream, const char* what) {
   if (n && !device_range(dst, n)) {
-    std::fprintf(stderr, "cuemu: cudaMemset: [%p, +%zu) is not inside one device allocation\n", dst, n);
+    std::fprintf(stderr, "cuemu: %s: [%p, +%zu) is not inside one device allocation\n", what, dst, n);
     return fail(cudaErrorInvalidValue);
   }
+  stream_access(stream, what, nullptr, 0, dst, n);
   if (n) std::memset(dst, value, n);
   return cudaSuccess;
 }
+}  // namespace
+cudaError_t cudaMemset(void* dst, int value, size_t n) {
+  const cudaError_t e = memset_on(dst, value, n, nullptr, "cudaMemset");
+  host_joins_all();
+  return e;
+}
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t n, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return cudaMemset(dst, value, n);
+  return memset_on(dst, value, n, stream, "cudaMemsetAsync");
 }
 
 // ---- streams ----
@@ -886,12 +1007,18 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
+  if (s == nullptr || s == cudaStreamLegacy)
+    host_joins_all();
+  else
+    host_joins_stream(s);
   after_device_work("cudaStreamSynchronize");
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return valid_stream(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   if (!valid_stream(s) || !valid_event(e)) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  cuemu::join(cuemu::g_stream_clock[s], e->clock);
   return cudaSuccess;
 }
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
@@ -919,11 +1046,24 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!valid_event(e) || !valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   e->recorded = true;
   e->t_ns = now_ns();
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  VClock& c = cuemu::g_stream_clock[s];
+  cuemu::join(c, cuemu::g_host_clock);
+  e->clock = c;
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return valid_event(e) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (!valid_event(e)) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  cuemu::join(cuemu::g_host_clock, e->clock);  // the host saw it complete
+  return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!valid_event(e)) return fail(cudaErrorInvalidResourceHandle);
+  {
+    std::lock_guard<std::recursive_mutex> lock(g_mutex);
+    cuemu::join(cuemu::g_host_clock, e->clock);
+  }
   after_device_work("cudaEventSynchronize");
   return cudaSuccess;
 }
