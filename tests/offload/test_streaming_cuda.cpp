@@ -128,7 +128,7 @@ GPU_TEST_CASE("offload cuda: every fixture architecture, f16 and int4 at 50 %, s
       // The GPU against the CPU backend on the same container: decode steps run the fused f32
       // kernels (differences are summation order only); the prefill rows go through cuBLAS with
       // activations rounded to the weight's 16-bit type (tests/cuda/test_cuda_linear.cpp bounds it).
-      auto cpu = make_cpu_backend(1);
+      auto cpu = make_exact_cpu_backend(1);
       auto cpu_model = load_model(*c, *cpu);
       const std::vector<float> ref = run_sequence(*cpu_model, prompt, 4);
       REQUIRE(ref.size() == want.size());
@@ -198,7 +198,7 @@ GPU_TEST_CASE("offload cuda: the block API in any order, stats, and the host-to-
   const std::optional<double> gbps = probe_h2d_gbps(*backend, uint64_t(64) << 20, 3);
   REQUIRE(gbps.has_value());
   CHECK(*gbps > 1.0);
-  auto cpu = make_cpu_backend(1);
+  auto cpu = make_exact_cpu_backend(1);
   CHECK_FALSE(probe_h2d_gbps(*cpu, 1 << 20, 1).has_value());
 }
 
