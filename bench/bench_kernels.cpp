@@ -232,7 +232,11 @@ int run_stream(const Args& args) {
   const Config configs[] = {{Encoding::Dense, ValueType::F16, "dense f16"},
                             {Encoding::Bitmap, ValueType::F16, "bitmap f16"},
                             {Encoding::Bitmap, ValueType::I8, "bitmap int8"},
-                            {Encoding::Bitmap, ValueType::I4, "bitmap int4 g128"}};
+                            {Encoding::Bitmap, ValueType::I8, "bitmap int8 exact"},
+                            {Encoding::Bitmap, ValueType::I4, "bitmap int4 g128"},
+                            {Encoding::Bitmap, ValueType::I4, "bitmap int4 exact"}};
+  // "exact": f32 activations (cpu::Options::exact); the others int8/int4 take int8 activations.
+  auto is_exact = [](const Config& c) { return std::string(c.label).find("exact") != std::string::npos; };
   std::vector<std::unique_ptr<Replicas>> reps;
   for (const Config& c : configs) {
     EncodeOptions opt;
@@ -242,6 +246,11 @@ int run_stream(const Args& args) {
     reps.push_back(std::make_unique<Replicas>(encode_tensor(w.data(), {rows, cols}, opt), ws_bytes / 4));
   }
   auto b = backend_with(threads, cpu::LinearPath::Fused);
+  cpu::Options exact_options;
+  exact_options.n_threads = threads;
+  exact_options.linear_path = cpu::LinearPath::Fused;
+  exact_options.exact = true;
+  auto b_exact = make_cpu_backend(exact_options);
   std::vector<float> x(cols, 1.0f), y(rows);
   std::printf("stream: %llu x %llu, %.0f %% sparse, T=1 fused, %d threads, %zu MiB per encoding\n",
               (unsigned long long)rows, (unsigned long long)cols, 100 * args.stream_sparsity, threads, args.ws_mib / 4);
@@ -250,9 +259,10 @@ int run_stream(const Args& args) {
     for (size_t k = 0; k < reps.size(); ++k) {
       const Replicas& r = *reps[k];
       const double bytes = double(r.view(0).layout.total_bytes);
+      Backend& be = is_exact(configs[k]) ? *b_exact : *b;
       const double s = seconds_per_call(r.size(), [&](size_t i) {
-        const auto wt = b->prepare_weight(r.view(i));
-        b->linear(*wt, x.data(), 1, nullptr, y.data());
+        const auto wt = be.prepare_weight(r.view(i));
+        be.linear(*wt, x.data(), 1, nullptr, y.data());
       });
       std::printf("round %d  %-18s %.3f ns/w  %5.2f GB/s  %.2f of read %.1f GB/s\n", round, configs[k].label,
                   1e9 * s / double(rows * cols), bytes / s / 1e9, bytes / s / 1e9 / bw, bw);

@@ -154,4 +154,11 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
   return make_cpu_backend(options);
 }
 
+std::unique_ptr<Backend> make_exact_cpu_backend(int n_threads) {
+  cpu::Options options;
+  options.n_threads = n_threads;
+  options.exact = true;
+  return make_cpu_backend(options);
+}
+
 }  // namespace endor

@@ -205,7 +205,8 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     pack_checkpoint(source_dir, model_file.path(), mo, mcb);
     reader = ContainerReader::open(model_file.path());
   }
-  std::unique_ptr<Backend> backend = make_backend("cpu", co.n_threads);
+  // Exact f32 activations: calibration is the reference, whatever endor-infer's default is.
+  std::unique_ptr<Backend> backend = make_backend("cpu", co.n_threads, /*exact=*/true);
   std::unique_ptr<Model> model = load_model(*reader, *backend);
   const ModelConfig c = model->config();
 

@@ -427,6 +427,8 @@ int run(int argc, char** argv) {
      cxxopts::value<float>())
     ("seed", "random seed (default: random)", cxxopts::value<uint64_t>())
     ("threads", "CPU threads (0 = all)", cxxopts::value<int>()->default_value("0"))
+    ("exact", "CPU: multiply int8/int4 weights by the f32 activations exactly (default: activations "
+              "quantized to int8 per 32 values, integer dot products; bench/ACCURACY.md has the cost)")
     ("device", "cpu, cuda or auto (cuda when this build and machine have it)",
      cxxopts::value<std::string>()->default_value("auto"))
     ("gpu-mem", "GPU memory budget, e.g. 3G: decoder blocks that do not fit stream from host memory "
@@ -505,7 +507,7 @@ int run(int argc, char** argv) {
   std::optional<endor::cli::ChatSetup> chat_setup;
   if (chat) chat_setup = endor::cli::load_chat_setup(*container, *tokenizer);
   std::unique_ptr<endor::Backend> backend =
-      endor::make_backend(args["device"].as<std::string>(), args["threads"].as<int>());
+      endor::make_backend(args["device"].as<std::string>(), args["threads"].as<int>(), args.count("exact") > 0);
   if (args.count("gpu-mem") && !endor::is_cuda_device(*backend))
     throw endor::Error("--gpu-mem needs the CUDA device, but this run uses " + backend->name());
   std::string no_cufile;

@@ -78,17 +78,20 @@ std::vector<std::string> available_devices() {
   return devices;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads) {
-  if (device == "cpu") return make_cpu_backend(n_threads);
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, bool exact) {
+  cpu::Options cpu_options;
+  cpu_options.n_threads = n_threads;
+  cpu_options.exact = exact;
+  if (device == "cpu") return make_cpu_backend(cpu_options);
 #ifdef ENDOR_RUNTIME_CUDA
   if (device == "cuda" || device == "auto") {
     std::string why;
     if (cuda_device_available(&why)) return make_cuda_backend(0);
     if (device == "cuda") throw Error("this machine has no CUDA device (" + why + "); use --device cpu");
-    return make_cpu_backend(n_threads);
+    return make_cpu_backend(cpu_options);
   }
 #else
-  if (device == "auto") return make_cpu_backend(n_threads);
+  if (device == "auto") return make_cpu_backend(cpu_options);
   if (device == "cuda") throw Error("this build has no CUDA device support (built without nvcc); use --device cpu");
 #endif
   throw Error("unknown device \"" + device + "\" (expected cpu, cuda or auto)");

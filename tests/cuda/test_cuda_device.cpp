@@ -89,7 +89,7 @@ GPU_TEST_CASE("cuda: free checks ownership; raw byte buffers round-trip") {
   cuda::free_bytes(*b, raw);
   CHECK_THROWS_AS(cuda::free_bytes(*b, raw), Error);
 
-  auto cpu = make_cpu_backend(1);
+  auto cpu = make_exact_cpu_backend(1);
   CHECK_THROWS_AS(cuda::alloc_bytes(*cpu, 16), Error);  // the cuda:: helpers need a CUDA backend
 }
 
@@ -117,7 +117,7 @@ GPU_TEST_CASE("cuda: prepare_weight refuses inconsistent layouts and indexes; we
   no_data.data = nullptr;
   CHECK_THROWS_AS(b->prepare_weight(no_data), Error);
 
-  auto cpu = make_cpu_backend(1);
+  auto cpu = make_exact_cpu_backend(1);
   auto cpu_weight = cpu->prepare_weight(ew.view());
   DeviceFloats x(*b, 5000), y(*b, 5);
   CHECK_THROWS_AS(b->linear(*cpu_weight, x.get(), 1, nullptr, y.get()), Error);

@@ -240,7 +240,7 @@ GPU_TEST_CASE("cuda linear: edge shapes — short rows, empty rows, 0/100 %, int
 
 GPU_TEST_CASE("cuda linear: random values within the derived bound, every path, encoding, type and shape") {
   REQUIRE_GPU();
-  auto cpu = make_cpu_backend(0);
+  auto cpu = make_exact_cpu_backend(0);
   const Shape shapes[] = {{1, 1}, {3, 3}, {65, 127}, {127, 65}, {3, 4097}, {65, 4097}, {4097, 3}, {2, 8193}};
   size_t counter = 0;
   for (cuda::LinearPath path : {cuda::LinearPath::Fused, cuda::LinearPath::DecodeGemm, cuda::LinearPath::Auto}) {
@@ -275,7 +275,7 @@ GPU_TEST_CASE("cuda linear: random values within the derived bound, every path, 
 
 GPU_TEST_CASE("cuda linear: every token count 1..17, 33, 64 on every path and value type") {
   REQUIRE_GPU();
-  auto cpu = make_cpu_backend(0);
+  auto cpu = make_exact_cpu_backend(0);
   const uint64_t rows = 127, cols = 4097;
   const auto w = random_weights(rows, cols, 0.5, 21);
   std::vector<size_t> token_counts;
@@ -301,7 +301,7 @@ GPU_TEST_CASE("cuda linear: every token count 1..17, 33, 64 on every path and va
 
 GPU_TEST_CASE("cuda linear: 11008 x 4096 and 4096 x 11008 weights at 50 %, T 1, 8, 64 (sampled rows)") {
   REQUIRE_GPU();
-  auto cpu = make_cpu_backend(0);
+  auto cpu = make_exact_cpu_backend(0);
   auto gpu = gpu_backend(cuda::LinearPath::Auto);
   const Shape shapes[] = {{11008, 4096}, {4096, 11008}};
   uint32_t seed = 300;

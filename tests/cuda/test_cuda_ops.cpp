@@ -19,7 +19,7 @@ const size_t kTokens[] = {1, 3, 17};
 
 struct OpBackends {
   std::unique_ptr<Backend> gpu = make_cuda_backend();
-  std::unique_ptr<Backend> cpu = make_cpu_backend(0);
+  std::unique_ptr<Backend> cpu = make_exact_cpu_backend(0);
 };
 
 }  // namespace

@@ -131,7 +131,7 @@ GPU_TEST_CASE("offload cuda: every fixture architecture, f16 and int4 at 50 %, s
       // prefill rows wrote, so they inherit that rounding: every row gets the prefill bound. (A
       // decode-only bound of 1e-4 failed under emulation, by up to 3.6e-3 of 3.) With every
       // linear on the fused f32 kernels, rows differ from the CPU in summation order only.
-      auto cpu = make_cpu_backend(1);
+      auto cpu = make_exact_cpu_backend(1);
       auto cpu_model = load_model(*c, *cpu);
       const std::vector<float> ref = run_sequence(*cpu_model, prompt, 4);
       REQUIRE(ref.size() == want.size());
@@ -205,7 +205,7 @@ GPU_TEST_CASE("offload cuda: the block API in any order, stats, and the host-to-
   const std::optional<double> gbps = probe_h2d_gbps(*backend, uint64_t(64) << 20, 3);
   REQUIRE(gbps.has_value());
   CHECK(*gbps > 1.0);
-  auto cpu = make_cpu_backend(1);
+  auto cpu = make_exact_cpu_backend(1);
   CHECK_FALSE(probe_h2d_gbps(*cpu, 1 << 20, 1).has_value());
 }
 

@@ -82,8 +82,11 @@ PackedFixtures& packed() {
 }
 
 // One thread: tiny models, and OpenMP barriers on a busy shared machine cost more than the work.
+// Exact f32 activations: the references are transformers' f32 logits of the same decoded weights
+// (int8 activations would move them by far more than the tolerance; their cost is in
+// bench/ACCURACY.md, their arithmetic tested in tests/kernels).
 struct ModelRun {
-  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  std::unique_ptr<Backend> backend = make_exact_cpu_backend(1);
   std::unique_ptr<ContainerReader> reader;
   std::unique_ptr<Model> model;
   explicit ModelRun(const std::string& path) {

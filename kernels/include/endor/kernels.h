@@ -167,5 +167,8 @@ double measure_copy_bandwidth_gbps(size_t bytes = 0, int n_threads = 0);
 // The CPU backend. n_threads 0 = OpenMP default.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
 std::unique_ptr<Backend> make_cpu_backend(const cpu::Options& options);
+// The reference CPU backend: Options::exact (f32 activations for every weight), n_threads as above.
+// What other backends and approximate paths are compared against.
+std::unique_ptr<Backend> make_exact_cpu_backend(int n_threads = 0);
 
 }  // namespace endor

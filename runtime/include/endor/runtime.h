@@ -60,8 +60,10 @@ ModelConfig parse_model_config(const nlohmann::json& config, const std::string& 
 
 // ---- backend choice ---------------------------------------------------------------------------
 // device: "cpu", "cuda" or "auto" (auto = cuda when available, else cpu). n_threads (CPU only):
-// 0 = the OpenMP default. Throws when the device is unknown or absent.
-std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads);
+// 0 = the OpenMP default. exact (CPU only): f32 activations for int8/int4 weights too, instead of the
+// default int8 activations (cpu::Options::exact; the CUDA backend is always exact). Throws when
+// the device is unknown or absent.
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, bool exact = false);
 // Devices make_backend can open here: {"cpu"}, plus "cuda" when built with CUDA and a device exists.
 std::vector<std::string> available_devices();
 
