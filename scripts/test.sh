@@ -12,12 +12,12 @@ scripts/build.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 (cd build && ctest --output-on-failure -j"$jobs")
 
-echo "== sanitizer build (ASan + UBSan): format, safetensors, GGUF and tokenizer parser tests =="
+echo "== sanitizer build (ASan + UBSan): format, safetensors, GGUF, tokenizer and chat-template parser tests =="
 # Only the parsers of untrusted input are rebuilt and rerun under the sanitizers; the numeric
 # suites (kernels, runtime, calibration) would take far longer in a Debug+ASan build.
-sanitized="test_format test_packer test_tokenizer"
+sanitized="test_format test_packer test_tokenizer test_chat_template"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DENDOR_SANITIZE=ON -DENDOR_CUDA=OFF \
-      -DENDOR_BENCH=OFF "-DENDOR_TEST_AREAS=format;packer;tokenizer" >/dev/null
+      -DENDOR_BENCH=OFF "-DENDOR_TEST_AREAS=format;packer;tokenizer;chat" >/dev/null
 cmake --build build-asan -j"$jobs" --target $sanitized
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j"$jobs" -R "^(${sanitized// /|})\$")
