@@ -340,9 +340,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
 
   // 4. The output, through the normal packer path (the calibrated Linears come from `spilled`).
   // The text's file name only: the manifest must not carry the packer's file system layout.
-  const size_t slash = co.text_path.rfind('/');
-  const std::string text_name = slash == std::string::npos ? co.text_path : co.text_path.substr(slash + 1);
-  nlohmann::json calibration = {{"text", text_name}, {"samples", S}, {"seq_len", L}, {"seed", co.seed},
+  nlohmann::json calibration = {{"text", packer_detail::base_name(co.text_path)}, {"samples", S}, {"seq_len", L}, {"seed", co.seed},
                                 {"tokens", ids.size()}, {"sampling", "uniform window start, std::mt19937_64"}};
   return pack_checkpoint_with_pruner(source_dir, output_path, o, &spilled, cb, calibration);
 }

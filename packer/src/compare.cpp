@@ -22,6 +22,7 @@
 
 namespace endor {
 
+using packer_detail::base_name;
 using packer_detail::fail;
 
 namespace {
@@ -160,12 +161,6 @@ void add_to_total(CompareRow& t, const CompareRow& r) {
     t.endor_zstd_bytes[i] += r.endor_zstd_bytes[i];
     t.zstd_s[i] += r.zstd_s[i];
   }
-}
-
-std::string base_name(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  const size_t s = p.rfind('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
 }
 
 std::string describe(const nlohmann::json& prov) {

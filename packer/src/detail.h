@@ -13,6 +13,14 @@ namespace endor::packer_detail {
   throw Error(where.empty() ? what : where + ": " + what);
 }
 
+// The last component of a path ("a/b/" -> "b"): what a manifest or report may name of a source
+// without carrying the packer's file system layout.
+inline std::string base_name(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
 // Overflow-checked arithmetic; false on overflow.
 inline bool mul_ok(uint64_t a, uint64_t b, uint64_t* r) { return !__builtin_mul_overflow(a, b, r); }
 inline bool add_ok(uint64_t a, uint64_t b, uint64_t* r) { return !__builtin_add_overflow(a, b, r); }

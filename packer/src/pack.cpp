@@ -137,10 +137,7 @@ std::string iso_utc_now() {
 // container must not carry the packer's file system layout.
 std::string source_base_name(const std::string& p) {
   char buf[PATH_MAX];
-  std::string s = ::realpath(p.c_str(), buf) ? std::string(buf) : p;
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  const size_t slash = s.rfind('/');
-  return slash == std::string::npos ? s : s.substr(slash + 1);
+  return packer_detail::base_name(::realpath(p.c_str(), buf) ? std::string(buf) : p);
 }
 
 // A tokenizer the runtime cannot load must stop the pack here, not when the file is first run:
