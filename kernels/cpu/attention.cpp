@@ -1,7 +1,6 @@
 // Causal (optionally sliding-window) GQA attention over a [capacity, n_kv_heads, head_dim] cache,
 // numerically stable softmax in f32. Decode: parallel over (query, head) pairs; prefill: over (head,
 // block of 16 queries) with the dot products on the register-blocked dense_dot kernel.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -57,22 +56,20 @@ void attention_prefill(Context& ctx, const float* q, const float* k_cache, const
   // vt[g][d][j] = v_cache[j][g][d] for j < n_ctx.
   float* vt = ctx.attn_v_scratch.floats(n_kv * hd * n_ctx);
   const int64_t n_vt = int64_t(n_kv * hd);
-#pragma omp parallel for num_threads(threads_for(uint64_t(n_vt) * n_ctx, ctx.n_threads))
-  for (int64_t gd = 0; gd < n_vt; ++gd) {
+  ctx.pool.run(n_vt, threads_for(uint64_t(n_vt) * n_ctx, ctx.n_threads), [&](int64_t gd, int) {
     const size_t g = size_t(gd) / hd, d = size_t(gd) % hd;
     float* row = vt + size_t(gd) * n_ctx;
     for (size_t j = 0; j < n_ctx; ++j) row[j] = v_cache[j * kv_row + g * hd + d];
-  }
+  });
   const size_t n_blocks = (n_tokens + kQueryBlock - 1) / kQueryBlock;
   const int64_t n_tasks = int64_t(n_heads * n_blocks);
   float* scores_all = ctx.attn_scratch.floats(size_t(ctx.n_threads) * kQueryBlock * n_ctx);
   const WeightKernels& kern = *ctx.kernels;
   auto window_start = [&](size_t pos) { return first_visible_key(pos, p.sliding_window); };
-#pragma omp parallel num_threads(threads_for(uint64_t(n_tokens) * n_heads * n_ctx * hd, ctx.n_threads))
-  {
-    float* sc = scores_all + size_t(omp_get_thread_num()) * kQueryBlock * n_ctx;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < n_tasks; ++task) {
+  ctx.pool.run(n_tasks, threads_for(uint64_t(n_tokens) * n_heads * n_ctx * hd, ctx.n_threads), [&](int64_t task,
+                                                                                                  int thread) {
+    float* sc = scores_all + size_t(thread) * kQueryBlock * n_ctx;
+    {
       const size_t h = size_t(task) % n_heads, t0 = (size_t(task) / n_heads) * kQueryBlock;
       const size_t t1 = std::min(n_tokens, t0 + kQueryBlock), nt = t1 - t0;
       const size_t g = h / group;
@@ -100,7 +97,7 @@ void attention_prefill(Context& ctx, const float* q, const float* k_cache, const
       // out[t, h, d] = Σ_j p[t, j]·vt[g][d][lo + j]
       kern.dense_dot(vt + g * hd * n_ctx + lo, n_ctx, hd, nk, sc, nk, nt, out + (t0 * n_heads + h) * hd, n_heads * hd);
     }
-  }
+  });
 }
 
 // Decode: query heads [h0, h1) of one token against keys [lo, pos]. Keys are the outer loop, so
@@ -157,20 +154,22 @@ void attention(Context& ctx, const float* q, const float* k_cache, const float* 
                 std::to_string(p.n_kv_heads) + " and head_dim must be positive");
   if (n_tokens == 0) return;
   if (n_tokens >= 2) return attention_prefill(ctx, q, k_cache, v_cache, n_past, n_tokens, p, out);
-  // Decode: one token (n_tokens >= 2 went to attention_prefill). Each thread takes a contiguous
-  // range of heads.
+  // Decode: one token (n_tokens >= 2 went to attention_prefill). Tasks are contiguous ranges of
+  // heads, whole kv groups where there are enough of them (a group's query heads share its rows).
   const size_t pos = n_past, lo = first_visible_key(pos, p.sliding_window), n_keys = pos - lo + 1;
   const size_t hd = p.head_dim, n_heads = p.n_heads, group = p.n_heads / p.n_kv_heads;
   const size_t kv_row = size_t(p.n_kv_heads) * hd;  // floats per cache position
   float* scores = ctx.attn_scratch.floats(n_heads * n_keys);
-#pragma omp parallel num_threads(threads_for(uint64_t(n_heads) * n_keys * hd, ctx.n_threads))
-  {
-    const size_t n_thr = size_t(omp_get_num_threads()), id = size_t(omp_get_thread_num());
-    const size_t h0 = n_heads * id / n_thr, h1 = n_heads * (id + 1) / n_thr;
+  const int threads = threads_for(uint64_t(n_heads) * n_keys * hd, ctx.n_threads);
+  const size_t n_tasks = threads == 1                          ? 1
+                         : p.n_kv_heads >= size_t(2 * threads) ? p.n_kv_heads
+                                                               : std::min(n_heads, size_t(2 * threads));
+  ctx.pool.run(int64_t(n_tasks), threads, [&](int64_t task, int) {
+    const size_t h0 = n_heads * size_t(task) / n_tasks, h1 = n_heads * size_t(task + 1) / n_tasks;
     if (h1 > h0)
       attend_heads(q, k_cache, v_cache, kv_row, group, lo, pos, hd, p.scale, h0, h1, scores + h0 * n_keys,
                    out + h0 * hd);
-  }
+  });
 }
 
 }  // namespace endor::cpu::detail

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "endor/kernels.h"
+#include "thread_pool.h"
 #include "weight_kernels.h"
 
 namespace endor::cpu::detail {
@@ -54,6 +55,7 @@ struct Context {
   ScratchBuffer xhat_scratch;    // int8 activations on non-fused paths: x̂ = d·q as f32
   std::vector<LinearGroupTask> group_tasks;  // linear_group's task list, reused between calls
   std::unique_ptr<OneDnnGemm> onednn;  // null when not built with oneDNN or gemm == Builtin
+  ThreadPool pool;                     // n_threads threads (the caller's included) for every parallel loop
 };
 
 // The path linear() takes for this weight and token count (Options::linear_path unless Auto).

@@ -97,9 +97,9 @@ class CpuBackend final : public Backend {
       if (ids[t] < 0 || uint64_t(ids[t]) >= rows)
         throw Error("embed: token id " + std::to_string(ids[t]) + " outside [0, " + std::to_string(rows) + ")");
     const cpu::detail::WeightKernels& k = *ctx_.kernels;
-    const int64_t n = int64_t(n_tokens);
-#pragma omp parallel for num_threads(cpu::detail::threads_for(n_tokens * cols, ctx_.n_threads))
-    for (int64_t t = 0; t < n; ++t) k.decode_rows(v, uint64_t(ids[t]), uint64_t(ids[t]) + 1, out + size_t(t) * cols);
+    ctx_.pool.run(int64_t(n_tokens), cpu::detail::threads_for(n_tokens * cols, ctx_.n_threads), [&](int64_t t, int) {
+      k.decode_rows(v, uint64_t(ids[t]), uint64_t(ids[t]) + 1, out + size_t(t) * cols);
+    });
   }
 
   void linear(const Weight& w, const float* x, size_t n_tokens, const float* bias, float* y) override {

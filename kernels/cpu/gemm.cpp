@@ -41,8 +41,10 @@ class OneDnnGemm {
 class OneDnnGemm {};
 #endif
 
-Context::Context(const Options& opts) : options(opts) {
-  n_threads = options.n_threads > 0 ? options.n_threads : omp_get_max_threads();
+Context::Context(const Options& opts)
+    : options(opts),
+      n_threads(opts.n_threads > 0 ? opts.n_threads : omp_get_max_threads()),
+      pool(n_threads) {
   kernels = &select_kernels(options.isa);
 #ifdef ENDOR_HAVE_DNNL
   if (options.gemm == GemmImpl::Auto) onednn = std::make_unique<OneDnnGemm>();

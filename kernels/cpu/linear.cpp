@@ -1,7 +1,5 @@
 // y = x·Wᵀ + b on an encoded weight, three ways (see cpu::LinearPath): fused decode-multiply for
 // decode-time token counts, per-thread row decode + dense dots, and panel decode + GEMM.
-#include <omp.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -35,11 +33,10 @@ void linear_fused_q8(Context& ctx, const TensorView& w, const QuantizedX& qx, si
   for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
     const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
     const QuantizedX q0 = qx.token(t0);
-#pragma omp parallel for num_threads(threads_for(rows * cols * nt, ctx.n_threads)) schedule(dynamic, 1)
-    for (int64_t b = 0; b < n_chunks; ++b) {
+    ctx.pool.run(n_chunks, threads_for(rows * cols * nt, ctx.n_threads), [&](int64_t b, int) {
       const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
       k.dot_rows_q8(w, r0, r1, q0, nt, y + t0 * rows, rows);
-    }
+    });
   }
 }
 
@@ -51,11 +48,10 @@ void linear_fused(Context& ctx, const TensorView& w, const float* x, size_t n_to
   // Token blocks beyond kMaxFusedTokens re-read the weight; Auto never asks for that.
   for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
     const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
-#pragma omp parallel for num_threads(threads_for(rows * cols * nt, ctx.n_threads)) schedule(dynamic, 1)
-    for (int64_t b = 0; b < n_chunks; ++b) {
+    ctx.pool.run(n_chunks, threads_for(rows * cols * nt, ctx.n_threads), [&](int64_t b, int) {
       const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
       k.dot_rows(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
-    }
+    });
   }
 }
 
@@ -65,19 +61,15 @@ void linear_row_decode(Context& ctx, const TensorView& w, const float* x, size_t
   const size_t chunk = rows_per_task(rows, ctx.n_threads, kRowDecodeRows);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
   const WeightKernels& k = *ctx.kernels;
-#pragma omp parallel num_threads(threads_for(rows * cols * n_tokens, ctx.n_threads))
-  {
-    float* mine = scratch + size_t(omp_get_thread_num()) * kRowDecodeRows * cols;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t b = 0; b < n_chunks; ++b) {
-      const uint64_t r_end = std::min<uint64_t>(rows, uint64_t(b) * chunk + chunk);
-      for (uint64_t r = uint64_t(b) * chunk; r < r_end; r += kRowDecodeRows) {
-        const uint64_t nr = std::min<uint64_t>(kRowDecodeRows, r_end - r);
-        k.decode_rows(w, r, r + nr, mine);
-        k.dense_dot(mine, cols, nr, cols, x, cols, n_tokens, y + r, rows);
-      }
+  ctx.pool.run(n_chunks, threads_for(rows * cols * n_tokens, ctx.n_threads), [&](int64_t b, int thread) {
+    float* mine = scratch + size_t(thread) * kRowDecodeRows * cols;
+    const uint64_t r_end = std::min<uint64_t>(rows, uint64_t(b) * chunk + chunk);
+    for (uint64_t r = uint64_t(b) * chunk; r < r_end; r += kRowDecodeRows) {
+      const uint64_t nr = std::min<uint64_t>(kRowDecodeRows, r_end - r);
+      k.decode_rows(w, r, r + nr, mine);
+      k.dense_dot(mine, cols, nr, cols, x, cols, n_tokens, y + r, rows);
     }
-  }
+  });
 }
 
 void linear_panel_gemm(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, float* y) {
@@ -94,20 +86,18 @@ void linear_panel_gemm(Context& ctx, const TensorView& w, const float* x, size_t
     const uint64_t np = std::min(panel_rows, rows - p0);
     const size_t chunk = rows_per_task(np, ctx.n_threads);
     const int64_t n_chunks = int64_t((np + chunk - 1) / chunk);
-#pragma omp parallel for num_threads(threads_for(np * cols, ctx.n_threads)) schedule(dynamic, 1)
-    for (int64_t b = 0; b < n_chunks; ++b) {
+    ctx.pool.run(n_chunks, threads_for(np * cols, ctx.n_threads), [&](int64_t b, int) {
       const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(np, r0 + chunk);
       k.decode_rows(w, p0 + r0, p0 + r1, panel + r0 * cols);
-    }
+    });
     gemm_xat(ctx, x, n_tokens, cols, panel, np, y + p0, rows);
   }
 }
 
 void add_bias_rows(Context& ctx, float* y, const float* bias, size_t n_tokens, size_t dim) {
-  const int64_t n = int64_t(n_tokens);
-#pragma omp parallel for num_threads(threads_for(n_tokens * dim, ctx.n_threads))
-  for (int64_t t = 0; t < n; ++t)
+  ctx.pool.run(int64_t(n_tokens), threads_for(n_tokens * dim, ctx.n_threads), [&](int64_t t, int) {
     for (size_t i = 0; i < dim; ++i) y[size_t(t) * dim + i] += bias[i];
+  });
 }
 
 }  // namespace
@@ -177,8 +167,7 @@ void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const floa
   bool any_q8 = false;
   for (size_t i = 0; i < n_jobs; ++i) any_q8 = any_q8 || int8_activations(ctx, *jobs[i].w);
   const QuantizedX qx = any_q8 ? quantize_into_scratch(ctx, x, n_tokens, jobs[0].w->layout.cols) : QuantizedX{};
-#pragma omp parallel for num_threads(threads_for(work, ctx.n_threads)) schedule(dynamic, 1)
-  for (int64_t i = 0; i < n_tasks; ++i) {
+  ctx.pool.run(n_tasks, threads_for(work, ctx.n_threads), [&](int64_t i, int) {
     const LinearGroupTask& t = tasks[size_t(i)];
     const uint64_t rows = t.job->w->layout.rows, cols = t.job->w->layout.cols;
     if (int8_activations(ctx, *t.job->w)) k.dot_rows_q8(*t.job->w, t.r0, t.r1, qx, n_tokens, t.job->y, rows);
@@ -186,7 +175,7 @@ void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const floa
     if (const float* b = t.job->bias)
       for (size_t tok = 0; tok < n_tokens; ++tok)
         for (uint64_t r = t.r0; r < t.r1; ++r) t.job->y[tok * rows + r] += b[r];
-  }
+  });
 }
 
 }  // namespace endor::cpu::detail

@@ -1,5 +1,6 @@
 // Norms, elementwise ops and RoPE on f32 activations, following Hugging Face's f32 arithmetic
 // (the library is built with -ffp-contract=off so products and sums round as written).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -11,13 +12,23 @@ namespace {
 // Elementwise loops below this size are not worth waking the thread team.
 constexpr size_t kParallelMinElements = size_t(1) << 15;
 
+// f(i0, i1) over [0, n) in a few contiguous ranges per thread (one range below min_parallel).
+template <class F>
+void for_ranges(Context& ctx, size_t n, size_t min_parallel, F&& f) {
+  if (n < min_parallel || ctx.n_threads <= 1) return f(size_t(0), n);
+  const size_t n_ranges = size_t(ctx.n_threads) * 4, step = (n + n_ranges - 1) / n_ranges;
+  ctx.pool.run(int64_t(n_ranges), ctx.n_threads, [&](int64_t r, int) {
+    const size_t i0 = std::min(n, size_t(r) * step), i1 = std::min(n, i0 + step);
+    if (i1 > i0) f(i0, i1);
+  });
+}
+
 }  // namespace
 
 void layer_norm(Context& ctx, const float* x, const float* gamma, const float* beta, float eps, size_t n_tokens,
                 size_t dim, float* out) {
   const int64_t n = int64_t(n_tokens);
-#pragma omp parallel for num_threads(ctx.n_threads) if (n_tokens * dim >= kParallelMinElements)
-  for (int64_t t = 0; t < n; ++t) {
+  ctx.pool.run(n, (n_tokens * dim >= kParallelMinElements) ? ctx.n_threads : 1, [&](int64_t t, int) {
     const float* xt = x + size_t(t) * dim;
     float* ot = out + size_t(t) * dim;
     double sum = 0.0;
@@ -31,54 +42,53 @@ void layer_norm(Context& ctx, const float* x, const float* gamma, const float* b
       const float v = (xt[i] - mean_f) * rstd * gamma[i];
       ot[i] = beta ? v + beta[i] : v;
     }
-  }
+  });
 }
 
 void rms_norm(Context& ctx, const float* x, const float* gamma, float eps, size_t n_tokens, size_t dim, float* out) {
   const int64_t n = int64_t(n_tokens);
-#pragma omp parallel for num_threads(ctx.n_threads) if (n_tokens * dim >= kParallelMinElements)
-  for (int64_t t = 0; t < n; ++t) {
+  ctx.pool.run(n, (n_tokens * dim >= kParallelMinElements) ? ctx.n_threads : 1, [&](int64_t t, int) {
     const float* xt = x + size_t(t) * dim;
     float* ot = out + size_t(t) * dim;
     double sq = 0.0;  // the mean of x² to within one f32 rounding
     for (size_t i = 0; i < dim; ++i) sq += double(xt[i]) * double(xt[i]);
     const float r = 1.0f / std::sqrt(float(sq / double(dim)) + eps);
     for (size_t i = 0; i < dim; ++i) ot[i] = gamma[i] * (xt[i] * r);  // HF: weight * (x * rsqrt)
-  }
+  });
 }
 
 void add(Context& ctx, float* x, const float* y, size_t n) {
-  const int64_t m = int64_t(n);
-#pragma omp parallel for simd num_threads(ctx.n_threads) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < m; ++i) x[i] += y[i];
+  for_ranges(ctx, n, kParallelMinElements, [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) x[i] += y[i];
+  });
 }
 
 void scale(Context& ctx, float* x, float s, size_t n) {
-  const int64_t m = int64_t(n);
-#pragma omp parallel for simd num_threads(ctx.n_threads) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < m; ++i) x[i] *= s;
+  for_ranges(ctx, n, kParallelMinElements, [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) x[i] *= s;
+  });
 }
 
 void relu(Context& ctx, float* x, size_t n) {
-  const int64_t m = int64_t(n);
-#pragma omp parallel for simd num_threads(ctx.n_threads) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < m; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  for_ranges(ctx, n, kParallelMinElements, [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  });
 }
 
 void silu_mul(Context& ctx, const float* gate, const float* up, size_t n, float* out) {
-  const int64_t m = int64_t(n);
-#pragma omp parallel for num_threads(ctx.n_threads) if (n >= kParallelMinElements / 4)
-  for (int64_t i = 0; i < m; ++i) {
-    const float g = gate[i];
-    out[i] = (g / (1.0f + std::exp(-g))) * up[i];  // silu(g)·up, silu = g·sigmoid(g)
-  }
+  for_ranges(ctx, n, kParallelMinElements / 4, [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) {
+      const float g = gate[i];
+      out[i] = (g / (1.0f + std::exp(-g))) * up[i];  // silu(g)·up, silu = g·sigmoid(g)
+    }
+  });
 }
 
 void add_bias(Context& ctx, float* x, const float* bias, size_t n_tokens, size_t dim) {
   const int64_t n = int64_t(n_tokens);
-#pragma omp parallel for num_threads(ctx.n_threads) if (n_tokens * dim >= kParallelMinElements)
-  for (int64_t t = 0; t < n; ++t)
+  ctx.pool.run(n, (n_tokens * dim >= kParallelMinElements) ? ctx.n_threads : 1, [&](int64_t t, int) {
     for (size_t i = 0; i < dim; ++i) x[size_t(t) * dim + i] += bias[i];
+  });
 }
 
 void rope(Context& ctx, float* x, size_t n_tokens, uint32_t n_heads, const int32_t* positions, const RopeParams& p) {
@@ -91,8 +101,7 @@ void rope(Context& ctx, float* x, size_t n_tokens, uint32_t n_heads, const int32
   if (!p.inv_freq) throw Error("rope: inv_freq table is null");
   const uint32_t half = rotary_dim / 2;
   const int64_t n = int64_t(n_tokens);
-#pragma omp parallel for num_threads(ctx.n_threads) if (n_tokens * n_heads * head_dim >= kParallelMinElements)
-  for (int64_t t = 0; t < n; ++t) {
+  ctx.pool.run(n, (n_tokens * n_heads * head_dim >= kParallelMinElements) ? ctx.n_threads : 1, [&](int64_t t, int) {
     float cos_f[kMaxRotaryDim / 2], sin_f[kMaxRotaryDim / 2];
     const float pos = float(positions[t]);
     for (uint32_t i = 0; i < half; ++i) {
@@ -108,7 +117,7 @@ void rope(Context& ctx, float* x, size_t n_tokens, uint32_t n_heads, const int32
         v[i + half] = x2 * cos_f[i] + x1 * sin_f[i];
       }
     }
-  }
+  });
 }
 
 }  // namespace endor::cpu::detail

@@ -1,0 +1,151 @@
+// The persistent worker pool (thread_pool.h): bounded spinning, then sleeping; dynamic claiming.
+#include "thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define ENDOR_CPU_RELAX() _mm_pause()
+#else
+#define ENDOR_CPU_RELAX() ((void)0)
+#endif
+
+namespace endor::cpu::detail {
+namespace {
+
+constexpr int64_t kDefaultSpinNs = 200'000;  // an idle worker's spin before it sleeps
+constexpr int64_t kCallerSpinNs = 20'000;    // a waiting caller's spin before it yields its core
+// A wait for the workers' last tasks longer than this, and than 4 of the caller's own tasks, means
+// a worker lost its core mid-task.
+constexpr int64_t kPreemptedWaitNs = 300'000;
+constexpr int64_t kMinBackoffNs = 5'000'000, kMaxBackoffNs = 1'000'000'000;
+constexpr int64_t kCleanResetNs = 2'000'000'000;  // this long without contention: back-off starts small again
+
+int64_t spin_ns_from_env() {
+  const char* s = std::getenv("ENDOR_SPIN_US");
+  if (!s || !*s) return kDefaultSpinNs;
+  char* end = nullptr;
+  const long long us = std::strtoll(s, &end, 10);
+  if (*end != '\0' || us < 0) return kDefaultSpinNs;
+  return int64_t(std::min<long long>(us, 1'000'000)) * 1000;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr uint32_t gen_of(uint64_t c) { return uint32_t(c >> 32); }
+constexpr uint32_t count_of(uint64_t c) { return uint32_t(c >> 16) & 0xFFFF; }
+constexpr uint32_t next_of(uint64_t c) { return uint32_t(c) & 0xFFFF; }
+constexpr uint64_t claim_word(uint32_t gen, uint32_t count, uint32_t next) {
+  return (uint64_t(gen) << 32) | (uint64_t(count) << 16) | next;
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)), spin_ns_(spin_ns_from_env()) {}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(sleep_mutex_);
+    stop_.store(true);
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::start_workers() {
+  workers_.reserve(size_t(n_threads_ - 1));
+  for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_main(t); });
+}
+
+int64_t ThreadPool::drain(uint32_t gen, int thread) {
+  uint64_t c = claim_.load(std::memory_order_acquire);
+  for (int64_t ran = 0;; ++ran) {
+    if (gen_of(c) != gen || next_of(c) >= count_of(c)) return ran;
+    if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      --ran;
+      continue;
+    }
+    // The claim succeeded in generation gen, whose run() cannot return before this task is done:
+    // fn_, ctx_ and task_base_ are still that run's.
+    fn_(ctx_, task_base_ + int64_t(next_of(c)), thread);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+    c = claim_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::worker_main(int thread) {
+  uint32_t seen = 0;
+  for (;;) {
+    uint64_t c = claim_.load(std::memory_order_acquire);
+    if (gen_of(c) == seen) {
+      const int64_t give_up = now_ns() + spin_ns_;
+      for (int i = 1; gen_of(c) == seen && !stop_.load(std::memory_order_relaxed); ++i) {
+        ENDOR_CPU_RELAX();
+        c = claim_.load(std::memory_order_acquire);
+        if ((i & 255) == 0 && now_ns() > give_up) break;
+      }
+      if (gen_of(c) == seen) {
+        std::unique_lock<std::mutex> lk(sleep_mutex_);
+        sleepers_.fetch_add(1);  // seq_cst: pairs with run_erased's store of claim_, then load of sleepers_
+        while (gen_of(c = claim_.load()) == seen && !stop_.load()) wake_.wait(lk);
+        sleepers_.fetch_sub(1);
+      }
+    }
+    if (stop_.load()) return;
+    seen = gen_of(c);
+    drain(seen, thread);
+  }
+}
+
+void ThreadPool::run_erased(int64_t n_tasks, TaskFn fn, void* ctx) {
+  std::lock_guard<std::mutex> run_lock(run_mutex_);
+  int64_t t_start = now_ns();
+  if (t_start < serial_until_ns_) {
+    ++serialised_runs_;
+    for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i, 0);
+    return;
+  }
+  if (workers_.empty()) start_workers();
+  for (int64_t base = 0; base < n_tasks; base += kMaxTasks) {
+    const uint32_t count = uint32_t(std::min(kMaxTasks, n_tasks - base));
+    fn_ = fn;
+    ctx_ = ctx;
+    task_base_ = base;
+    done_.store(0, std::memory_order_relaxed);
+    const uint32_t gen = gen_of(claim_.load(std::memory_order_relaxed)) + 1;
+    claim_.store(claim_word(gen, count, 0));  // seq_cst: publishes the job fields above
+    if (sleepers_.load() > 0) {
+      { std::lock_guard<std::mutex> lk(sleep_mutex_); }  // a worker between its check and its wait is now waiting
+      wake_.notify_all();
+    }
+    const int64_t own = drain(gen, 0);
+    // Every task is claimed; wait for those still running on workers.
+    if (done_.load(std::memory_order_acquire) != int64_t(count)) {
+      const int64_t t_drained = now_ns(), yield_at = t_drained + kCallerSpinNs;
+      for (int i = 1; done_.load(std::memory_order_acquire) != int64_t(count); ++i) {
+        ENDOR_CPU_RELAX();
+        if ((i & 255) == 0 && now_ns() > yield_at) sched_yield();
+      }
+      const int64_t t_done = now_ns(), waited = t_done - t_drained;
+      const int64_t per_task = own > 0 ? (t_drained - t_start) / own : 0;
+      if (waited > kPreemptedWaitNs && waited > 4 * per_task) {
+        ++contended_runs_;
+        backoff_ns_ = backoff_ns_ == 0 ? kMinBackoffNs : std::min(2 * backoff_ns_, kMaxBackoffNs);
+        serial_until_ns_ = t_done + backoff_ns_;
+        clean_since_ns_ = serial_until_ns_;
+      }
+      t_start = t_done;
+    }
+    if (backoff_ns_ != 0 && t_start - clean_since_ns_ > kCleanResetNs) backoff_ns_ = 0;
+  }
+}
+
+}  // namespace endor::cpu::detail

@@ -1,0 +1,88 @@
+// The CPU backend's worker pool (kernels/cpu/thread_pool.h): every task runs exactly once per
+// run(), on a valid thread, its writes visible when run() returns; generations never mix (many
+// short runs back to back, runs of more tasks than one claim word holds, callers on two threads);
+// a worker that holds a task far longer than the caller's own tasks take sends the pool to the
+// caller alone for a while (the busy-core back-off).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "thread_pool.h"
+
+using endor::cpu::detail::ThreadPool;
+
+namespace {
+
+void check_each_task_once(ThreadPool& pool, int64_t n_tasks, int max_threads) {
+  std::vector<std::atomic<int>> hits(size_t(n_tasks) + 1);
+  std::atomic<int> bad_thread{0};
+  pool.run(n_tasks, max_threads, [&](int64_t i, int thread) {
+    hits[size_t(i)].fetch_add(1, std::memory_order_relaxed);
+    if (thread < 0 || thread >= pool.size() || (max_threads <= 1 && thread != 0)) bad_thread.fetch_add(1);
+  });
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n_tasks; ++i) wrong += hits[size_t(i)].load() != 1;
+  CHECK_MESSAGE(wrong == 0, n_tasks << " tasks, " << max_threads << " threads: " << wrong << " ran other than once");
+  CHECK(hits[size_t(n_tasks)].load() == 0);
+  CHECK(bad_thread.load() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("thread pool: every task once, on a valid thread") {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    CHECK(pool.size() == threads);
+    for (int64_t n : {0, 1, 2, 3, 7, 64, 1000, 65535, 65536, 140001})
+      for (int max_threads : {1, threads}) check_each_task_once(pool, n, max_threads);
+  }
+}
+
+TEST_CASE("thread pool: results visible to the caller across many short runs") {
+  ThreadPool pool(3);
+  std::vector<int64_t> out(257);
+  int64_t mismatches = 0;
+  for (int run = 0; run < 20000; ++run) {
+    const int64_t n = 1 + run % 257;
+    pool.run(n, 3, [&](int64_t i, int) { out[size_t(i)] = int64_t(run) * 1000 + i; });
+    for (int64_t i = 0; i < n; ++i) mismatches += out[size_t(i)] != int64_t(run) * 1000 + i;
+  }
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("thread pool: callers on two threads are serialised") {
+  ThreadPool pool(2);
+  std::atomic<int64_t> sum{0};
+  auto caller = [&] {
+    for (int r = 0; r < 2000; ++r) pool.run(16, 2, [&](int64_t i, int) { sum.fetch_add(i + 1); });
+  };
+  std::thread a(caller), b(caller);
+  a.join();
+  b.join();
+  CHECK(sum.load() == 2 * 2000 * (16 * 17 / 2));
+}
+
+TEST_CASE("thread pool: a worker stuck in a task sends the pool to the caller alone for a while") {
+  ThreadPool pool(2);
+  // A task taken by the worker takes 3 ms (as if its core were taken away); the caller's take no
+  // time, so its wait is far longer than its own tasks: contention.
+  for (int attempt = 0; attempt < 200 && pool.contended_runs() == 0; ++attempt)
+    pool.run(64, 2, [](int64_t, int thread) {
+      if (thread != 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    });
+  REQUIRE(pool.contended_runs() >= 1);
+  // Right after: the back-off (>= 5 ms) runs everything on the caller.
+  std::atomic<int> on_workers{0};
+  const int64_t serial_before = pool.serialised_runs();
+  pool.run(64, 2, [&](int64_t, int thread) { on_workers.fetch_add(thread != 0); });
+  CHECK(on_workers.load() == 0);
+  CHECK(pool.serialised_runs() == serial_before + 1);
+  // After the back-off the workers are used again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const int64_t serial_after = pool.serialised_runs();
+  pool.run(64, 2, [](int64_t, int) {});
+  CHECK(pool.serialised_runs() == serial_after);
+}
