@@ -23,7 +23,6 @@ constexpr int64_t kCallerSpinNs = 20'000;    // a waiting caller's spin before i
 // A wait for the workers' last tasks longer than this, and than 4 of the caller's own tasks, means
 // a worker lost its core mid-task.
 constexpr int64_t kPreemptedWaitNs = 300'000;
-constexpr int64_t kMinBackoffNs = 5'000'000, kMaxBackoffNs = 1'000'000'000;
 constexpr int64_t kCleanResetNs = 2'000'000'000;  // this long without contention: back-off starts small again
 
 int64_t spin_ns_from_env() {
@@ -49,7 +48,8 @@ constexpr uint64_t claim_word(uint32_t gen, uint32_t count, uint32_t next) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)), spin_ns_(spin_ns_from_env()) {}
+ThreadPool::ThreadPool(int n_threads, Backoff backoff)
+    : n_threads_(std::max(1, n_threads)), spin_ns_(spin_ns_from_env()), backoff_(backoff) {}
 
 ThreadPool::~ThreadPool() {
   {
@@ -138,7 +138,7 @@ void ThreadPool::run_erased(int64_t n_tasks, TaskFn fn, void* ctx) {
       const int64_t per_task = own > 0 ? (t_drained - t_start) / own : 0;
       if (waited > kPreemptedWaitNs && waited > 4 * per_task) {
         ++contended_runs_;
-        backoff_ns_ = backoff_ns_ == 0 ? kMinBackoffNs : std::min(2 * backoff_ns_, kMaxBackoffNs);
+        backoff_ns_ = backoff_ns_ == 0 ? backoff_.min_ns : std::min(2 * backoff_ns_, backoff_.max_ns);
         serial_until_ns_ = t_done + backoff_ns_;
         clean_since_ns_ = serial_until_ns_;
       }

@@ -30,9 +30,16 @@
 
 namespace endor::cpu::detail {
 
+// How long a ThreadPool stays on the caller alone after contention: min_ns, doubling up to max_ns.
+struct PoolBackoff {
+  int64_t min_ns = 5'000'000, max_ns = 1'000'000'000;
+};
+
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);  // n_threads - 1 workers are started lazily, on the first parallel run()
+  using Backoff = PoolBackoff;
+  // n_threads - 1 workers are started lazily, on the first parallel run().
+  explicit ThreadPool(int n_threads, Backoff backoff = Backoff());
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -69,6 +76,7 @@ class ThreadPool {
 
   const int n_threads_;
   const int64_t spin_ns_;
+  const Backoff backoff_;
   std::mutex run_mutex_;  // one run() at a time
   // Contention back-off (touched by the caller under run_mutex_ only).
   int64_t serial_until_ns_ = 0, backoff_ns_ = 0, clean_since_ns_ = 0;

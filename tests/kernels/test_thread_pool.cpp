@@ -66,23 +66,29 @@ TEST_CASE("thread pool: callers on two threads are serialised") {
 }
 
 TEST_CASE("thread pool: a worker stuck in a task sends the pool to the caller alone for a while") {
-  ThreadPool pool(2);
-  // A task taken by the worker takes 3 ms (as if its core were taken away); the caller's take no
-  // time, so its wait is far longer than its own tasks: contention.
-  for (int attempt = 0; attempt < 200 && pool.contended_runs() == 0; ++attempt)
-    pool.run(64, 2, [](int64_t, int thread) {
-      if (thread != 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
-    });
-  REQUIRE(pool.contended_runs() >= 1);
-  // Right after: the back-off (>= 5 ms) runs everything on the caller.
+  // A back-off of exactly 300 ms, so the checks below do not depend on this machine's load.
+  ThreadPool pool(2, ThreadPool::Backoff{300'000'000, 300'000'000});
+  // The caller's first task waits until a worker holds one; that task takes 20 ms (as if its core
+  // were taken away) while the caller's others take no time: the caller waits far longer than its
+  // own tasks take, which is contention.
+  std::atomic<bool> worker_in{false};
+  pool.run(256, 2, [&](int64_t, int thread) {
+    if (thread != 0) {
+      if (!worker_in.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return;
+    }
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!worker_in.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  });
+  REQUIRE(worker_in.load());
+  REQUIRE(pool.contended_runs() == 1);
+  // Within the back-off everything runs on the caller.
   std::atomic<int> on_workers{0};
-  const int64_t serial_before = pool.serialised_runs();
   pool.run(64, 2, [&](int64_t, int thread) { on_workers.fetch_add(thread != 0); });
   CHECK(on_workers.load() == 0);
-  CHECK(pool.serialised_runs() == serial_before + 1);
-  // After the back-off the workers are used again.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
-  const int64_t serial_after = pool.serialised_runs();
+  CHECK(pool.serialised_runs() == 1);
+  // After it, the workers are offered tasks again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
   pool.run(64, 2, [](int64_t, int) {});
-  CHECK(pool.serialised_runs() == serial_after);
+  CHECK(pool.serialised_runs() == 1);
 }
