@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "half.h"
 #include "ops.h"
 
 namespace endor::cpu::detail {
@@ -170,6 +171,25 @@ void attention(Context& ctx, const float* q, const float* k_cache, const float* 
       attend_heads(q, k_cache, v_cache, kv_row, group, lo, pos, hd, p.scale, h0, h1, scores + h0 * n_keys,
                    out + h0 * hd);
   });
+}
+
+void attention_f16(Context& ctx, const float* q, const uint16_t* k_cache, const uint16_t* v_cache, size_t n_past,
+                   size_t n_tokens, const AttentionParams& p, float* out) {
+  if (n_tokens == 0) return;
+  // The rows attention reads, widened to f32 once per call (a decode step reads each exactly once
+  // anyway), then the f32 attention over them: the same arithmetic on the cached values.
+  const size_t n_ctx = n_past + n_tokens, kv_row = size_t(p.n_kv_heads) * p.head_dim;
+  const size_t lo = first_visible_key(n_past, p.sliding_window);  // no query sees a key before lo
+  float* k = ctx.kv_k_scratch.floats(n_ctx * kv_row);
+  float* v = ctx.kv_v_scratch.floats(n_ctx * kv_row);
+  constexpr size_t kRowsPerTask = 64;
+  const size_t n_rows = n_ctx - lo, n_tasks = (n_rows + kRowsPerTask - 1) / kRowsPerTask;
+  ctx.pool.run(int64_t(n_tasks), threads_for(uint64_t(n_rows) * kv_row * 8, ctx.n_threads), [&](int64_t t, int) {
+    const size_t r0 = lo + size_t(t) * kRowsPerTask, r1 = std::min(n_ctx, r0 + kRowsPerTask);
+    widen_half(k_cache + r0 * kv_row, k + r0 * kv_row, (r1 - r0) * kv_row);
+    widen_half(v_cache + r0 * kv_row, v + r0 * kv_row, (r1 - r0) * kv_row);
+  });
+  attention(ctx, q, k, v, n_past, n_tokens, p, out);
 }
 
 }  // namespace endor::cpu::detail

@@ -1,6 +1,5 @@
 // The CPU Backend: host memory, weights as views into the mapped container, and the ops of
 // ops.h / linear.cpp behind the Backend interface.
-#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "context.h"
+#include "half.h"
 #include "ops.h"
 
 namespace endor {
@@ -135,6 +135,12 @@ class CpuBackend final : public Backend {
                  const AttentionParams& p, float* out) override {
     cpu::detail::attention(ctx_, q, k_cache, v_cache, n_past, n_tokens, p, out);
   }
+  bool supports_f16_kv() const override { return true; }
+  void store_f16(uint16_t* dst, const float* src, size_t n) override { cpu::detail::narrow_to_half(src, dst, n); }
+  void attention_f16(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, size_t n_past,
+                     size_t n_tokens, const AttentionParams& p, float* out) override {
+    cpu::detail::attention_f16(ctx_, q, k_cache, v_cache, n_past, n_tokens, p, out);
+  }
 
  private:
   Context ctx_;
@@ -143,6 +149,14 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+void Backend::store_f16(uint16_t*, const float*, size_t) {
+  throw Error("this backend has no f16 KV cache (use --kv-dtype f32)");
+}
+void Backend::attention_f16(const float*, const uint16_t*, const uint16_t*, size_t, size_t, const AttentionParams&,
+                            float*) {
+  throw Error("this backend has no f16 KV cache (use --kv-dtype f32)");
+}
 
 std::unique_ptr<Backend> make_cpu_backend(const cpu::Options& options) {
   return std::make_unique<CpuBackend>(options);

@@ -1,5 +1,5 @@
 // Internal to endor_kernels: the non-weight CPU ops (norms, elementwise, RoPE, attention).
-// Shapes as in endor/kernels.h; every op is OpenMP-parallel over tokens, heads or elements.
+// Shapes as in endor/kernels.h; every op runs on the Context's thread pool over tokens, heads or elements.
 #pragma once
 
 #include <cstddef>
@@ -20,5 +20,8 @@ void add_bias(Context&, float* x, const float* bias, size_t n_tokens, size_t dim
 void rope(Context&, float* x, size_t n_tokens, uint32_t n_heads, const int32_t* positions, const RopeParams&);
 void attention(Context&, const float* q, const float* k_cache, const float* v_cache, size_t n_past,
                size_t n_tokens, const AttentionParams&, float* out);
+// attention() over IEEE half caches (rows widened into Context::kv_{k,v}_scratch first).
+void attention_f16(Context&, const float* q, const uint16_t* k_cache, const uint16_t* v_cache, size_t n_past,
+                   size_t n_tokens, const AttentionParams&, float* out);
 
 }  // namespace endor::cpu::detail

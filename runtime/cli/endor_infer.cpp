@@ -98,7 +98,8 @@ std::optional<uint64_t> size_option(const cxxopts::ParseResult& args, const char
 // kv_capacity / max_tokens: the KV cache rows of all sequences held at once and the rows of the
 // largest forward call of this run (fixed needs).
 Offload setup_offload(const endor::ContainerReader& container, endor::Backend& backend,
-                      const cxxopts::ParseResult& args, size_t kv_capacity, size_t max_tokens) {
+                      const cxxopts::ParseResult& args, size_t kv_capacity, size_t max_tokens,
+                      endor::KvDtype kv_dtype) {
   const bool cuda = endor::is_cuda_device(backend);
   const endor::Manifest& m = container.manifest();
   const endor::ModelConfig config = endor::parse_model_config(m.config, container.path());
@@ -111,7 +112,9 @@ Offload setup_offload(const endor::ContainerReader& container, endor::Backend& b
   request.device_fixed_bytes = endor::device_fixed_bytes(config, m, kv_capacity,
                                                          std::min<size_t>(max_tokens, config.max_positions), cuda);
   if (cuda) request.device_capacity = endor::device_free_bytes(backend);
-  else request.host_kv_bytes = uint64_t(2) * config.n_layers * kv_capacity * config.n_kv_heads * config.head_dim * 4;
+  else
+    request.host_kv_bytes = uint64_t(2) * config.n_layers * kv_capacity * config.n_kv_heads * config.head_dim *
+                            endor::kv_value_bytes(kv_dtype);
   Offload o;
   try {
     o.placement = endor::place_groups(request);
@@ -429,6 +432,8 @@ int run(int argc, char** argv) {
     ("threads", "CPU threads (0 = all)", cxxopts::value<int>()->default_value("0"))
     ("exact", "CPU: multiply int8/int4 weights by the f32 activations exactly (default: activations "
               "quantized to int8 per 32 values, integer dot products; bench/ACCURACY.md has the cost)")
+    ("kv-dtype", "KV cache storage: f32, or f16 (half the memory; CPU device only; attention widens the "
+                 "cached values back to f32)", cxxopts::value<std::string>()->default_value("f32"))
     ("device", "cpu, cuda or auto (cuda when this build and machine have it)",
      cxxopts::value<std::string>()->default_value("auto"))
     ("gpu-mem", "GPU memory budget, e.g. 3G: decoder blocks that do not fit stream from host memory "
@@ -510,6 +515,9 @@ int run(int argc, char** argv) {
       endor::make_backend(args["device"].as<std::string>(), args["threads"].as<int>(), args.count("exact") > 0);
   if (args.count("gpu-mem") && !endor::is_cuda_device(*backend))
     throw endor::Error("--gpu-mem needs the CUDA device, but this run uses " + backend->name());
+  const endor::KvDtype kv_dtype = endor::parse_kv_dtype(args["kv-dtype"].as<std::string>());
+  if (kv_dtype == endor::KvDtype::F16 && !backend->supports_f16_kv())
+    throw endor::Error("--kv-dtype f16: the " + backend->name() + " backend has no f16 KV cache (use --device cpu)");
   std::string no_cufile;
   if (args["disk-io"].as<std::string>() == "cufile" && !endor::cufile_available(&no_cufile))
     throw endor::Error("--disk-io cufile: " + no_cufile);
@@ -545,10 +553,11 @@ int run(int argc, char** argv) {
       max_tokens += lengths[i] - std::max<size_t>(n_new, 1) + 1;
     }
   }
-  const Offload offload = setup_offload(*container, *backend, args, kv_capacity, max_tokens);
+  const Offload offload = setup_offload(*container, *backend, args, kv_capacity, max_tokens, kv_dtype);
   std::optional<endor::CostPrediction> plan;
   if (args.count("plan")) plan = plan_run(*container, *backend, offload, batched ? uint32_t(br.batch) : 1u);
   std::unique_ptr<endor::Model> model = endor::load_model(*container, *backend, offload.weights.get());
+  model->set_kv_dtype(kv_dtype);
 
   if (measure) {
     const size_t ctx = args.count("ctx") ? args["ctx"].as<size_t>() : model->config().max_positions;

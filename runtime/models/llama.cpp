@@ -133,7 +133,7 @@ void LlamaModel::run_block(uint32_t l, float*& x, const BlockRows& rows, const L
   backend_.rope(k_new, n, c.n_kv_heads, rows.positions.data(), rope_);
   store_kv(rows, k_new, v_new, kv_dim);
   for (const SequenceRows& s : rows.seqs)
-    backend_.attention(q + s.row * q_dim, s.k_cache, s.v_cache, s.n_past, s.n, L.attention, attn + s.row * q_dim);
+    attend(s, q + s.row * q_dim, L.attention, attn + s.row * q_dim);
   hook_caller_(hook, l, "self_attn.o_proj", attn, n, q_dim);
   linear_rows(rows, *L.o, attn, L.o_bias, proj);
   backend_.add(x, proj, n * H);

@@ -164,7 +164,7 @@ void OptModel::run_block(uint32_t l, float*& x, const BlockRows& rows, const Lin
   backend_.scale(q, q_scale, n * H);
   store_kv(rows, k_new, v_new, H);
   for (const SequenceRows& s : rows.seqs)
-    backend_.attention(q + s.row * H, s.k_cache, s.v_cache, s.n_past, s.n, attention_, attn + s.row * H);
+    attend(s, q + s.row * H, attention_, attn + s.row * H);
   hook_caller_(hook, l, "self_attn.out_proj", attn, n, H);
   linear_rows(rows, *L.out, attn, L.out_bias, proj);
   backend_.add(x, proj, n * H);

@@ -16,6 +16,8 @@ double BlockModel::run_blocks(const int32_t* const* ids, KvCache* const* caches,
     for (size_t s = 0; s < rows.seqs.size(); ++s) {
       rows.seqs[s].k_cache = caches[s]->keys(l);
       rows.seqs[s].v_cache = caches[s]->values(l);
+      rows.seqs[s].k_cache16 = caches[s]->keys16(l);
+      rows.seqs[s].v_cache16 = caches[s]->values16(l);
     }
     Clock::time_point t_layer;
     if (profiling_) {
@@ -131,21 +133,31 @@ void BlockModel::linear_group_rows(const BlockRows& rows, const Backend::LinearT
 }
 
 float* BlockModel::new_keys(const BlockRows& rows, size_t kv_dim) {
-  if (rows.seqs.size() == 1) return rows.seqs[0].k_cache + rows.seqs[0].n_past * kv_dim;
+  if (rows.seqs.size() == 1 && rows.seqs[0].k_cache) return rows.seqs[0].k_cache + rows.seqs[0].n_past * kv_dim;
   return scratch_.get(kBlockK, rows.n * kv_dim);
 }
 
 float* BlockModel::new_values(const BlockRows& rows, size_t kv_dim) {
-  if (rows.seqs.size() == 1) return rows.seqs[0].v_cache + rows.seqs[0].n_past * kv_dim;
+  if (rows.seqs.size() == 1 && rows.seqs[0].k_cache) return rows.seqs[0].v_cache + rows.seqs[0].n_past * kv_dim;
   return scratch_.get(kBlockV, rows.n * kv_dim);
 }
 
 void BlockModel::store_kv(const BlockRows& rows, const float* k, const float* v, size_t kv_dim) {
-  if (rows.seqs.size() == 1) return;  // written in place
+  if (rows.seqs.size() == 1 && rows.seqs[0].k_cache) return;  // written in place
   for (const SequenceRows& s : rows.seqs) {
-    backend_.copy(s.k_cache + s.n_past * kv_dim, k + s.row * kv_dim, s.n * kv_dim);
-    backend_.copy(s.v_cache + s.n_past * kv_dim, v + s.row * kv_dim, s.n * kv_dim);
+    if (s.k_cache) {
+      backend_.copy(s.k_cache + s.n_past * kv_dim, k + s.row * kv_dim, s.n * kv_dim);
+      backend_.copy(s.v_cache + s.n_past * kv_dim, v + s.row * kv_dim, s.n * kv_dim);
+    } else {
+      backend_.store_f16(s.k_cache16 + s.n_past * kv_dim, k + s.row * kv_dim, s.n * kv_dim);
+      backend_.store_f16(s.v_cache16 + s.n_past * kv_dim, v + s.row * kv_dim, s.n * kv_dim);
+    }
   }
+}
+
+void BlockModel::attend(const SequenceRows& s, const float* q, const AttentionParams& p, float* out) {
+  if (s.k_cache) backend_.attention(q, s.k_cache, s.v_cache, s.n_past, s.n, p, out);
+  else backend_.attention_f16(q, s.k_cache16, s.v_cache16, s.n_past, s.n, p, out);
 }
 
 void BlockModel::embed(const int32_t* ids, size_t n, float* hidden_out) {

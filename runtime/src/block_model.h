@@ -40,8 +40,10 @@ class BlockModel : public Model {
   // path they take when the prompt runs alone, and its results are the same).
   struct SequenceRows {
     size_t row = 0, n = 0, n_past = 0;
-    float* k_cache = nullptr;  // [capacity, kv_dim] of this block (set per block)
+    float* k_cache = nullptr;  // [capacity, kv_dim] of this block (set per block), f32 caches
     float* v_cache = nullptr;
+    uint16_t* k_cache16 = nullptr;  // the same for f16 caches (then k_cache/v_cache are null)
+    uint16_t* v_cache16 = nullptr;
   };
   struct RowRange {
     size_t row = 0, n = 0;
@@ -58,11 +60,14 @@ class BlockModel : public Model {
   void linear_group_rows(const BlockRows& rows, const Backend::LinearTarget* targets, size_t n_targets,
                          const float* x);
   // Where a block writes its new key/value rows [rows.n, kv_dim]: straight into the cache when
-  // the call has one sequence, else the scratch slots kBlockK/kBlockV (then store_kv copies each
-  // sequence's rows into its cache).
+  // the call has one sequence with an f32 cache, else the scratch slots kBlockK/kBlockV (then
+  // store_kv copies, or rounds to half, each sequence's rows into its cache).
   float* new_keys(const BlockRows& rows, size_t kv_dim);
   float* new_values(const BlockRows& rows, size_t kv_dim);
   void store_kv(const BlockRows& rows, const float* k, const float* v, size_t kv_dim);
+  // Backend::attention (or attention_f16) of sequence s's queries q [s.n, n_heads·head_dim] over
+  // its cache.
+  void attend(const SequenceRows& s, const float* q, const AttentionParams& p, float* out);
 
   // ---- what an architecture implements ----
   // ids[0..n) at positions [n_past, n_past + n) -> the residual stream x [n, hidden] (backend).

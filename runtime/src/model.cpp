@@ -9,14 +9,26 @@
 
 namespace endor {
 
-KvCache::KvCache(Backend& backend, uint32_t n_layers, size_t capacity, uint32_t kv_dim)
-    : backend_(backend), capacity_(capacity), kv_dim_(kv_dim) {
+const char* to_string(KvDtype d) { return d == KvDtype::F16 ? "f16" : "f32"; }
+
+KvDtype parse_kv_dtype(const std::string& s) {
+  if (s == "f32") return KvDtype::F32;
+  if (s == "f16") return KvDtype::F16;
+  throw Error("KV cache dtype \"" + s + "\" is not one of f32, f16");
+}
+
+KvCache::KvCache(Backend& backend, uint32_t n_layers, size_t capacity, uint32_t kv_dim, KvDtype dtype)
+    : backend_(backend), capacity_(capacity), kv_dim_(kv_dim), dtype_(dtype) {
+  if (dtype == KvDtype::F16 && !backend.supports_f16_kv())
+    throw Error(std::string("the ") + backend.name() + " backend has no f16 KV cache (use --kv-dtype f32)");
+  // Backend memory comes in floats: a half array takes half as many (rounded up).
+  const size_t floats = dtype == KvDtype::F16 ? (capacity * kv_dim + 1) / 2 : capacity * kv_dim;
   keys_.reserve(n_layers);
   values_.reserve(n_layers);
   try {
     for (uint32_t l = 0; l < n_layers; ++l) {
-      keys_.push_back(backend_.alloc(capacity * kv_dim));
-      values_.push_back(backend_.alloc(capacity * kv_dim));
+      keys_.push_back(backend_.alloc(floats));
+      values_.push_back(backend_.alloc(floats));
     }
   } catch (...) {
     for (float* p : keys_) backend_.free(p);
@@ -33,7 +45,13 @@ KvCache::~KvCache() {
 std::unique_ptr<KvCache> Model::make_cache(size_t capacity) {
   capacity = std::max<size_t>(1, std::min<size_t>(capacity, config_.max_positions));
   return std::make_unique<KvCache>(backend_, config_.n_layers, capacity,
-                                   config_.n_kv_heads * config_.head_dim);
+                                   config_.n_kv_heads * config_.head_dim, kv_dtype_);
+}
+
+void Model::set_kv_dtype(KvDtype dtype) {
+  if (dtype == KvDtype::F16 && !backend_.supports_f16_kv())
+    throw Error(std::string("the ") + backend_.name() + " backend has no f16 KV cache (use --kv-dtype f32)");
+  kv_dtype_ = dtype;
 }
 
 void Model::set_profiling(bool on) {

@@ -109,6 +109,11 @@ TEST_CASE("endor-infer errors are one line, exit 1 (2 for usage), and leave no o
   CHECK(r.status == 2);
   CHECK(one_error_line(r.err));
 
+  r = test::run_capture(infer + " " + model + " --ids 1 --kv-dtype f8", dir);
+  CHECK(r.status == 1);
+  CHECK(one_error_line(r.err));
+  CHECK(r.err.find("f8") != std::string::npos);
+
   const auto devices = available_devices();
   if (std::find(devices.begin(), devices.end(), "cuda") == devices.end()) {
     r = test::run_capture(infer + " " + model + " --ids 1 --device cuda", dir);

@@ -149,6 +149,59 @@ TEST_CASE("decoding with the KV cache gives the full-sequence logits (full and s
   }
 }
 
+TEST_CASE("an f16 KV cache: the f32 cache's logits within half rounding, incremental = full, batched = alone") {
+  TempDir dir;
+  nlohmann::json cfg = test::synthetic_llama_config();
+  const std::string path = dir.file("kv16.endor");
+  test::write_synthetic_container(path, cfg, test::synthetic_llama_tensors(cfg), 23);
+  Loaded l(path, 2);
+  const std::vector<int32_t> ids = {1, 7, 3, 60, 22, 22, 5, 41, 0, 13};
+  const std::vector<float> f32 = full_logits(*l.model, ids);
+  CHECK_THROWS_AS(parse_kv_dtype("f8"), Error);
+  l.model->set_kv_dtype(parse_kv_dtype("f16"));
+  REQUIRE(l.model->kv_dtype() == KvDtype::F16);
+  auto probe = l.model->make_cache(4);
+  CHECK(probe->keys(0) == nullptr);
+  CHECK(probe->keys16(0) != nullptr);
+  const std::vector<float> f16 = full_logits(*l.model, ids);
+  REQUIRE(f16.size() == f32.size());
+  // Keys and values rounded to half (relative error <= 2^-11 each) move each logit by at most a
+  // few such steps of its size; and they do move it (the cache really holds halves).
+  const float scale = std::max(1.0f, max_abs(f32));
+  float worst = 0;
+  for (size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, std::abs(f32[i] - f16[i]));
+  CHECK(worst <= 16.0f * std::ldexp(1.0f, -11) * scale);
+  CHECK(worst > 0.0f);
+  // Token by token through the f16 cache: the same rounded keys/values as the one-pass run.
+  auto cache = l.model->make_cache(ids.size());
+  std::vector<float> logits, incremental;
+  l.model->forward(ids.data(), 4, *cache, true, logits);
+  incremental = logits;
+  for (size_t t = 4; t < ids.size(); ++t) {
+    l.model->forward(&ids[t], 1, *cache, false, logits);
+    incremental.insert(incremental.end(), logits.begin(), logits.end());
+  }
+  REQUIRE(incremental.size() == f16.size());
+  float inc_worst = 0;
+  for (size_t i = 0; i < f16.size(); ++i) inc_worst = std::max(inc_worst, std::abs(f16[i] - incremental[i]));
+  CHECK(inc_worst <= 1e-5f * scale);
+  // Two sequences in one batched step (scratch rows rounded into each cache) = each alone.
+  auto a = l.model->make_cache(8), b = l.model->make_cache(8);
+  const std::vector<int32_t> pa = {4, 9, 2}, pb = {33, 1};
+  const Model::SequenceStep steps[] = {{pa.data(), pa.size(), a.get()}, {pb.data(), pb.size(), b.get()}};
+  std::vector<float> batched;
+  l.model->forward_batch(steps, 2, batched);
+  auto alone_a = l.model->make_cache(8), alone_b = l.model->make_cache(8);
+  std::vector<float> la, lb;
+  l.model->forward(pa.data(), pa.size(), *alone_a, false, la);
+  l.model->forward(pb.data(), pb.size(), *alone_b, false, lb);
+  REQUIRE(batched.size() == la.size() + lb.size());
+  float batch_worst = 0;
+  for (size_t i = 0; i < la.size(); ++i) batch_worst = std::max(batch_worst, std::abs(batched[i] - la[i]));
+  for (size_t i = 0; i < lb.size(); ++i) batch_worst = std::max(batch_worst, std::abs(batched[la.size() + i] - lb[i]));
+  CHECK(batch_worst <= 1e-5f * scale);
+}
+
 TEST_CASE("the context length and the vocabulary are enforced") {
   TempDir dir;
   const nlohmann::json cfg = test::synthetic_llama_config();  // context 16, vocab 64

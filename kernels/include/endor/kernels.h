@@ -101,6 +101,16 @@ class Backend {
   // n_past + T valid rows; out: [T, n_heads, head_dim]. GQA: kv head = q head / (n_heads/n_kv).
   virtual void attention(const float* q, const float* k_cache, const float* v_cache,
                          size_t n_past, size_t n_tokens, const AttentionParams&, float* out) = 0;
+
+  // ---- f16 KV cache (optional: half the cache memory) ----
+  // Whether store_f16/attention_f16 work on this backend (the CPU backend: yes; CUDA: not yet).
+  virtual bool supports_f16_kv() const { return false; }
+  // dst[i] = src[i] rounded to IEEE half (to nearest even; overflow to ±inf), backend memory.
+  virtual void store_f16(uint16_t* dst, const float* src, size_t n);
+  // attention() over caches of IEEE half values: the same contract and arithmetic on the cached
+  // values widened to f32.
+  virtual void attention_f16(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, size_t n_past,
+                             size_t n_tokens, const AttentionParams&, float* out);
 };
 
 // ---- CPU building blocks also used directly by the packer, the tests and the benchmarks ----

@@ -68,11 +68,19 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, 
 std::vector<std::string> available_devices();
 
 // ---- KV cache -----------------------------------------------------------------------------------
-// Per layer, keys and values [capacity, n_kv_heads, head_dim] f32 in backend memory; rows
-// [0, n_past) are valid. Memory: 2 · n_layers · capacity · n_kv_heads · head_dim · 4 bytes.
+// How cached keys/values are stored: f32, or IEEE half (half the memory; the backend must
+// support_f16_kv(); attention widens them back to f32).
+enum class KvDtype : uint8_t { F32, F16 };
+const char* to_string(KvDtype);
+KvDtype parse_kv_dtype(const std::string& s);  // "f32" | "f16", else throws endor::Error
+inline uint64_t kv_value_bytes(KvDtype d) { return d == KvDtype::F16 ? 2 : 4; }
+
+// Per layer, keys and values [capacity, n_kv_heads, head_dim] in backend memory; rows [0, n_past)
+// are valid. Memory: 2 · n_layers · capacity · n_kv_heads · head_dim · kv_value_bytes(dtype).
+// keys()/values() are the f32 arrays (null when dtype is F16); keys16()/values16() the half ones.
 class KvCache {
  public:
-  KvCache(Backend& backend, uint32_t n_layers, size_t capacity, uint32_t kv_dim);
+  KvCache(Backend& backend, uint32_t n_layers, size_t capacity, uint32_t kv_dim, KvDtype dtype = KvDtype::F32);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
@@ -80,8 +88,13 @@ class KvCache {
   size_t capacity() const { return capacity_; }
   size_t n_past() const { return n_past_; }
   uint32_t kv_dim() const { return kv_dim_; }  // n_kv_heads · head_dim floats per row
-  float* keys(uint32_t layer) { return keys_[layer]; }
-  float* values(uint32_t layer) { return values_[layer]; }
+  KvDtype dtype() const { return dtype_; }
+  float* keys(uint32_t layer) { return dtype_ == KvDtype::F32 ? keys_[layer] : nullptr; }
+  float* values(uint32_t layer) { return dtype_ == KvDtype::F32 ? values_[layer] : nullptr; }
+  uint16_t* keys16(uint32_t layer) { return dtype_ == KvDtype::F16 ? reinterpret_cast<uint16_t*>(keys_[layer]) : nullptr; }
+  uint16_t* values16(uint32_t layer) {
+    return dtype_ == KvDtype::F16 ? reinterpret_cast<uint16_t*>(values_[layer]) : nullptr;
+  }
   void advance(size_t n_tokens) { n_past_ += n_tokens; }  // called by Model::forward
   void clear() { n_past_ = 0; }                            // rows need no zeroing
   // Keeps rows [0, n) and drops the rest (n <= n_past), e.g. where a chat's re-tokenized history
@@ -92,7 +105,8 @@ class KvCache {
   Backend& backend_;
   size_t capacity_ = 0, n_past_ = 0;
   uint32_t kv_dim_ = 0;
-  std::vector<float*> keys_, values_;
+  KvDtype dtype_ = KvDtype::F32;
+  std::vector<float*> keys_, values_;  // backend allocations (holding halves when dtype_ is F16)
 };
 
 // ---- weight residency -----------------------------------------------------------------------------
@@ -129,8 +143,12 @@ class Model {
   virtual ~Model() = default;
   const ModelConfig& config() const { return config_; }
 
-  // A cache able to hold `capacity` tokens (clamped to the context length).
+  // A cache able to hold `capacity` tokens (clamped to the context length), of kv_dtype().
   std::unique_ptr<KvCache> make_cache(size_t capacity);
+  // The storage of the caches make_cache returns from now on (default F32). Throws endor::Error
+  // when the backend cannot attend over it.
+  void set_kv_dtype(KvDtype dtype);
+  KvDtype kv_dtype() const { return kv_dtype_; }
 
   // Runs tokens ids[0..n) at positions [cache.n_past(), +n) and appends their keys/values.
   // logits (host): all_logits ? [n, vocab] : [1, vocab] (the last token's). Throws when the
@@ -187,6 +205,7 @@ class Model {
   ModelConfig config_;
   Backend& backend_;
   uint64_t decode_bytes_per_token_ = 0;
+  KvDtype kv_dtype_ = KvDtype::F32;
   bool profiling_ = false;
   ForwardProfile profile_;
 };
