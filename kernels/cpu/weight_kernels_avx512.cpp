@@ -481,8 +481,11 @@ bool cpu_has_vnni() {
 
 // The words of one int8/int4 row in column order: f(wi, codes, present) with the word's 64 codes as
 // bytes (0 where absent or past the row) and its presence mask (all ones for dense words).
+// unpacked: null, or (int4) the codes of every stored value from value index unpacked_k0 & ~1
+// on, one byte each (unpack_nibbles of the caller's whole row range, done before its first row).
 template <ValueType VT, typename F>
-__attribute__((always_inline)) inline void for_each_code_word(const TensorView& w, uint64_t r, uint8_t* scratch, F&& f) {
+__attribute__((always_inline)) inline void for_each_code_word(const TensorView& w, uint64_t r, uint8_t* scratch,
+                                                              const uint8_t* unpacked, uint64_t unpacked_k0, F&& f) {
   const TensorLayout& L = w.layout;
   const uint8_t* values = w.values();
   if (L.encoding == Encoding::Bitmap) {
@@ -493,9 +496,13 @@ __attribute__((always_inline)) inline void for_each_code_word(const TensorView& 
       const uint64_t k0 = load_u32(w.data + L.index_offset + 4 * flat);
       const uint8_t* p;
       if constexpr (VT == ValueType::I4) {
-        const uint64_t k1 = flat + 1 < L.rows * bpr ? load_u32(w.data + L.index_offset + 4 * (flat + 1)) : L.nnz;
-        unpack_nibbles<false>(values, k0, k1 - k0, scratch);
-        p = scratch + (k0 & 1);
+        if (unpacked) {
+          p = unpacked + (k0 - (unpacked_k0 & ~uint64_t(1)));
+        } else {
+          const uint64_t k1 = flat + 1 < L.rows * bpr ? load_u32(w.data + L.index_offset + 4 * (flat + 1)) : L.nnz;
+          unpack_nibbles<false>(values, k0, k1 - k0, scratch);
+          p = scratch + (k0 & 1);
+        }
       } else {
         p = values + k0;
       }
@@ -518,8 +525,12 @@ __attribute__((always_inline)) inline void for_each_code_word(const TensorView& 
     const uint8_t* p;
     if constexpr (VT == ValueType::I4) {
       const uint64_t k0 = r * cols + s0;
-      unpack_nibbles<false>(values, k0, s1 - s0, scratch);
-      p = scratch + (k0 & 1);
+      if (unpacked) {
+        p = unpacked + (k0 - (unpacked_k0 & ~uint64_t(1)));
+      } else {
+        unpack_nibbles<false>(values, k0, s1 - s0, scratch);
+        p = scratch + (k0 & 1);
+      }
     } else {
       p = values + r * cols + s0;
     }
@@ -562,6 +573,21 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
   }
   CodeScratch scratch;
   if constexpr (VT == ValueType::I4) scratch.groups = thread_buffer<1>(2 * Groups::padded_groups(w));
+  // int4: the codes of the rows unpacked ahead of them. Unpacking each index block just
+  // before its words (as the f32 path does) puts every expand load right behind the stores it
+  // reads, misaligned to them: no store forwarding, and on short rows (576 columns) that stall
+  // dominated the row.
+  // Rows go in runs of up to kUnpackedCodes codes (L1-sized), each unpacked before its first row.
+  constexpr uint64_t kUnpackedCodes = 16384;
+  const bool pre_unpack = VT == ValueType::I4;
+  uint8_t* unpacked = nullptr;
+  uint64_t unpacked_k0 = 0, unpacked_end_row = r0;
+  auto row_start = [&](uint64_t row) -> uint64_t {  // first stored value of a row (all of them past the last)
+    if (!bitmap) return row * L.cols;
+    return row < L.rows ? load_u32(w.data + L.index_offset + 4 * (row * L.blocks_per_row)) : L.nnz;
+  };
+  if (pre_unpack)  // + 2 · 64: the odd-nibble shift and a whole 64-byte expand load past the last code.
+    unpacked = reinterpret_cast<uint8_t*>(thread_buffer<4>((std::max(kUnpackedCodes, L.cols) + 2 * 64 + 3) / 4 + 16));
   const uint64_t words_per_group = VT == ValueType::I4 ? L.group_size / 64 : 1;
   const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
   for (uint64_t r = r0; r < r1; ++r) {
@@ -573,8 +599,20 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
     }
     Groups grp;
     if constexpr (VT == ValueType::I4) grp = Groups(w, r, scratch.groups);
+    if (pre_unpack && r == unpacked_end_row) {
+      unpacked_k0 = row_start(r);
+      uint64_t end = r + 1, k_end = row_start(end);
+      while (end < r1) {
+        const uint64_t k_next = row_start(end + 1);
+        if (k_next - unpacked_k0 > kUnpackedCodes) break;
+        ++end;
+        k_end = k_next;
+      }
+      unpack_nibbles<false>(w.values(), unpacked_k0, k_end - unpacked_k0, unpacked);
+      unpacked_end_row = end;
+    }
     uint64_t left = words_per_group;
-    for_each_code_word<VT>(w, r, scratch.bytes, [&](uint64_t wi, __m512i codes, __mmask64 k) {
+    for_each_code_word<VT>(w, r, scratch.bytes, unpacked, unpacked_k0, [&](uint64_t wi, __m512i codes, __mmask64 k) {
       if constexpr (VT == ValueType::I8) {
         const __m512i u = _mm512_xor_si512(codes, _mm512_set1_epi8(char(0x80)));
         for (int t = 0; t < NT; ++t) {

@@ -208,6 +208,33 @@ TEST_CASE("int8 activations: fused kernels match the quantized reference on ever
   }
 }
 
+TEST_CASE("int8 activations: int4 codes unpacked ahead in runs of rows (run boundaries, a row longer than a run)") {
+  // One thread, so a task holds many rows: 64 x 3000 gives 8-row tasks of 24000 codes, unpacked in
+  // runs of <= 16384 codes; 4 x 20000 has rows of more codes than a run.
+  const Shape shapes[] = {{64, 3000}, {4, 20000}};
+  uint32_t seed = 4400;
+  for (cpu::Isa isa : isas()) {
+    cpu::Options opt;
+    opt.isa = isa;
+    opt.n_threads = 1;
+    opt.linear_path = cpu::LinearPath::Fused;
+    auto backend = make_cpu_backend(opt);
+    for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
+      for (const Shape& s : shapes) {
+        ++seed;
+        const auto w = random_weights(s.rows, s.cols, enc == Encoding::Bitmap ? 0.3 : 0.0, seed);
+        const EncodedWeight ew = encode(w, s.rows, s.cols, enc, ValueType::I4, 128);
+        for (size_t T : {size_t(1), size_t(3)}) {
+          CAPTURE(isa_name(isa));
+          CAPTURE(to_string(enc));
+          CAPTURE(s.cols);
+          CAPTURE(T);
+          CHECK(check_q8(*backend, ew, T, fused_chain(s.cols), seed, false) == 0);
+        }
+      }
+  }
+}
+
 TEST_CASE("int8 activations: every token count and path computes the same function (prefill multiplies x̂ = d·q)") {
   const cpu::LinearPath paths[] = {cpu::LinearPath::Auto, cpu::LinearPath::RowDecode, cpu::LinearPath::PanelGemm};
   for (cpu::Isa isa : isas())
