@@ -643,15 +643,16 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
     for (int t = 0; t < NT; ++t) {
       __m512 v = acc[t][0];
       if constexpr (kA == 2) v = _mm512_add_ps(acc[t][0], acc[t][1]);
-      float sum = _mm512_reduce_add_ps(v);
-      if constexpr (VT == ValueType::I8) {
-        sum *= w.row_scales()[r];
-      } else if (!bitmap) {
+      if (VT == ValueType::I4 && !bitmap) {  // Σ_g M_g·P[t][g], in the lanes the reduction sums anyway
         const float* mins = scratch.groups + Groups::padded_groups(w);
-        float m = 0.0f;
-        for (uint64_t g = 0; g < L.groups_per_row; ++g) m += mins[g] * group_p[t * L.groups_per_row + g];
-        sum += m;
+        const float* p = group_p + t * L.groups_per_row;
+        for (uint64_t g = 0; g < L.groups_per_row; g += 16) {
+          const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, L.groups_per_row - g)));
+          v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, mins + g), _mm512_maskz_loadu_ps(k, p + g), v);
+        }
       }
+      float sum = _mm512_reduce_add_ps(v);
+      if constexpr (VT == ValueType::I8) sum *= w.row_scales()[r];
       y[t * ys + r] = sum;
     }
   }
