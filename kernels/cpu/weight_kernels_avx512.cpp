@@ -631,9 +631,11 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
         }
         if (--left == 0 || wi + 1 == words) {  // the group's end (or the row's): apply its scale and min
           const __m512 s = _mm512_set1_ps(*grp.s++), m = _mm512_set1_ps(*grp.m++);
+          // Scale and min terms in separate chains where there are two (few tokens): the per-group
+          // fmas are the row's critical path on short rows.
           for (int t = 0; t < NT; ++t) {
             acc[t][0] = _mm512_fmadd_ps(gq[t], s, acc[t][0]);
-            if (bitmap) acc[t][0] = _mm512_fmadd_ps(gp[t], m, acc[t][0]);
+            if (bitmap) acc[t][kA - 1] = _mm512_fmadd_ps(gp[t], m, acc[t][kA - 1]);
             gq[t] = gp[t] = _mm512_setzero_ps();
           }
           left = words_per_group;
