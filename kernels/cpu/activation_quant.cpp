@@ -37,13 +37,16 @@ QuantizedX quantize_activations(const float* x, size_t x_stride, size_t n_tokens
       // code leaves [−127, 127] (clamped anyway: a NaN or inf in x must not become an arbitrary code).
       const float scale = amax / 127.0f;
       const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      // Round half to even by adding and subtracting 1.5·2^23 (exact for |y| < 2^22, which holds:
+      // |y| < 127.5, or inf/NaN, which the clamp below handles as nearbyint's result would be):
+      // unlike a nearbyint call, the loop vectorizes. Same codes as nearbyint in the default
+      // rounding mode.
+      constexpr float kRound = 12582912.0f;
       int32_t sum = 0;
       for (uint64_t c = c0; c < c0 + kActBlock; ++c) {
-        int32_t v = 0;
-        if (c < c1) {
-          const float r = std::nearbyint(xt[c] * inv);
-          v = r >= 127.0f ? 127 : r <= -127.0f ? -127 : r == r ? int32_t(r) : 0;
-        }
+        const float y = c < c1 ? xt[c] * inv : 0.0f;
+        const float r = (y + kRound) - kRound;
+        const int32_t v = r >= 127.0f ? 127 : r <= -127.0f ? -127 : r == r ? int32_t(r) : 0;
         qt[c] = int8_t(v);
         sum += v;
       }
