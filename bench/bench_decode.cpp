@@ -185,6 +185,7 @@ int main(int argc, char** argv) {
       ("keep", "keep the .endor files")
       ("reuse", "use a .endor file already in --dir instead of writing it (with --keep: write now, measure later)")
       ("write-only", "write the files and stop (implies --keep)")
+      ("probe-only", "print the read-bandwidth probe (best of 3) and exit (bench/peers uses it)")
       ("h,help", "help");
     auto args = options.parse(argc, argv);
     if (args.count("help")) {
@@ -196,6 +197,12 @@ int main(int argc, char** argv) {
                       args["kv-heads"].as<uint64_t>(), args["vocab"].as<uint64_t>()};
     const size_t n_prefill = args["prefill"].as<size_t>(), n_decode = args["decode"].as<size_t>();
     const int threads = args["threads"].as<int>();
+    if (args.count("probe-only")) {
+      double best = 0;
+      for (int i = 0; i < 3; ++i) best = std::max(best, endor::cpu::measure_read_bandwidth_gbps(0, threads));
+      std::printf("measured read bandwidth: %.2f GB/s\n", best);
+      return 0;
+    }
     const int rounds = std::max(1, args["rounds"].as<int>());
     const uint32_t group_size = args["group-size"].as<uint32_t>();
     std::string dir = args["dir"].as<std::string>();

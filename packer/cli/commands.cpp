@@ -78,6 +78,7 @@ void add_prune_options(cxxopts::Options& o) {
     ("sparsity-ramp", "wanda|sparsegpt, unstructured: block sparsity rises linearly from S-D (first block) to S+D (last), mean S", cxxopts::value<std::string>())
     ("scope", "row (the int(in*S) smallest |w| of each row) or matrix (one threshold)", cxxopts::value<std::string>()->default_value("row"))
     ("quant", "none, int8 (per row) or int4 (per group) for the pruned Linears (sparsegpt: jointly, with error compensation; magnitude, wanda: after pruning)", cxxopts::value<std::string>()->default_value("none"))
+    ("quant-head", "none, int8 or int4 for the token embedding and the lm_head (one matrix when tied), never pruned; int4 uses --group-size", cxxopts::value<std::string>()->default_value("none"))
     ("group-size", "int4 group: consecutive input columns sharing a scale and min", cxxopts::value<uint32_t>()->default_value("128"))
     ("skip", "regex (ECMAScript, searched in the canonical tensor name) of Linears to leave unpruned and unquantized", cxxopts::value<std::string>())
     ("calib", "calibration text (UTF-8 file) for --method wanda|sparsegpt", cxxopts::value<std::string>())
@@ -87,7 +88,7 @@ void add_prune_options(cxxopts::Options& o) {
 }
 
 bool any_prune_option_given(const cxxopts::ParseResult& r) {
-  for (const char* k : {"sparsity", "sparsity-ramp", "method", "pattern", "scope", "quant", "group-size", "skip", "calib", "dtype",
+  for (const char* k : {"sparsity", "sparsity-ramp", "method", "pattern", "scope", "quant", "quant-head", "group-size", "skip", "calib", "dtype",
                         "calib-samples", "calib-seqlen", "seed"})
     if (r.count(k)) return true;
   return false;
@@ -166,6 +167,11 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
   else if (quant == "int8") o.quant = Quantization::Int8;
   else if (quant == "int4") o.quant = Quantization::Int4;
   else throw UsageError("--quant must be none, int8 or int4, got '" + quant + "'");
+  const std::string quant_head = r["quant-head"].as<std::string>();
+  if (quant_head == "none") o.quant_head = Quantization::None;
+  else if (quant_head == "int8") o.quant_head = Quantization::Int8;
+  else if (quant_head == "int4") o.quant_head = Quantization::Int4;
+  else throw UsageError("--quant-head must be none, int8 or int4, got '" + quant_head + "'");
   o.group_size = r["group-size"].as<uint32_t>();
   if (o.group_size == 0) throw UsageError("--group-size must be at least 1");
   if (r.count("skip")) {

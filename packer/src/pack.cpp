@@ -160,6 +160,13 @@ void check_tokenizer(const Checkpoint& ck) {
   }
 }
 
+// The token embedding or the lm_head: what --quant-head quantizes (not OPT's position embedding).
+bool is_head_matrix(const CheckpointTensor& t) {
+  const std::string suffix = "embed_tokens.weight";
+  const bool embed = t.name.size() >= suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return t.shape.size() == 2 && (embed || t.name == "lm_head.weight");
+}
+
 std::string group_name(const TensorRole& r) {
   switch (r.group) {
     case TensorRole::Group::Embed: return "embed";
@@ -176,7 +183,8 @@ namespace packer_detail {
 void validate_options(const PackOptions& o) {
   if (o.dtype && *o.dtype != ValueType::F16 && *o.dtype != ValueType::BF16 && *o.dtype != ValueType::F32)
     throw Error(std::string("--dtype must be f16, bf16 or f32, got ") + to_string(*o.dtype));
-  if (o.quant == Quantization::Int4 && o.group_size == 0) throw Error("--group-size must be at least 1");
+  if ((o.quant == Quantization::Int4 || o.quant_head == Quantization::Int4) && o.group_size == 0)
+    throw Error("--group-size must be at least 1");
   if (!o.skip_regex.empty()) {
     try {
       std::regex re(o.skip_regex);
@@ -230,6 +238,11 @@ TensorTreatment plan_treatment(const CheckpointTensor& t, const PackOptions& o) 
   tr.prune = in_scope && o.prune.active();
   tr.quantize = in_scope && o.quant != Quantization::None;
   if (tr.quantize) tr.value_type = o.quant == Quantization::Int8 ? ValueType::I8 : ValueType::I4;
+  if (o.quant_head != Quantization::None && is_head_matrix(t)) {
+    tr.prune = false;
+    tr.quantize = true;
+    tr.value_type = o.quant_head == Quantization::Int8 ? ValueType::I8 : ValueType::I4;
+  }
   return tr;
 }
 
@@ -330,7 +343,9 @@ nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&
   p["sparsity_ramp"] = o.prune.sparsity_ramp;
   p["scope"] = o.prune.structured() ? "n:m" : (o.prune.scope == PruneScope::Row ? "row" : "matrix");
   p["quant"] = to_string(o.quant);
-  p["group_size"] = o.quant == Quantization::Int4 ? nlohmann::json(o.group_size) : nlohmann::json(nullptr);
+  p["quant_head"] = to_string(o.quant_head);
+  p["group_size"] = o.quant == Quantization::Int4 || o.quant_head == Quantization::Int4 ? nlohmann::json(o.group_size)
+                                                                                       : nlohmann::json(nullptr);
   p["dtype"] = o.dtype ? to_string(*o.dtype) : "source";
   p["skip"] = o.skip_regex.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.skip_regex);
   p["calibration"] = nullptr;

@@ -248,6 +248,9 @@ TEST_CASE("errors: one line, right exit code, no output or temporary file left")
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--method", "sparsegpt",
                             "--calib", dir + "/absent.txt"}), 1, "absent.txt: cannot open the calibration text");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--skip", "("}), 2, "--skip");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--quant-head", "int3"}), 2,
+                       "--quant-head must be none, int8 or int4");
+  check_one_line_error(run({"convert", fixture("opt-tiny"), "-o", out, "--quant-head", "int8"}), 2, "quant-head");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--sparsity-ramp", "0.1"}), 2,
                        "--sparsity-ramp needs --method wanda|sparsegpt");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--sparsity-ramp", "0.5",

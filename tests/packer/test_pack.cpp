@@ -267,6 +267,67 @@ TEST_CASE("prune 50% per row matches the fixtures' reference variants bit for bi
   }
 }
 
+TEST_CASE("--quant-head: the embedding and lm_head quantized within one step of their grid, never pruned") {
+  // llama-tiny: untied head; qwen2-tiny: tied (one matrix); opt-tiny: its position embedding stays.
+  for (const char* name : {"llama-tiny", "qwen2-tiny", "opt-tiny"})
+    for (Quantization qh : {Quantization::Int8, Quantization::Int4}) {
+      const std::string name_s = name;
+      CAPTURE(name_s);
+      CAPTURE(to_string(qh));
+      const std::string dir = make_temp_dir("quant-head");
+      PackOptions plain = prune_options(0.5);
+      plain.dtype = ValueType::F32;
+      PackOptions o = plain;
+      o.quant_head = qh;
+      o.group_size = 32;
+      pack_checkpoint(fixture(name), dir + "/plain.endor", plain);
+      pack_checkpoint(fixture(name), dir + "/q.endor", o);
+      const auto rp = ContainerReader::open(dir + "/plain.endor");
+      const auto rq = ContainerReader::open(dir + "/q.endor");
+      rq->verify_all();
+      CHECK(rq->manifest().provenance.value("quant_head", std::string()) == to_string(qh));
+      int heads = 0;
+      for (const TensorInfo& t : rq->manifest().tensors) {
+        CAPTURE(t.name);
+        const bool head = t.name == "lm_head.weight" ||
+                          (t.name.size() >= 19 && t.name.compare(t.name.size() - 19, 19, "embed_tokens.weight") == 0);
+        if (!head) {
+          // Everything else exactly as without the option.
+          CHECK(bits_equal(decode(*rq, t.name), decode(*rp, t.name)));
+          continue;
+        }
+        ++heads;
+        CHECK(t.value_type == (qh == Quantization::Int8 ? ValueType::I8 : ValueType::I4));
+        CHECK(t.encoding == Encoding::Dense);  // not pruned
+        const std::vector<float> w = decode(*rp, t.name), wq = decode(*rq, t.name);
+        REQUIRE(w.size() == wq.size());
+        const uint64_t cols = t.shape[1], rows = w.size() / cols;
+        // int8: half a step of the row's scale max|w|/127; int4: one step (max - min)/15 of the
+        // 32-column group (its f16 scale and min round too). Tolerances from the grids.
+        size_t bad = 0;
+        for (uint64_t r = 0; r < rows; ++r) {
+          const uint64_t gs = qh == Quantization::Int8 ? cols : 32;
+          for (uint64_t g0 = 0; g0 < cols; g0 += gs) {
+            const uint64_t g1 = std::min(cols, g0 + gs);
+            float mn = w[r * cols + g0], mx = mn, amax = 0;
+            for (uint64_t c = g0; c < g1; ++c) {
+              mn = std::min(mn, w[r * cols + c]);
+              mx = std::max(mx, w[r * cols + c]);
+              amax = std::max(amax, std::fabs(w[r * cols + c]));
+            }
+            const float tol = qh == Quantization::Int8 ? amax / 127.0f * 0.501f + 1e-7f : (mx - mn) / 15.0f * 1.01f + 1e-6f;
+            for (uint64_t c = g0; c < g1; ++c) bad += !(std::fabs(wq[r * cols + c] - w[r * cols + c]) <= tol);
+          }
+        }
+        CHECK(bad == 0);
+        // Quantized for real: some value moved.
+        CHECK_FALSE(bits_equal(w, wq));
+      }
+      CHECK(heads == (name_s == "llama-tiny" ? 2 : 1));
+      remove_tree(dir);
+    }
+}
+
 TEST_CASE("convert keeps values: same dtype bit-identical, f32 -> f16 rounded to nearest even") {
   const std::string dir = make_temp_dir("convert");
   pack_checkpoint(fixture("llama-gqa-bf16"), dir + "/a.endor", PackOptions());

@@ -253,6 +253,10 @@ struct PackOptions {
   std::optional<ValueType> dtype;      // F16/BF16/F32; nullopt = each tensor's source dtype
   PruneSpec prune;                     // inactive = no pruning
   Quantization quant = Quantization::None;
+  // The token embedding and the lm_head (tied: the one matrix) quantized too, never pruned; int4
+  // takes group_size. They are the largest tensors of a small model, read whole every token as the
+  // head (llama.cpp's Q4_0 files quantize them as well).
+  Quantization quant_head = Quantization::None;
   uint32_t group_size = kDefaultGroupSize;
   std::string skip_regex;              // ECMAScript; matching names are neither pruned nor quantized
   TierBudget budget;
