@@ -77,21 +77,35 @@ ramp() {
   done
 }
 # Most telling rows first; ACCURACY_PACK=0 reports only what is already packed (a run cut short),
-# ACCURACY_ONLY=REGEX packs only the rows whose names match.
+# ACCURACY_ONLY=REGEX packs and measures only the rows whose names match (the others keep their
+# last figures).
 row "dense.-.none" convert "$model"
 grid 50%
 ramp 50% none int4
 grid 2:4
 grid 60%
 ramp 60% none
+# --quant-head: the token embedding / lm_head (tied, 49152 x 576: a third of the dense file) quantized too
+row "dense+head-int8.-.none" prune "$model" --sparsity 0 --quant-head int8
+row "dense+head-int4.-.none" prune "$model" --sparsity 0 --quant-head int4
+row "magnitude+head-int8.50%.int4" prune "$model" --method magnitude --sparsity 0.5 --quant int4 --quant-head int8
+row "magnitude+head-int4.50%.int4" prune "$model" --method magnitude --sparsity 0.5 --quant int4 --quant-head int4
 
+# With ACCURACY_ONLY, rows outside it keep their last measurement (rows.tsv of the previous run).
+old_rows=$work/rows.tsv.previous
+cp "$work/rows.tsv" "$old_rows" 2>/dev/null || : >"$old_rows"
 : >"$work/rows.tsv"
 for name in "${rows[@]}"; do
   f=$work/$name.endor
+  prev=$(awk -F'\t' -v n="$name" '$1 == n' "$old_rows")
+  if [ -n "${ACCURACY_ONLY:-}" ] && ! [[ $name =~ $ACCURACY_ONLY ]] && [ -n "$prev" ]; then
+    printf '%s\n' "$prev" >>"$work/rows.tsv"
+    continue
+  fi
   p=$(ppl "$f")
   [ -n "$p" ] || { echo "error: no perplexity for $name" >&2; exit 1; }
   pe=-
-  if [ $has_exact = 1 ] && [[ $name == *int8 || $name == *int4 ]]; then pe=$(ppl "$f" --exact); fi
+  if [ $has_exact = 1 ] && [[ $name == *int8 || $name == *int4 || $name == *head-int* ]]; then pe=$(ppl "$f" --exact); fi
   IFS=$'\t' read -r secs rss <"$work/$name.pack"
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$p" "$pe" "$(stat -c %s "$f")" "$secs" "$rss" >>"$work/rows.tsv"
   echo "$name: ppl $p (exact $pe)" >&2

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""The "Against llama.cpp" table from bench/peers/run.sh's results.jsonl.
+
+Per (model, runtime, config): median tok/s over the rounds and its range. Ratios pair each Endor
+format with a llama.cpp format and are the median of the per-round ratios (both measured in the
+same round). "of floor" = tok/s / (median read probe of the run / bytes read per token); llama.cpp's
+bytes per token are taken as its file size (the tied SmolLM2 embedding is read whole as the head;
+for an untied model this overstates its bytes by the embedding table, ~6 % on the 1 B shape).
+Usage: table.py RESULTS.jsonl N THREADS BUSY LLAMA_COMMIT
+"""
+import json
+import statistics
+import sys
+
+PAIRS = [("F16", "dense"), ("F16", "f16_50"), ("Q8_0", "int8_50"), ("Q4_0", "int4_50"), ("Q4_0", "int4_50_qhead")]
+ENDOR_NAME = {"dense": "dense f16", "f16_50": "f16 @ 50 %", "int8_50": "int8 @ 50 %", "int4_50": "int4 @ 50 %",
+              "int4_50_qhead": "int4 @ 50 % + int4 head"}
+
+
+def main():
+    path, n, threads, busy, commit = sys.argv[1:6]
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    probes = [float(r["gbps"]) for r in rows if r["kind"] == "probe" and float(r["gbps"]) > 0]
+    loads = [float(r["load"]) for r in rows if r["kind"] == "probe"]
+    runs = [r for r in rows if r["kind"] == "run"]
+    probe = statistics.median(probes) if probes else 0.0
+    by = {}
+    for r in runs:
+        by.setdefault((r["model"], r["runtime"], r["config"]), {})[int(r["round"])] = r
+    print(f"decode of {n} tokens, {threads} threads, {'one core busy' if busy == '1' else 'no other load started'}; "
+          f"llama.cpp {commit}; read probe median {probe:.2f} GB/s (range {min(probes, default=0):.2f}-"
+          f"{max(probes, default=0):.2f}); load average at round starts {min(loads, default=0):.2f}-{max(loads, default=0):.2f}")
+    print()
+    print("| model | llama.cpp | tok/s (range) | of floor | Endor | tok/s (range) | of floor | Endor / llama.cpp (per-round median, range) |")
+    print("|---|---|---:|---:|---|---:|---:|---:|")
+    models = sorted({k[0] for k in by}, key=lambda m: (m != "smollm2", m))
+    for m in models:
+        for lq, ec in PAIRS:
+            L, E = by.get((m, "llama", lq)), by.get((m, "endor", ec))
+            if not L or not E:
+                continue
+            def stats(d):
+                v = [float(x["tps"]) for x in d.values()]
+                med = statistics.median(v)
+                floor = probe * 1e9 / float(next(iter(d.values()))["read_bytes"]) if probe else 0
+                return med, min(v), max(v), (med / floor if floor else 0)
+            lm, llo, lhi, lf = stats(L)
+            em, elo, ehi, ef = stats(E)
+            ratios = [float(E[r]["tps"]) / float(L[r]["tps"]) for r in E if r in L and float(L[r]["tps"]) > 0]
+            rm = statistics.median(ratios) if ratios else 0
+            print(f"| {m} | {lq} | {lm:.1f} ({llo:.1f}-{lhi:.1f}) | {lf:.2f} | {ENDOR_NAME.get(ec, ec)} | "
+                  f"{em:.1f} ({elo:.1f}-{ehi:.1f}) | {ef:.2f} | **{rm:.2f}x** ({min(ratios, default=0):.2f}-{max(ratios, default=0):.2f}) |")
+
+
+if __name__ == "__main__":
+    main()
