@@ -4,8 +4,8 @@
 # Builds llama.cpp from the source vendored in PyPI's llama-cpp-python sdist (nothing of it in this
 # repository: sdist, build and models live in $ENDOR_PEERS_CACHE), makes its GGUF files from the
 # same checkpoints Endor packs (convert_hf_to_gguf.py --outtype f16, then llama-quantize Q8_0 and
-# Q4_0), packs Endor's (dense f16, f16/int8/int4 at 50 % magnitude [+ --quant-head int4 where
-# endor-pack has it]), then times decode tokens/s of both runtimes, same threads and token count,
+# Q4_0), packs Endor's (dense f16, f16/int8/int4 at 50 % magnitude, and int4 with --quant-head int8
+# where endor-pack has it: llama-quantize's Q4_0 keeps a tied embedding/head at Q8_0), then times decode tokens/s of both runtimes, same threads and token count,
 # rounds interleaved (round r runs every file of both once, order reversed every other round), a
 # memory read-bandwidth probe in every round; optionally with one core kept busy.
 #
@@ -65,7 +65,7 @@ if [[ ! -x "$lbuild/bin/llama-bench" || ! -x "$lbuild/bin/llama-quantize" ]]; th
   nice -n 10 cmake --build "$lbuild" -j"$(nproc)" --target llama-bench llama-quantize >"$cache/llama-build.log" 2>&1 \
     || die "llama.cpp build failed (see $cache/llama-build.log)"
 fi
-llama_commit=$(sed -n 's/.*LLAMA_BUILD_COMMIT *= *"\{0,1\}\([0-9a-f]*\).*/\1/p' "$lbuild/common/build-info.cpp" 2>/dev/null | head -1)
+llama_commit=$(sed -n 's/.*LLAMA_COMMIT *= *"\([0-9a-f]*\)".*/\1/p' "$lbuild/common/build-info.cpp" 2>/dev/null | head -1)
 note "llama.cpp from llama-cpp-python $sdist_version (commit ${llama_commit:-unknown}), $lbuild"
 
 # ---- models ------------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ quant_head=0
 declare -A endor_args=([dense]="convert --dtype f16" [f16_50]="prune --sparsity 0.5 --method magnitude"
                        [int8_50]="prune --sparsity 0.5 --method magnitude --quant int8"
                        [int4_50]="prune --sparsity 0.5 --method magnitude --quant int4"
-                       [int4_50_qhead]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head int4")
+                       [int4_50_qhead]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head int8")
 endor_configs=(dense f16_50 int8_50 int4_50)
 ((quant_head)) && endor_configs+=(int4_50_qhead)
 llama_configs=(F16 Q8_0 Q4_0)
