@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -52,6 +53,9 @@ ThreadPool::ThreadPool(int n_threads, Backoff backoff)
     : n_threads_(std::max(1, n_threads)), spin_ns_(spin_ns_from_env()), backoff_(backoff) {}
 
 ThreadPool::~ThreadPool() {
+  if (std::getenv("ENDOR_POOL_STATS") && n_threads_ > 1)
+    std::fprintf(stderr, "thread pool: %d threads, %lld contended runs, %lld runs on the caller alone (back-off)\n",
+                 n_threads_, (long long)contended_runs_, (long long)serialised_runs_);
   {
     std::lock_guard<std::mutex> lk(sleep_mutex_);
     stop_.store(true);
