@@ -110,15 +110,31 @@ void attention_prefill(Context& ctx, const float* q, const float* k_cache, const
 // Compiled for AVX-512, AVX2 and the baseline, chosen once by the loader (ifunc); the clones run
 // the same operations in the same order (8-lane partial sums, no contraction), so their results
 // are identical.
+// Caches of IEEE halves (k16/v16 non-null, k_cache/v_cache null): each row's slice is widened into
+// row_buf (kv_row floats, at the same offsets) right before it is used, one conversion per cached
+// value per step and nothing written beyond L1; the arithmetic after that is the f32 path's.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void attend_heads(
-    const float* q, const float* k_cache, const float* v_cache, size_t kv_row, size_t group, size_t lo, size_t pos,
-    size_t hd, float scale, size_t h0, size_t h1, float* e, float* o) {
+    const float* q, const float* k_cache, const float* v_cache, const uint16_t* k16, const uint16_t* v16,
+    size_t kv_row, size_t group, size_t lo, size_t pos, size_t hd, float scale, size_t h0, size_t h1, float* e,
+    float* o, float* row_buf) {
   const size_t n_keys = pos - lo + 1, nh = h1 - h0;
   // The kv heads these query heads read: one contiguous slice [kv0, kv1) of each cache row.
   const size_t kv0 = (h0 / group) * hd, kv1 = ((h1 - 1) / group + 1) * hd;
+  // Row j of a cache as f32 (widened into row_buf for halves).
+  auto row = [&](const float* f32, const uint16_t* f16, size_t j) -> const float* {
+    if (f32) return f32 + j * kv_row;
+    widen_half(f16 + j * kv_row + kv0, row_buf + kv0, kv1 - kv0);
+    return row_buf;
+  };
+  // Prefetch of the row kAheadKeys keys ahead (halves: half the bytes).
+  auto ahead = [&](const float* f32, const uint16_t* f16, size_t j) {
+    if (f32) prefetch_row(f32 + (j + kAheadKeys) * kv_row + kv0, kv1 - kv0, j + kAheadKeys <= pos);
+    else prefetch_row(reinterpret_cast<const float*>(f16 + (j + kAheadKeys) * kv_row + kv0), (kv1 - kv0) / 2,
+                      j + kAheadKeys <= pos);
+  };
   for (size_t j = lo; j <= pos; ++j) {
-    prefetch_row(k_cache + (j + kAheadKeys) * kv_row + kv0, kv1 - kv0, j + kAheadKeys <= pos);
-    const float* kj = k_cache + j * kv_row;
+    ahead(k_cache, k16, j);
+    const float* kj = row(k_cache, k16, j);
     for (size_t i = 0; i < nh; ++i)
       e[i * n_keys + (j - lo)] = dot_f32(q + (h0 + i) * hd, kj + ((h0 + i) / group) * hd, hd) * scale;
   }
@@ -135,8 +151,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attend_heads(
   }
   for (size_t d = 0; d < nh * hd; ++d) o[d] = 0.0f;
   for (size_t j = lo; j <= pos; ++j) {
-    prefetch_row(v_cache + (j + kAheadKeys) * kv_row + kv0, kv1 - kv0, j + kAheadKeys <= pos);
-    const float* vj = v_cache + j * kv_row;
+    ahead(v_cache, v16, j);
+    const float* vj = row(v_cache, v16, j);
     for (size_t i = 0; i < nh; ++i) {
       const float pj = e[i * n_keys + (j - lo)];
       const float* vh = vj + ((h0 + i) / group) * hd;
@@ -146,17 +162,32 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attend_heads(
   }
 }
 
+void attention_decode(Context& ctx, const float* q, const float* k_cache, const float* v_cache, const uint16_t* k16,
+                      const uint16_t* v16, size_t n_past, const AttentionParams& p, float* out);
+
+void check_params(const AttentionParams& p) {
+  if (p.n_heads == 0 || p.n_kv_heads == 0 || p.head_dim == 0 || p.n_heads % p.n_kv_heads != 0)
+    throw Error("attention: n_heads " + std::to_string(p.n_heads) + " must be a positive multiple of n_kv_heads " +
+                std::to_string(p.n_kv_heads) + " and head_dim must be positive");
+}
+
 }  // namespace
 
 void attention(Context& ctx, const float* q, const float* k_cache, const float* v_cache, size_t n_past,
                size_t n_tokens, const AttentionParams& p, float* out) {
-  if (p.n_heads == 0 || p.n_kv_heads == 0 || p.head_dim == 0 || p.n_heads % p.n_kv_heads != 0)
-    throw Error("attention: n_heads " + std::to_string(p.n_heads) + " must be a positive multiple of n_kv_heads " +
-                std::to_string(p.n_kv_heads) + " and head_dim must be positive");
+  check_params(p);
   if (n_tokens == 0) return;
   if (n_tokens >= 2) return attention_prefill(ctx, q, k_cache, v_cache, n_past, n_tokens, p, out);
-  // Decode: one token (n_tokens >= 2 went to attention_prefill). Tasks are contiguous ranges of
-  // heads, whole kv groups where there are enough of them (a group's query heads share its rows).
+  attention_decode(ctx, q, k_cache, v_cache, nullptr, nullptr, n_past, p, out);
+}
+
+namespace {
+
+// Decode: one token over f32 caches (k_cache, v_cache) or half ones (k16, v16).
+void attention_decode(Context& ctx, const float* q, const float* k_cache, const float* v_cache, const uint16_t* k16,
+                      const uint16_t* v16, size_t n_past, const AttentionParams& p, float* out) {
+  // Tasks are contiguous ranges of heads, whole kv groups where there are enough of them (a
+  // group's query heads share its rows).
   const size_t pos = n_past, lo = first_visible_key(pos, p.sliding_window), n_keys = pos - lo + 1;
   const size_t hd = p.head_dim, n_heads = p.n_heads, group = p.n_heads / p.n_kv_heads;
   const size_t kv_row = size_t(p.n_kv_heads) * hd;  // floats per cache position
@@ -165,19 +196,24 @@ void attention(Context& ctx, const float* q, const float* k_cache, const float* 
   const size_t n_tasks = threads == 1                          ? 1
                          : p.n_kv_heads >= size_t(2 * threads) ? p.n_kv_heads
                                                                : std::min(n_heads, size_t(2 * threads));
-  ctx.pool.run(int64_t(n_tasks), threads, [&](int64_t task, int) {
+  float* rows = k16 ? ctx.kv_k_scratch.floats(size_t(ctx.n_threads) * kv_row) : nullptr;  // a widened row per thread
+  ctx.pool.run(int64_t(n_tasks), threads, [&](int64_t task, int thread) {
     const size_t h0 = n_heads * size_t(task) / n_tasks, h1 = n_heads * size_t(task + 1) / n_tasks;
     if (h1 > h0)
-      attend_heads(q, k_cache, v_cache, kv_row, group, lo, pos, hd, p.scale, h0, h1, scores + h0 * n_keys,
-                   out + h0 * hd);
+      attend_heads(q, k_cache, v_cache, k16, v16, kv_row, group, lo, pos, hd, p.scale, h0, h1, scores + h0 * n_keys,
+                   out + h0 * hd, rows + size_t(thread) * kv_row);
   });
 }
 
+}  // namespace
+
 void attention_f16(Context& ctx, const float* q, const uint16_t* k_cache, const uint16_t* v_cache, size_t n_past,
                    size_t n_tokens, const AttentionParams& p, float* out) {
+  check_params(p);
   if (n_tokens == 0) return;
-  // The rows attention reads, widened to f32 once per call (a decode step reads each exactly once
-  // anyway), then the f32 attention over them: the same arithmetic on the cached values.
+  if (n_tokens == 1) return attention_decode(ctx, q, nullptr, nullptr, k_cache, v_cache, n_past, p, out);
+  // Prefill: the rows it reads widened to f32 once per call, then the f32 prefill attention over
+  // them: the same arithmetic on the cached values.
   const size_t n_ctx = n_past + n_tokens, kv_row = size_t(p.n_kv_heads) * p.head_dim;
   const size_t lo = first_visible_key(n_past, p.sliding_window);  // no query sees a key before lo
   float* k = ctx.kv_k_scratch.floats(n_ctx * kv_row);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernel_test_util.h"
 
@@ -216,6 +217,21 @@ TEST_CASE("attention: causal GQA with and without a sliding window, decode and p
     CAPTURE(c.n_past);
     CAPTURE(c.T);
     CHECK(bad == 0);
+    // f16 caches: attention_f16 over the halves = attention over the halves widened to f32 (the
+    // same arithmetic on the same values; decode widens row by row, prefill all at once).
+    std::vector<uint16_t> k16(k.size()), v16(v.size());
+    b->store_f16(k16.data(), k.data(), k.size());
+    b->store_f16(v16.data(), v.data(), v.size());
+    std::vector<float> kw(k.size()), vw(v.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+      kw[i] = f16_to_f32(k16[i]);
+      vw[i] = f16_to_f32(v16[i]);
+      if (i < 3) CHECK(k16[i] == f32_to_f16(k[i]));  // stored rounded to nearest even, as the scalar conversion
+    }
+    std::vector<float> out16(out.size(), 9.0f), outw(out.size(), 7.0f);
+    b->attention_f16(q.data(), k16.data(), v16.data(), c.n_past, c.T, p, out16.data());
+    b->attention(q.data(), kw.data(), vw.data(), c.n_past, c.T, p, outw.data());
+    CHECK(std::memcmp(out16.data(), outw.data(), out.size() * sizeof(float)) == 0);
   }
   AttentionParams bad_heads;
   bad_heads.n_heads = 3;

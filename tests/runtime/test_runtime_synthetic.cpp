@@ -200,6 +200,30 @@ TEST_CASE("an f16 KV cache: the f32 cache's logits within half rounding, increme
   for (size_t i = 0; i < la.size(); ++i) batch_worst = std::max(batch_worst, std::abs(batched[i] - la[i]));
   for (size_t i = 0; i < lb.size(); ++i) batch_worst = std::max(batch_worst, std::abs(batched[la.size() + i] - lb[i]));
   CHECK(batch_worst <= 1e-5f * scale);
+
+  // A sliding window (Mistral, 3 keys): decode steps through the f16 cache (widened row by row)
+  // equal the one-pass f16 prefill (widened all at once).
+  nlohmann::json mcfg = test::synthetic_llama_config();
+  mcfg["architectures"] = {"MistralForCausalLM"};
+  mcfg["model_type"] = "mistral";
+  mcfg["sliding_window"] = 3;
+  const std::string mpath = dir.file("kv16-window.endor");
+  test::write_synthetic_container(mpath, mcfg, test::synthetic_llama_tensors(mcfg), 29);
+  Loaded m(mpath, 2);
+  m.model->set_kv_dtype(KvDtype::F16);
+  const std::vector<float> mfull = full_logits(*m.model, ids);
+  auto mcache = m.model->make_cache(ids.size());
+  std::vector<float> minc;
+  m.model->forward(ids.data(), 2, *mcache, true, logits);
+  minc = logits;
+  for (size_t t = 2; t < ids.size(); ++t) {
+    m.model->forward(&ids[t], 1, *mcache, false, logits);
+    minc.insert(minc.end(), logits.begin(), logits.end());
+  }
+  REQUIRE(minc.size() == mfull.size());
+  float mworst = 0;
+  for (size_t i = 0; i < mfull.size(); ++i) mworst = std::max(mworst, std::abs(mfull[i] - minc[i]));
+  CHECK(mworst <= 1e-5f * std::max(1.0f, max_abs(mfull)));
 }
 
 TEST_CASE("the context length and the vocabulary are enforced") {
