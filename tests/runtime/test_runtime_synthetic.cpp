@@ -50,6 +50,27 @@ std::vector<float> full_logits(Model& m, const std::vector<int32_t>& ids) {
   return logits;
 }
 
+// Logits of `ids` through one cache: the first `prompt` tokens in one forward pass (all their
+// logits), then one token per pass.
+std::vector<float> incremental_logits(Model& m, const std::vector<int32_t>& ids, size_t prompt) {
+  auto cache = m.make_cache(ids.size());
+  std::vector<float> logits, all;
+  m.forward(ids.data(), prompt, *cache, true, logits);
+  all = logits;
+  for (size_t t = prompt; t < ids.size(); ++t) {
+    m.forward(&ids[t], 1, *cache, false, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
 }  // namespace
 
 TEST_CASE("a missing tensor or a shape disagreeing with config.json is one clear error") {
@@ -130,22 +151,9 @@ TEST_CASE("decoding with the KV cache gives the full-sequence logits (full and s
     Loaded l(path, n_threads);
     const std::vector<int32_t> ids = {1, 7, 3, 60, 22, 22, 5, 41, 0, 13};
     const std::vector<float> full = full_logits(*l.model, ids);
-    const size_t V = 64;
-    auto cache = l.model->make_cache(ids.size());
-    std::vector<float> logits, incremental;
-    l.model->forward(ids.data(), 4, *cache, true, logits);
-    incremental = logits;
-    for (size_t t = 4; t < ids.size(); ++t) {
-      l.model->forward(&ids[t], 1, *cache, false, logits);
-      REQUIRE(logits.size() == V);
-      incremental.insert(incremental.end(), logits.begin(), logits.end());
-    }
-    REQUIRE(incremental.size() == full.size());
+    REQUIRE(full.size() == ids.size() * 64);  // vocab 64
     // Same f32 math in another blocking (T = 1 vs T = 10): rounding-level differences only.
-    const float tol = 1e-5f * std::max(1.0f, max_abs(full));
-    float worst = 0;
-    for (size_t i = 0; i < full.size(); ++i) worst = std::max(worst, std::abs(full[i] - incremental[i]));
-    CHECK(worst <= tol);
+    CHECK(max_abs_diff(full, incremental_logits(*l.model, ids, 4)) <= 1e-5f * std::max(1.0f, max_abs(full)));
   }
 }
 
@@ -173,18 +181,7 @@ TEST_CASE("an f16 KV cache: the f32 cache's logits within half rounding, increme
   CHECK(worst <= 16.0f * std::ldexp(1.0f, -11) * scale);
   CHECK(worst > 0.0f);
   // Token by token through the f16 cache: the same rounded keys/values as the one-pass run.
-  auto cache = l.model->make_cache(ids.size());
-  std::vector<float> logits, incremental;
-  l.model->forward(ids.data(), 4, *cache, true, logits);
-  incremental = logits;
-  for (size_t t = 4; t < ids.size(); ++t) {
-    l.model->forward(&ids[t], 1, *cache, false, logits);
-    incremental.insert(incremental.end(), logits.begin(), logits.end());
-  }
-  REQUIRE(incremental.size() == f16.size());
-  float inc_worst = 0;
-  for (size_t i = 0; i < f16.size(); ++i) inc_worst = std::max(inc_worst, std::abs(f16[i] - incremental[i]));
-  CHECK(inc_worst <= 1e-5f * scale);
+  CHECK(max_abs_diff(f16, incremental_logits(*l.model, ids, 4)) <= 1e-5f * scale);
   // Two sequences in one batched step (scratch rows rounded into each cache) = each alone.
   auto a = l.model->make_cache(8), b = l.model->make_cache(8);
   const std::vector<int32_t> pa = {4, 9, 2}, pb = {33, 1};
@@ -212,18 +209,7 @@ TEST_CASE("an f16 KV cache: the f32 cache's logits within half rounding, increme
   Loaded m(mpath, 2);
   m.model->set_kv_dtype(KvDtype::F16);
   const std::vector<float> mfull = full_logits(*m.model, ids);
-  auto mcache = m.model->make_cache(ids.size());
-  std::vector<float> minc;
-  m.model->forward(ids.data(), 2, *mcache, true, logits);
-  minc = logits;
-  for (size_t t = 2; t < ids.size(); ++t) {
-    m.model->forward(&ids[t], 1, *mcache, false, logits);
-    minc.insert(minc.end(), logits.begin(), logits.end());
-  }
-  REQUIRE(minc.size() == mfull.size());
-  float mworst = 0;
-  for (size_t i = 0; i < mfull.size(); ++i) mworst = std::max(mworst, std::abs(mfull[i] - minc[i]));
-  CHECK(mworst <= 1e-5f * std::max(1.0f, max_abs(mfull)));
+  CHECK(max_abs_diff(mfull, incremental_logits(*m.model, ids, 2)) <= 1e-5f * std::max(1.0f, max_abs(mfull)));
 }
 
 TEST_CASE("the context length and the vocabulary are enforced") {
