@@ -79,7 +79,12 @@ int64_t ThreadPool::drain(uint32_t gen, int thread) {
     }
     // The claim succeeded in generation gen, whose run() cannot return before this task is done:
     // fn_, ctx_ and task_base_ are still that run's.
-    fn_(ctx_, task_base_ + int64_t(next_of(c)), thread);
+    try {
+      fn_(ctx_, task_base_ + int64_t(next_of(c)), thread);
+    } catch (...) {  // kept for the caller, who rethrows it once every claimed task is done
+      std::lock_guard<std::mutex> lk(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
     done_.fetch_add(1, std::memory_order_acq_rel);
     c = claim_.load(std::memory_order_acquire);
   }
@@ -114,7 +119,15 @@ void ThreadPool::run_erased(int64_t n_tasks, TaskFn fn, void* ctx) {
   int64_t t_start = now_ns();
   if (t_start < serial_until_ns_) {
     ++serialised_runs_;
-    for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i, 0);
+    std::exception_ptr first;
+    for (int64_t i = 0; i < n_tasks; ++i) {
+      try {
+        fn(ctx, i, 0);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
     return;
   }
   if (workers_.empty()) start_workers();
@@ -149,6 +162,11 @@ void ThreadPool::run_erased(int64_t n_tasks, TaskFn fn, void* ctx) {
       t_start = t_done;
     }
     if (backoff_ns_ != 0 && t_start - clean_since_ns_ > kCleanResetNs) backoff_ns_ = 0;
+    if (error_) {  // no task of this run is running any more: the first exception goes to the caller
+      std::exception_ptr e;
+      std::swap(e, error_);
+      std::rethrow_exception(e);
+    }
   }
 }
 

@@ -18,12 +18,15 @@
 //
 // Contract: one run() at a time per pool (a mutex serialises callers from different threads);
 // tasks of one run() may execute on any pool thread in any order; run() returns after all of them
-// finished (their writes are visible to the caller). The caller is thread 0; workers are 1..size-1.
+// finished (their writes are visible to the caller). A task that throws does not stop the others
+// (on one thread either); run() rethrows the first exception once every task is done, so nothing
+// still runs on the caller's lambda when the exception leaves it. The caller is thread 0; workers are 1..size-1.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -55,7 +58,15 @@ class ThreadPool {
   void run(int64_t n_tasks, int max_threads, F&& f) {
     if (n_tasks <= 0) return;
     if (max_threads <= 1 || n_threads_ <= 1 || n_tasks == 1) {
-      for (int64_t i = 0; i < n_tasks; ++i) f(i, 0);
+      std::exception_ptr first;
+      for (int64_t i = 0; i < n_tasks; ++i) {
+        try {
+          f(i, 0);
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+      }
+      if (first) std::rethrow_exception(first);
       return;
     }
     run_erased(n_tasks, [](void* c, int64_t i, int t) { (*static_cast<F*>(c))(i, t); }, &f);
@@ -89,6 +100,8 @@ class ThreadPool {
   alignas(64) std::atomic<uint64_t> claim_{0};
   alignas(64) std::atomic<int64_t> done_{0};  // tasks of the current generation finished
   alignas(64) std::atomic<int> sleepers_{0};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;  // the first exception a task of the current run threw
   std::atomic<bool> stop_{false};
   std::mutex sleep_mutex_;
   std::condition_variable wake_;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -91,4 +92,36 @@ TEST_CASE("thread pool: a worker stuck in a task sends the pool to the caller al
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   pool.run(64, 2, [](int64_t, int) {});
   CHECK(pool.serialised_runs() == 1);
+}
+
+TEST_CASE("thread pool: a task that throws, on a worker or the caller: every other task still runs, run() rethrows") {
+  ThreadPool pool(2);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::atomic<int>> hits(64);
+    bool thrown = false;
+    try {
+      pool.run(64, 2, [&](int64_t i, int) {
+        hits[size_t(i)].fetch_add(1);
+        if (i == 5 || i == 40) throw std::runtime_error("task " + std::to_string(i));
+      });
+    } catch (const std::runtime_error& e) {
+      thrown = std::string(e.what()) == "task 5" || std::string(e.what()) == "task 40";
+    }
+    REQUIRE(thrown);
+    int once = 0;
+    for (auto& h : hits) once += h.load() == 1;
+    REQUIRE(once == 64);
+  }
+  // Still usable; a run on the caller alone also runs every task, then rethrows.
+  std::atomic<int> n{0};
+  pool.run(100, 2, [&](int64_t, int) { n.fetch_add(1); });
+  CHECK(n.load() == 100);
+  std::atomic<int> serial{0};
+  CHECK_THROWS_AS(pool.run(3, 1,
+                           [&](int64_t i, int) {
+                             serial.fetch_add(1);
+                             if (i == 1) throw std::runtime_error("x");
+                           }),
+                  std::runtime_error);
+  CHECK(serial.load() == 3);
 }
