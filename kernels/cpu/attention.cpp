@@ -70,34 +70,32 @@ void attention_prefill(Context& ctx, const float* q, const float* k_cache, const
   ctx.pool.run(n_tasks, threads_for(uint64_t(n_tokens) * n_heads * n_ctx * hd, ctx.n_threads), [&](int64_t task,
                                                                                                   int thread) {
     float* sc = scores_all + size_t(thread) * kQueryBlock * n_ctx;
-    {
-      const size_t h = size_t(task) % n_heads, t0 = (size_t(task) / n_heads) * kQueryBlock;
-      const size_t t1 = std::min(n_tokens, t0 + kQueryBlock), nt = t1 - t0;
-      const size_t g = h / group;
-      const size_t lo = window_start(n_past + t0), hi = n_past + t1;  // keys [lo, hi) of the block
-      const size_t nk = hi - lo;
-      kern.dense_dot(k_cache + lo * kv_row + g * hd, kv_row, nk, hd, q + (t0 * n_heads + h) * hd, n_heads * hd, nt,
-                     sc, nk);
-      for (size_t i = 0; i < nt; ++i) {
-        const size_t pos = n_past + t0 + i, first = window_start(pos) - lo, last = pos - lo;  // [first, last]
-        float* e = sc + i * nk;
-        float m = -std::numeric_limits<float>::infinity();
-        for (size_t j = first; j <= last; ++j) {
-          e[j] *= p.scale;
-          m = e[j] > m ? e[j] : m;
-        }
-        float sum = 0.0f;
-        for (size_t j = first; j <= last; ++j) {
-          e[j] = std::exp(e[j] - m);
-          sum += e[j];
-        }
-        for (size_t j = 0; j < first; ++j) e[j] = 0.0f;
-        for (size_t j = first; j <= last; ++j) e[j] = e[j] / sum;
-        for (size_t j = last + 1; j < nk; ++j) e[j] = 0.0f;
+    const size_t h = size_t(task) % n_heads, t0 = (size_t(task) / n_heads) * kQueryBlock;
+    const size_t t1 = std::min(n_tokens, t0 + kQueryBlock), nt = t1 - t0;
+    const size_t g = h / group;
+    const size_t lo = window_start(n_past + t0), hi = n_past + t1;  // keys [lo, hi) of the block
+    const size_t nk = hi - lo;
+    kern.dense_dot(k_cache + lo * kv_row + g * hd, kv_row, nk, hd, q + (t0 * n_heads + h) * hd, n_heads * hd, nt,
+                   sc, nk);
+    for (size_t i = 0; i < nt; ++i) {
+      const size_t pos = n_past + t0 + i, first = window_start(pos) - lo, last = pos - lo;  // [first, last]
+      float* e = sc + i * nk;
+      float m = -std::numeric_limits<float>::infinity();
+      for (size_t j = first; j <= last; ++j) {
+        e[j] *= p.scale;
+        m = e[j] > m ? e[j] : m;
       }
-      // out[t, h, d] = Σ_j p[t, j]·vt[g][d][lo + j]
-      kern.dense_dot(vt + g * hd * n_ctx + lo, n_ctx, hd, nk, sc, nk, nt, out + (t0 * n_heads + h) * hd, n_heads * hd);
+      float sum = 0.0f;
+      for (size_t j = first; j <= last; ++j) {
+        e[j] = std::exp(e[j] - m);
+        sum += e[j];
+      }
+      for (size_t j = 0; j < first; ++j) e[j] = 0.0f;
+      for (size_t j = first; j <= last; ++j) e[j] = e[j] / sum;
+      for (size_t j = last + 1; j < nk; ++j) e[j] = 0.0f;
     }
+    // out[t, h, d] = Σ_j p[t, j]·vt[g][d][lo + j]
+    kern.dense_dot(vt + g * hd * n_ctx + lo, n_ctx, hd, nk, sc, nk, nt, out + (t0 * n_heads + h) * hd, n_heads * hd);
   });
 }
 
@@ -162,27 +160,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attend_heads(
   }
 }
 
-void attention_decode(Context& ctx, const float* q, const float* k_cache, const float* v_cache, const uint16_t* k16,
-                      const uint16_t* v16, size_t n_past, const AttentionParams& p, float* out);
-
-void check_params(const AttentionParams& p) {
-  if (p.n_heads == 0 || p.n_kv_heads == 0 || p.head_dim == 0 || p.n_heads % p.n_kv_heads != 0)
-    throw Error("attention: n_heads " + std::to_string(p.n_heads) + " must be a positive multiple of n_kv_heads " +
-                std::to_string(p.n_kv_heads) + " and head_dim must be positive");
-}
-
-}  // namespace
-
-void attention(Context& ctx, const float* q, const float* k_cache, const float* v_cache, size_t n_past,
-               size_t n_tokens, const AttentionParams& p, float* out) {
-  check_params(p);
-  if (n_tokens == 0) return;
-  if (n_tokens >= 2) return attention_prefill(ctx, q, k_cache, v_cache, n_past, n_tokens, p, out);
-  attention_decode(ctx, q, k_cache, v_cache, nullptr, nullptr, n_past, p, out);
-}
-
-namespace {
-
 // Decode: one token over f32 caches (k_cache, v_cache) or half ones (k16, v16).
 void attention_decode(Context& ctx, const float* q, const float* k_cache, const float* v_cache, const uint16_t* k16,
                       const uint16_t* v16, size_t n_past, const AttentionParams& p, float* out) {
@@ -205,7 +182,21 @@ void attention_decode(Context& ctx, const float* q, const float* k_cache, const 
   });
 }
 
+void check_params(const AttentionParams& p) {
+  if (p.n_heads == 0 || p.n_kv_heads == 0 || p.head_dim == 0 || p.n_heads % p.n_kv_heads != 0)
+    throw Error("attention: n_heads " + std::to_string(p.n_heads) + " must be a positive multiple of n_kv_heads " +
+                std::to_string(p.n_kv_heads) + " and head_dim must be positive");
+}
+
 }  // namespace
+
+void attention(Context& ctx, const float* q, const float* k_cache, const float* v_cache, size_t n_past,
+               size_t n_tokens, const AttentionParams& p, float* out) {
+  check_params(p);
+  if (n_tokens == 0) return;
+  if (n_tokens >= 2) return attention_prefill(ctx, q, k_cache, v_cache, n_past, n_tokens, p, out);
+  attention_decode(ctx, q, k_cache, v_cache, nullptr, nullptr, n_past, p, out);
+}
 
 void attention_f16(Context& ctx, const float* q, const uint16_t* k_cache, const uint16_t* v_cache, size_t n_past,
                    size_t n_tokens, const AttentionParams& p, float* out) {
