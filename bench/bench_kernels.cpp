@@ -7,7 +7,7 @@
 // Weights are replicated into a working set larger than the last-level cache (--ws-mib) and the
 // calls rotate through the copies, so every GEMV reads its bytes from DRAM as decode does on a
 // real model. Usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS]
-// [--stream ROUNDS [--sparsity S]]
+// [--stream ROUNDS [--sparsity S]] [--rows]
 #include <omp.h>
 
 #include <algorithm>
@@ -45,6 +45,10 @@ struct Args {
   // bandwidth probed each round.
   int stream_rounds = 0;
   double stream_sparsity = 0.5;  // --sparsity S: of the --stream weight
+  // --rows: only single-thread T=1 fused GEMV time per row on SmolLM2-135M's decoder shapes
+  // (576 -> 576/192/1536, 1536 -> 576), weights in cache: the compute cost per row that bounds
+  // decode of a model this small (its 3.3-bit decoder weights fit the last-level cache).
+  bool rows = false;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -54,6 +58,7 @@ Args parse_args(int argc, char** argv) {
     if (s == "--threads" && i + 1 < argc) a.threads = std::atoi(argv[++i]);
     else if (s == "--ws-mib" && i + 1 < argc) a.ws_mib = size_t(std::atoll(argv[++i]));
     else if (s == "--quick") a.quick = true;
+    else if (s == "--rows") a.rows = true;
     else if (s == "--compute-only") a.compute_only = true;
     else if (s == "--stream" && i + 1 < argc) a.stream_rounds = std::atoi(argv[++i]);
     else if (s == "--sparsity" && i + 1 < argc) a.stream_sparsity = std::atof(argv[++i]);
@@ -63,7 +68,7 @@ Args parse_args(int argc, char** argv) {
       a.probe_calls = std::atoi(argv[++i]);
     }
     else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS] [--stream ROUNDS [--sparsity S]]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS] [--stream ROUNDS [--sparsity S]] [--rows]\n");
       std::exit(2);
     }
   }
@@ -219,6 +224,59 @@ int run_probe(const Args& args) {
   return 0;
 }
 
+// The --rows workload: per encoding and shape, thread CPU ns per T=1 fused GEMV row (best of 7),
+// each weight small enough to stay in L2 after the first call.
+int run_rows() {
+  struct Shape {
+    uint64_t rows, cols;
+    const char* what;
+  };
+  const Shape shapes[] = {{576, 576, "q/o 576x576"}, {192, 576, "k/v 192x576"}, {1536, 576, "gate/up 1536x576"},
+                          {576, 1536, "down 576x1536"}};
+  struct RowConfig {
+    Encoding enc;
+    ValueType vt;
+    double sparsity;
+    bool exact;
+    const char* label;
+  };
+  const RowConfig configs[] = {{Encoding::Bitmap, ValueType::I4, 0.5, false, "int4 bitmap @50%"},
+                               {Encoding::Dense, ValueType::I4, 0.0, false, "int4 dense"},
+                               {Encoding::Bitmap, ValueType::I8, 0.5, false, "int8 bitmap @50%"},
+                               {Encoding::Dense, ValueType::I8, 0.0, false, "int8 dense"},
+                               {Encoding::Bitmap, ValueType::F16, 0.5, false, "f16 bitmap @50%"},
+                               {Encoding::Dense, ValueType::F16, 0.0, false, "f16 dense"}};
+  std::printf("single-thread fused T=1 GEMV, weights in cache, ns per row (best of 7); load %s\n",
+              load_average().c_str());
+  std::printf("%-18s", "encoding");
+  for (const Shape& s : shapes) std::printf(" %18s", s.what);
+  std::printf("\n");
+  for (const RowConfig& c : configs) {
+    std::printf("%-18s", c.label);
+    for (const Shape& s : shapes) {
+      const std::vector<float> w = random_sparse(s.rows, s.cols, c.sparsity, 7);
+      EncodeOptions opt;
+      opt.encoding = c.enc;
+      opt.value_type = c.vt;
+      opt.group_size = c.vt == ValueType::I4 ? 128 : 0;
+      const EncodedTensor e = encode_tensor(w.data(), {s.rows, s.cols}, opt);
+      TensorView v;
+      v.layout = e.layout;
+      v.data = e.bytes.data();
+      auto b = backend_with(1, cpu::LinearPath::Fused);
+      auto wt = b->prepare_weight(v);
+      std::vector<float> x(s.cols), y(s.rows);
+      std::mt19937 rng(3);
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      for (float& xi : x) xi = d(rng);
+      const double sec = cpu_seconds_per_call([&] { b->linear(*wt, x.data(), 1, nullptr, y.data()); });
+      std::printf(" %18.1f", 1e9 * sec / double(s.rows));
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
 // The --stream workload: per round, the read bandwidth, then for each encoding the mean wall time
 // of fused T=1 GEMVs rotating through copies (every call reads from DRAM). Prints one line per
 // round and encoding: ns per weight, compressed GB/s, and that as a fraction of the round's read
@@ -275,6 +333,7 @@ int main(int argc, char** argv) try {
   const Args args = parse_args(argc, argv);
   if (args.probe_calls > 0) return run_probe(args);
   if (args.stream_rounds > 0) return run_stream(args);
+  if (args.rows) return run_rows();
   const int threads = args.threads > 0 ? args.threads : omp_get_max_threads();
   omp_set_num_threads(threads);
   const size_t ws_bytes = args.ws_mib << 20;

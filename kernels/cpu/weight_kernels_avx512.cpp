@@ -513,7 +513,7 @@ __attribute__((always_inline)) inline void for_each_code_word(const TensorView& 
         if ((wi & 7) == 0) prefetch(words + 8 * wi + kPrefetchBytes / 8);
         if constexpr (VT != ValueType::I4) prefetch(p + kPrefetchBytes);
         const __mmask64 k = mask64_at(last ? nullptr : words + 8 * wi, bits);
-        f(wi, _mm512_maskz_expandloadu_epi8(k, p), k);
+        f(wi, _mm512_maskz_expand_epi8(k, _mm512_loadu_si512(p)), k);
         p += _mm_popcnt_u64(bits);
       }
     }
@@ -541,6 +541,165 @@ __attribute__((always_inline)) inline void for_each_code_word(const TensorView& 
       f(c0 / 64, n == 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(k, p), k);
     }
   }
+}
+
+// Decode (one token) on a bitmap int4 weight whose groups are WPG whole words: the hot loop of
+// int4 decode on a small model, whose weights stay in cache so the kernel is bound by its
+// instruction stream rather than by memory. Unlike the general kernel it
+//  - multiplies R rows at once (the x and d loads, the loop's scalar work and the final horizontal
+//    reductions shared; independent accumulator chains hide the expand-dpbusd-cvt-fma latency),
+//  - walks one value stream per row: rows are stored back to back, so after the codes of a run of
+//    rows are unpacked a row's codes start where the index says and are then consumed word by word
+//    (popcnt), with no per-index-block lookups,
+//  - widens the scales and mins of the whole run of rows at once,
+//  - loads each word's mask straight into a mask register; padding bits past `cols` are zero
+//    (validate_bitmap, SPEC §6 check 16, which every weight the runtime hands a kernel has passed),
+//    so the last word needs no cut.
+// Same arithmetic as dot_rows_q8_t (the same sums in the same order per row), so the same results.
+template <int WPG>
+void dot_rows_q8_i4_bitmap_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
+  const TensorLayout& L = w.layout;
+  const uint64_t wpr = L.words_per_row, gpr = L.groups_per_row, words = qx.q_stride / 64;
+  float* dv = thread_buffer<2>(words * 16);
+  for (uint64_t wi = 0; wi < words; ++wi)
+    _mm512_store_ps(dv + wi * 16, _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(qx.d[2 * wi]), _mm512_set1_ps(qx.d[2 * wi + 1])));
+  // Runs of rows: at most kUnpackedCodes codes (L1-sized, whole rows; one row may exceed it) and
+  // kRunRows rows (the widened scales and mins).
+  constexpr uint64_t kUnpackedCodes = 16384, kRunRows = 256;
+  uint8_t* unpacked = reinterpret_cast<uint8_t*>(thread_buffer<4>((std::max(kUnpackedCodes, L.cols) + 2 * 64 + 3) / 4 + 16));
+  float* sm = thread_buffer<1>(2 * (kRunRows * gpr + 16));
+  float* const mins = sm + kRunRows * gpr + 16;
+  auto row_start = [&](uint64_t row) -> uint64_t {
+    return row < L.rows ? load_u32(w.data + L.index_offset + 4 * (row * L.blocks_per_row)) : L.nnz;
+  };
+  const uint8_t* const bitmap = w.data + L.bitmap_offset;
+  const int8_t* const xq = qx.q;
+  const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
+  uint64_t ra = r0, k_a = row_start(r0);
+  while (ra < r1) {
+    uint64_t rb = ra + 1, k_b = row_start(rb);
+    while (rb < r1 && rb - ra < kRunRows) {
+      const uint64_t k_next = row_start(rb + 1);
+      if (k_next - k_a > kUnpackedCodes) break;
+      ++rb;
+      k_b = k_next;
+    }
+    unpack_nibbles<false>(w.values(), k_a, k_b - k_a, unpacked);
+    const uint8_t* const base = unpacked - (k_a & ~uint64_t(1));  // code k at base[k]
+    {
+      const uint64_t n = (rb - ra) * gpr;
+      const uint16_t* sc = w.group_scales() + ra * gpr;
+      const uint16_t* mn = w.group_mins() + ra * gpr;
+      for (uint64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, n - i)));
+        _mm512_storeu_ps(sm + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, sc + i)));
+        _mm512_storeu_ps(mins + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mn + i)));
+      }
+    }
+    auto rows_at = [&](auto rows_tag, uint64_t r) {
+      constexpr int R = decltype(rows_tag)::value;
+      const uint8_t* p[R];
+      const uint8_t* bits[R];
+      const float* s[R];
+      const float* m[R];
+      __m512 acc_q[R], acc_p[R];
+      for (int i = 0; i < R; ++i) {
+        p[i] = base + row_start(r + i);
+        bits[i] = bitmap + 8 * (r + i) * wpr;
+        s[i] = sm + (r + i - ra) * gpr;
+        m[i] = mins + (r + i - ra) * gpr;
+        acc_q[i] = acc_p[i] = _mm512_setzero_ps();
+      }
+      uint64_t wi = 0;
+      for (uint64_t g = 0; g < gpr; ++g) {
+        __m512 gq[R], gp[R];
+        for (int i = 0; i < R; ++i) gq[i] = gp[i] = _mm512_setzero_ps();
+        for (int j = 0; j < WPG; ++j, ++wi) {
+          if (WPG > 1 && wi == wpr) break;  // the row's last group is short
+          const __m512i xv = _mm512_load_si512(xq + 64 * wi);
+          const __m512 d = _mm512_load_ps(dv + 16 * wi);
+          for (int i = 0; i < R; ++i) {
+            const __mmask64 k = mask64_at(bits[i] + 8 * wi, 0);
+            const __m512i codes = _mm512_maskz_expandloadu_epi8(k, p[i]);
+            p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
+            const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
+            gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
+            gp[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[i]);
+          }
+        }
+        for (int i = 0; i < R; ++i) {
+          if (WPG == 1 || (g & 1) == 0) prefetch(bits[i] + 8 * wi + kPrefetchBytes / 8);
+          acc_q[i] = _mm512_fmadd_ps(gq[i], _mm512_set1_ps(s[i][g]), acc_q[i]);
+          acc_p[i] = _mm512_fmadd_ps(gp[i], _mm512_set1_ps(m[i][g]), acc_p[i]);
+        }
+      }
+      for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc_q[i], acc_p[i]));
+    };
+    uint64_t r = ra;
+    for (; r + 4 <= rb; r += 4) rows_at(std::integral_constant<int, 4>{}, r);
+    for (; r + 2 <= rb; r += 2) rows_at(std::integral_constant<int, 2>{}, r);
+    if (r < rb) rows_at(std::integral_constant<int, 1>{}, r);
+    ra = rb;
+    k_a = k_b;
+  }
+}
+
+// Decode (one token) on an int8 weight, dense or bitmap: R rows at once as in
+// dot_rows_q8_i4_bitmap_1 (x, d and the accumulators' start loaded once per word for the R rows,
+// independent chains, one stream of values per row). Same sums in the same order per row as
+// dot_rows_q8_t, so the same results.
+void dot_rows_q8_i8_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
+  const TensorLayout& L = w.layout;
+  const uint64_t words = qx.q_stride / 64, cols = L.cols;
+  const bool bitmap = L.encoding == Encoding::Bitmap;
+  float* dv = thread_buffer<2>(words * 16);
+  int32_t* start = reinterpret_cast<int32_t*>(thread_buffer<3>(words * 16));
+  for (uint64_t wi = 0; wi < words; ++wi) {
+    _mm512_store_ps(dv + wi * 16, _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(qx.d[2 * wi]), _mm512_set1_ps(qx.d[2 * wi + 1])));
+    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), _mm512_loadu_si512(qx.q + 64 * wi));
+    _mm512_store_si512(start + wi * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s));
+  }
+  const uint8_t* const values = w.values();
+  const uint8_t* const bitmap_words = w.data + L.bitmap_offset;
+  const float* const row_scales = w.row_scales();
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  // The last word of a dense row: its bytes past `cols` belong to the next row (or lie past the
+  // values), so it is a masked load; a bitmap row's padding bits are zero (validate_bitmap).
+  const __mmask64 tail = __mmask64(first_bits(cols - 64 * (words - 1)));
+  auto rows_at = [&](auto rows_tag, uint64_t r) {
+    constexpr int R = decltype(rows_tag)::value;
+    const uint8_t* p[R];
+    const uint8_t* bits[R];
+    __m512 acc[R][2];
+    for (int i = 0; i < R; ++i) {
+      p[i] = bitmap ? values + load_u32(w.data + L.index_offset + 4 * ((r + i) * L.blocks_per_row)) : values + (r + i) * cols;
+      bits[i] = bitmap_words + 8 * (r + i) * L.words_per_row;
+      acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    }
+    for (uint64_t wi = 0; wi < words; ++wi) {
+      const __m512i xv = _mm512_load_si512(qx.q + 64 * wi);
+      const __m512i s0 = _mm512_load_si512(start + 16 * wi);
+      const __m512 d = _mm512_load_ps(dv + 16 * wi);
+      for (int i = 0; i < R; ++i) {
+        __m512i codes;
+        if (bitmap) {
+          codes = _mm512_maskz_expandloadu_epi8(mask64_at(bits[i] + 8 * wi, 0), p[i]);
+          p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
+          if ((wi & 7) == 0) prefetch(bits[i] + 8 * wi + kPrefetchBytes / 8);
+        } else {
+          codes = wi + 1 < words ? _mm512_loadu_si512(p[i]) : _mm512_maskz_loadu_epi8(tail, p[i]);
+          p[i] += 64;
+        }
+        prefetch(p[i] + kPrefetchBytes);
+        const __m512i sum = _mm512_dpbusd_epi32(s0, _mm512_xor_si512(codes, flip), xv);
+        acc[i][wi & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc[i][wi & 1]);
+      }
+    }
+    for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])) * row_scales[r + i];
+  };
+  uint64_t r = r0;
+  for (; r + 4 <= r1; r += 4) rows_at(std::integral_constant<int, 4>{}, r);
+  for (; r < r1; ++r) rows_at(std::integral_constant<int, 1>{}, r);
 }
 
 template <ValueType VT, int NT>
@@ -662,6 +821,15 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
 
 template <ValueType VT>
 void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
+  if (VT == ValueType::I8 && nt == 1) return dot_rows_q8_i8_1(w, r0, r1, qx, y);
+  if (VT == ValueType::I4 && nt == 1 && w.layout.encoding == Encoding::Bitmap) {
+    switch (w.layout.group_size / 64) {
+      case 1: return dot_rows_q8_i4_bitmap_1<1>(w, r0, r1, qx, y);
+      case 2: return dot_rows_q8_i4_bitmap_1<2>(w, r0, r1, qx, y);
+      case 4: return dot_rows_q8_i4_bitmap_1<4>(w, r0, r1, qx, y);
+      default: break;
+    }
+  }
   switch (nt) {
     case 1: return dot_rows_q8_t<VT, 1>(w, r0, r1, qx, y, ys);
     case 2: return dot_rows_q8_t<VT, 2>(w, r0, r1, qx, y, ys);

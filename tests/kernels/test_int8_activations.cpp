@@ -235,6 +235,43 @@ TEST_CASE("int8 activations: int4 codes unpacked ahead in runs of rows (run boun
   }
 }
 
+TEST_CASE("int8 activations: one-token kernels (several rows at once) on every row count, group and run of rows") {
+  // Decode's single token has its own kernels for int8 and bitmap int4 (groups of 1, 2 or 4
+  // words) that multiply up to 4 rows at once: row counts around 4, rows with no stored value,
+  // more rows than a run of widened group scales (256), tasks starting mid-tensor (2 threads).
+  const Shape shapes[] = {{1, 576}, {2, 576}, {3, 130}, {5, 64}, {6, 1000}, {7, 63}, {300, 64}, {9, 5000}, {41, 576}};
+  const double sparsities[] = {0.0, 0.5, 0.97, 1.0};
+  const uint32_t groups[] = {64, 128, 256, 96};
+  uint32_t seed = 7100;
+  for (cpu::Isa isa : isas())
+    for (int threads : {1, 2}) {
+      cpu::Options opt;
+      opt.isa = isa;
+      opt.n_threads = threads;
+      opt.linear_path = cpu::LinearPath::Fused;
+      auto backend = make_cpu_backend(opt);
+      for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
+        for (ValueType vt : {ValueType::I8, ValueType::I4})
+          for (const Shape& s : shapes)
+            for (double sp : sparsities) {
+              if (enc == Encoding::Dense && sp > 0.0) continue;
+              ++seed;
+              const uint32_t g = groups[seed % std::size(groups)];
+              const auto w = random_weights(s.rows, s.cols, sp, seed);
+              const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+              CAPTURE(isa_name(isa));
+              CAPTURE(threads);
+              CAPTURE(to_string(enc));
+              CAPTURE(to_string(vt));
+              CAPTURE(s.rows);
+              CAPTURE(s.cols);
+              CAPTURE(sp);
+              CAPTURE(g);
+              CHECK(check_q8(*backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
+            }
+    }
+}
+
 TEST_CASE("int8 activations: every token count and path computes the same function (prefill multiplies x̂ = d·q)") {
   const cpu::LinearPath paths[] = {cpu::LinearPath::Auto, cpu::LinearPath::RowDecode, cpu::LinearPath::PanelGemm};
   for (cpu::Isa isa : isas())
