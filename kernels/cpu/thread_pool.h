@@ -10,7 +10,7 @@
 //     for tasks actually claimed and still running, never for a thread to show up;
 //   - notices when a worker was descheduled in the middle of a task (the caller waited for it far
 //     longer than a task takes: another program wants the core) and then runs on the caller alone
-//     for a back-off period (5 ms, doubling to 1 s while it keeps happening), so a busy core costs
+//     for a back-off period (5 ms, doubling to 1 s while it comes back soon after each), so a busy core costs
 //     a share of one core instead of a timeslice per parallel region;
 //   - lets an idle worker spin for a bounded time (ENDOR_SPIN_US, default 200 µs: long enough to
 //     catch the next region of a decode step, short enough that a paused generation costs nothing)
