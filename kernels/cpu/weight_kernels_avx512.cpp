@@ -552,23 +552,24 @@ __attribute__((always_inline)) inline void for_each_code_word(const TensorView& 
   }
 }
 
-// Decode (one token) on a bitmap int4 weight whose groups are WPG whole words: the hot loop of
-// int4 decode on a small model, whose weights stay in cache so the kernel is bound by its
+// Decode (one token) on an int4 weight (bitmap or dense) whose groups are WPG whole words: the hot
+// loop of int4 decode on a small model, whose weights stay in cache so the kernel is bound by its
 // instruction stream rather than by memory. Unlike the general kernel it
 //  - multiplies R rows at once (the x and d loads, the loop's scalar work and the final horizontal
 //    reductions shared; independent accumulator chains hide the expand-dpbusd-cvt-fma latency),
 //  - walks one value stream per row: rows are stored back to back, so after the codes of a run of
-//    rows are unpacked a row's codes start where the index says and are then consumed word by word
-//    (popcnt), with no per-index-block lookups,
+//    rows are unpacked a row's codes start where the index says (dense: at row·cols) and are then
+//    consumed word by word (popcnt), with no per-index-block lookups,
 //  - widens the scales and mins of the whole run of rows at once,
 //  - loads each word's mask straight into a mask register; padding bits past `cols` are zero
 //    (validate_bitmap, SPEC §6 check 16, which every weight the runtime hands a kernel has passed),
-//    so the last word needs no cut.
+//    so the last word needs no cut; a dense row's last word reads the next codes, which meet the
+//    quantized x's zero padding (q = 0 past `cols`), so it needs none either.
 // Same arithmetic as dot_rows_q8_t (the same sums in the same order per row), so the same results.
-template <int WPG>
-void dot_rows_q8_i4_bitmap_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
+template <int WPG, bool kBitmap>
+void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
   const TensorLayout& L = w.layout;
-  const uint64_t wpr = L.words_per_row, gpr = L.groups_per_row, words = qx.q_stride / 64;
+  const uint64_t wpr = (L.cols + 63) / 64, gpr = L.groups_per_row, words = qx.q_stride / 64;  // wpr: words_per_row is 0 when dense
   float* dv = thread_buffer<2>(words * 16);
   for (uint64_t wi = 0; wi < words; ++wi)
     _mm512_store_ps(dv + wi * 16, _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(qx.d[2 * wi]), _mm512_set1_ps(qx.d[2 * wi + 1])));
@@ -579,10 +580,21 @@ void dot_rows_q8_i4_bitmap_1(const TensorView& w, uint64_t r0, uint64_t r1, cons
   float* sm = thread_buffer<1>(2 * (kRunRows * gpr + 16));
   float* const mins = sm + kRunRows * gpr + 16;
   auto row_start = [&](uint64_t row) -> uint64_t {
+    if (!kBitmap) return row * L.cols;
     return row < L.rows ? load_u32(w.data + L.index_offset + 4 * (row * L.blocks_per_row)) : L.nnz;
   };
   const uint8_t* const bitmap = w.data + L.bitmap_offset;
   const int8_t* const xq = qx.q;
+  // Dense: every column is present, so Σ_{c∈g} x̂_c = P_g = Σ_{b∈g} d_b·sums_b is the same for every
+  // row (as dot_rows_q8_t takes it), and a row adds Σ_g M_g·P_g once.
+  float* group_p = kBitmap ? nullptr : reinterpret_cast<float*>(thread_buffer<3>(gpr + 16));
+  if (!kBitmap)
+    for (uint64_t g = 0; g < gpr; ++g) {
+      const uint64_t b0 = g * L.group_size / kActBlock, b1 = std::min<uint64_t>(qx.d_stride, (g + 1) * L.group_size / kActBlock);
+      float pg = 0.0f;
+      for (uint64_t bb = b0; bb < b1; ++bb) pg += qx.d[bb] * float(qx.sums[bb]);
+      group_p[g] = pg;
+    }
   const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
   uint64_t ra = r0, k_a = row_start(r0);
   while (ra < r1) {
@@ -628,21 +640,35 @@ void dot_rows_q8_i4_bitmap_1(const TensorView& w, uint64_t r0, uint64_t r1, cons
           const __m512i xv = _mm512_load_si512(xq + 64 * wi);
           const __m512 d = _mm512_load_ps(dv + 16 * wi);
           for (int i = 0; i < R; ++i) {
-            const __mmask64 k = mask64_at(bits[i] + 8 * wi, 0);
-            const __m512i codes = _mm512_maskz_expandloadu_epi8(k, p[i]);
-            p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
-            const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
-            gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
-            gp[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[i]);
+            if constexpr (kBitmap) {
+              const __mmask64 k = mask64_at(bits[i] + 8 * wi, 0);
+              const __m512i codes = _mm512_maskz_expandloadu_epi8(k, p[i]);
+              p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
+              const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
+              gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
+              gp[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[i]);
+            } else {
+              const __m512i codes = _mm512_loadu_si512(p[i]);
+              p[i] += 64;
+              gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
+            }
           }
         }
         for (int i = 0; i < R; ++i) {
-          if (WPG == 1 || (g & 1) == 0) prefetch_l2(bits[i] + 8 * wi + kPrefetchL2Bytes / 8);
+          if (kBitmap && (WPG == 1 || (g & 1) == 0)) prefetch_l2(bits[i] + 8 * wi + kPrefetchL2Bytes / 8);
           acc_q[i] = _mm512_fmadd_ps(gq[i], _mm512_set1_ps(s[i][g]), acc_q[i]);
-          acc_p[i] = _mm512_fmadd_ps(gp[i], _mm512_set1_ps(m[i][g]), acc_p[i]);
+          if (kBitmap) acc_p[i] = _mm512_fmadd_ps(gp[i], _mm512_set1_ps(m[i][g]), acc_p[i]);
         }
       }
-      for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc_q[i], acc_p[i]));
+      for (int i = 0; i < R; ++i) {
+        __m512 v = _mm512_add_ps(acc_q[i], acc_p[i]);
+        if (!kBitmap)  // Σ_g M_g·P_g, in the lanes the reduction sums anyway
+          for (uint64_t g = 0; g < gpr; g += 16) {
+            const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, gpr - g)));
+            v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, m[i] + g), _mm512_maskz_loadu_ps(k, group_p + g), v);
+          }
+        y[r + i] = _mm512_reduce_add_ps(v);
+      }
     };
     uint64_t r = ra;
     for (; r + 4 <= rb; r += 4) rows_at(std::integral_constant<int, 4>{}, r);
@@ -654,7 +680,7 @@ void dot_rows_q8_i4_bitmap_1(const TensorView& w, uint64_t r0, uint64_t r1, cons
 }
 
 // Decode (one token) on an int8 weight, dense or bitmap: R rows at once as in
-// dot_rows_q8_i4_bitmap_1 (x, d and the accumulators' start loaded once per word for the R rows,
+// dot_rows_q8_i4_1 (x, d and the accumulators' start loaded once per word for the R rows,
 // independent chains, one stream of values per row). Same sums in the same order per row as
 // dot_rows_q8_t, so the same results.
 void dot_rows_q8_i8_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
@@ -831,11 +857,12 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
 template <ValueType VT>
 void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
   if (VT == ValueType::I8 && nt == 1) return dot_rows_q8_i8_1(w, r0, r1, qx, y);
-  if (VT == ValueType::I4 && nt == 1 && w.layout.encoding == Encoding::Bitmap) {
-    switch (w.layout.group_size / 64) {
-      case 1: return dot_rows_q8_i4_bitmap_1<1>(w, r0, r1, qx, y);
-      case 2: return dot_rows_q8_i4_bitmap_1<2>(w, r0, r1, qx, y);
-      case 4: return dot_rows_q8_i4_bitmap_1<4>(w, r0, r1, qx, y);
+  if (VT == ValueType::I4 && nt == 1) {
+    const bool bitmap = w.layout.encoding == Encoding::Bitmap;
+    switch (w.layout.group_size / 64 * (w.layout.group_size % 64 == 0)) {
+      case 1: return bitmap ? dot_rows_q8_i4_1<1, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<1, false>(w, r0, r1, qx, y);
+      case 2: return bitmap ? dot_rows_q8_i4_1<2, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<2, false>(w, r0, r1, qx, y);
+      case 4: return bitmap ? dot_rows_q8_i4_1<4, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<4, false>(w, r0, r1, qx, y);
       default: break;
     }
   }
