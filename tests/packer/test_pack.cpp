@@ -415,6 +415,21 @@ TEST_CASE("container carries config verbatim, generation config, tokenizer files
   remove_tree(dir);
 }
 
+TEST_CASE("choose_encoding: int4 keeps a pruned tensor's zeros in a bitmap, stores an unpruned one dense") {
+  const std::vector<uint64_t> shape{64, 256};
+  const uint64_t n = 64 * 256;
+  CHECK(choose_encoding(shape, ValueType::I4, 128, n) == Encoding::Dense);
+  CHECK(choose_encoding(shape, ValueType::I4, 128, n - 10) == Encoding::Dense);        // a checkpoint's own zeros
+  CHECK(choose_encoding(shape, ValueType::I4, 128, n - n / 100 + 1) == Encoding::Dense);  // just under 1 %
+  CHECK(choose_encoding(shape, ValueType::I4, 128, n - n / 100 - 1) == Encoding::Bitmap);  // just over 1 %
+  CHECK(choose_encoding(shape, ValueType::I4, 128, n / 2) == Encoding::Bitmap);
+  CHECK(choose_encoding(shape, ValueType::I4, 128, 0) == Encoding::Bitmap);
+  // int8 and the float types: the smaller encoding (a bitmap costs 1 bit a column).
+  CHECK(choose_encoding(shape, ValueType::I8, 0, n - 10) == Encoding::Dense);
+  CHECK(choose_encoding(shape, ValueType::I8, 0, n / 2) == Encoding::Bitmap);
+  CHECK(choose_encoding(shape, ValueType::F16, 0, n / 2) == Encoding::Bitmap);
+}
+
 TEST_CASE("size formula: f16/bf16 at 50% is 9/16 of the pruned Linears plus the rest, within 2%") {
   for (const char* dtype : {"F16", "BF16"}) {
     const std::string dtype_s = dtype;

@@ -295,8 +295,10 @@ TensorTreatment plan_treatment(const CheckpointTensor&, const PackOptions&);
 ValueType default_value_type(SafetensorsDType);   // F16/BF16/F32 as the source; F64 -> F32
 
 // One tensor encoded as pack writes it: the smaller of bitmap and dense for its value type
-// (ties -> dense), except that a tensor with zeros quantized to int4 is always bitmap (the
-// asymmetric int4 grid has no exact zero, and pruned zeros must decode as exactly 0).
+// (ties -> dense), except int4: bitmap when at least 1 % of the tensor is zero (the asymmetric
+// int4 grid has no exact zero, and pruned zeros must decode as exactly 0), dense below that (not
+// pruned: the zeros are the checkpoint's own, quantized like every other weight; smaller, and
+// faster to multiply).
 // Memory: dense tensors that need no pruning/quantization are converted in row chunks (or
 // borrowed straight from the source mapping when the dtype already matches); the others are
 // materialised once as f32 [rows, cols].
