@@ -5,7 +5,8 @@
 # repository: sdist, build and models live in $ENDOR_PEERS_CACHE), makes its GGUF files from the
 # same checkpoints Endor packs (convert_hf_to_gguf.py --outtype f16, then llama-quantize Q8_0 and
 # Q4_0), packs Endor's (dense f16, f16/int8/int4 at 50 % magnitude, and int4 with --quant-head int8
-# where endor-pack has it: llama-quantize's Q4_0 keeps a tied embedding/head at Q8_0), then times decode tokens/s of both runtimes, same threads and token count,
+# where endor-pack has it: llama-quantize's Q4_0 keeps a tied embedding/head at Q8_0; and int4 unpruned with
+# an int8 head, the same bits a weight as Q4_0), then times decode tokens/s of both runtimes, same threads and token count,
 # rounds interleaved (round r runs every file of both once, order reversed every other round), a
 # memory read-bandwidth probe in every round; optionally with one core kept busy.
 #
@@ -97,9 +98,10 @@ quant_head=0
 declare -A endor_args=([dense]="convert --dtype f16" [f16_50]="prune --sparsity 0.5 --method magnitude"
                        [int8_50]="prune --sparsity 0.5 --method magnitude --quant int8"
                        [int4_50]="prune --sparsity 0.5 --method magnitude --quant int4"
-                       [int4_50_qhead]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head int8")
+                       [int4_50_qhead]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head int8"
+                       [int4_qhead]="prune --sparsity 0 --method magnitude --quant int4 --quant-head int8")
 endor_configs=(dense f16_50 int8_50 int4_50)
-((quant_head)) && endor_configs+=(int4_50_qhead)
+((quant_head)) && endor_configs+=(int4_50_qhead int4_qhead)
 llama_configs=(F16 Q8_0 Q4_0)
 IFS=, read -r -a model_list <<<"$models"
 for m in "${model_list[@]}"; do
