@@ -552,6 +552,31 @@ __attribute__((always_inline)) inline void for_each_code_word(const TensorView& 
   }
 }
 
+// Per-call tables of one token's quantized x, shared by the int8-activation kernels below.
+// Each 64-column word's two block scales as one vector: lanes 0-7 block 2w, lanes 8-15 block 2w + 1
+// (the lanes of a word's vpdpbusd).
+inline void word_scales(const QuantizedX& xt, uint64_t words, float* dv) {
+  for (uint64_t wi = 0; wi < words; ++wi)
+    _mm512_store_ps(dv + wi * 16, _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(xt.d[2 * wi]), _mm512_set1_ps(xt.d[2 * wi + 1])));
+}
+// int8: each word's accumulator start, −128·Σ of each lane's 4 q (cancels the codes' +128).
+inline void int8_starts(const QuantizedX& xt, uint64_t words, int32_t* start) {
+  for (uint64_t wi = 0; wi < words; ++wi) {
+    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), _mm512_loadu_si512(xt.q + 64 * wi));
+    _mm512_store_si512(start + wi * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s));
+  }
+}
+// Dense int4: every column is present, so Σ_{c∈g} x̂_c = P_g = Σ_{b∈g} d_b·sums_b is the same for
+// every row, and a row adds Σ_g M_g·P_g once.
+inline void dense_group_sums(const QuantizedX& xt, const TensorLayout& L, float* p) {
+  for (uint64_t g = 0; g < L.groups_per_row; ++g) {
+    const uint64_t b0 = g * L.group_size / kActBlock, b1 = std::min<uint64_t>(xt.d_stride, (g + 1) * L.group_size / kActBlock);
+    float sum = 0.0f;
+    for (uint64_t b = b0; b < b1; ++b) sum += xt.d[b] * float(xt.sums[b]);
+    p[g] = sum;
+  }
+}
+
 // Decode (one token) on an int4 weight (bitmap or dense) whose groups are WPG whole words: the hot
 // loop of int4 decode on a small model, whose weights stay in cache so the kernel is bound by its
 // instruction stream rather than by memory. Unlike the general kernel it
@@ -571,8 +596,7 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   const TensorLayout& L = w.layout;
   const uint64_t wpr = (L.cols + 63) / 64, gpr = L.groups_per_row, words = qx.q_stride / 64;  // wpr: words_per_row is 0 when dense
   float* dv = thread_buffer<2>(words * 16);
-  for (uint64_t wi = 0; wi < words; ++wi)
-    _mm512_store_ps(dv + wi * 16, _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(qx.d[2 * wi]), _mm512_set1_ps(qx.d[2 * wi + 1])));
+  word_scales(qx, words, dv);
   // Runs of rows: at most kUnpackedCodes codes (L1-sized, whole rows; one row may exceed it) and
   // kRunRows rows (the widened scales and mins).
   constexpr uint64_t kUnpackedCodes = 16384, kRunRows = 256;
@@ -585,16 +609,8 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   };
   const uint8_t* const bitmap = w.data + L.bitmap_offset;
   const int8_t* const xq = qx.q;
-  // Dense: every column is present, so Σ_{c∈g} x̂_c = P_g = Σ_{b∈g} d_b·sums_b is the same for every
-  // row (as dot_rows_q8_t takes it), and a row adds Σ_g M_g·P_g once.
   float* group_p = kBitmap ? nullptr : reinterpret_cast<float*>(thread_buffer<3>(gpr + 16));
-  if (!kBitmap)
-    for (uint64_t g = 0; g < gpr; ++g) {
-      const uint64_t b0 = g * L.group_size / kActBlock, b1 = std::min<uint64_t>(qx.d_stride, (g + 1) * L.group_size / kActBlock);
-      float pg = 0.0f;
-      for (uint64_t bb = b0; bb < b1; ++bb) pg += qx.d[bb] * float(qx.sums[bb]);
-      group_p[g] = pg;
-    }
+  if (!kBitmap) dense_group_sums(qx, L, group_p);
   const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
   uint64_t ra = r0, k_a = row_start(r0);
   while (ra < r1) {
@@ -689,11 +705,8 @@ void dot_rows_q8_i8_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   const bool bitmap = L.encoding == Encoding::Bitmap;
   float* dv = thread_buffer<2>(words * 16);
   int32_t* start = reinterpret_cast<int32_t*>(thread_buffer<3>(words * 16));
-  for (uint64_t wi = 0; wi < words; ++wi) {
-    _mm512_store_ps(dv + wi * 16, _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(qx.d[2 * wi]), _mm512_set1_ps(qx.d[2 * wi + 1])));
-    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), _mm512_loadu_si512(qx.q + 64 * wi));
-    _mm512_store_si512(start + wi * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s));
-  }
+  word_scales(qx, words, dv);
+  int8_starts(qx, words, start);
   const uint8_t* const values = w.values();
   const uint8_t* const bitmap_words = w.data + L.bitmap_offset;
   const float* const row_scales = w.row_scales();
@@ -749,21 +762,9 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
   float* group_p = reinterpret_cast<float*>(start + NT * words * 16);
   for (int t = 0; t < NT; ++t) {
     const QuantizedX xt = qx.token(size_t(t));
-    for (uint64_t wi = 0; wi < words; ++wi) {
-      const __m512 d = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(xt.d[2 * wi]), _mm512_set1_ps(xt.d[2 * wi + 1]));
-      _mm512_store_ps(dv + (t * words + wi) * 16, d);
-      if constexpr (VT == ValueType::I8) {
-        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), _mm512_loadu_si512(xt.q + 64 * wi));
-        _mm512_store_si512(start + (t * words + wi) * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s));
-      }
-    }
-    if (VT == ValueType::I4 && !bitmap)
-      for (uint64_t g = 0; g < L.groups_per_row; ++g) {
-        const uint64_t b0 = g * L.group_size / kActBlock, b1 = std::min<uint64_t>(xt.d_stride, (g + 1) * L.group_size / kActBlock);
-        float p = 0.0f;
-        for (uint64_t b = b0; b < b1; ++b) p += xt.d[b] * float(xt.sums[b]);
-        group_p[t * L.groups_per_row + g] = p;
-      }
+    word_scales(xt, words, dv + t * words * 16);
+    if constexpr (VT == ValueType::I8) int8_starts(xt, words, start + t * words * 16);
+    if (VT == ValueType::I4 && !bitmap) dense_group_sums(xt, L, group_p + t * L.groups_per_row);
   }
   CodeScratch scratch;
   if constexpr (VT == ValueType::I4) scratch.groups = thread_buffer<1>(2 * Groups::padded_groups(w));
@@ -859,7 +860,7 @@ void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
   if (VT == ValueType::I8 && nt == 1) return dot_rows_q8_i8_1(w, r0, r1, qx, y);
   if (VT == ValueType::I4 && nt == 1) {
     const bool bitmap = w.layout.encoding == Encoding::Bitmap;
-    switch (w.layout.group_size / 64 * (w.layout.group_size % 64 == 0)) {
+    switch (w.layout.group_size / 64) {  // a multiple of 64 here (dot_rows_q8)
       case 1: return bitmap ? dot_rows_q8_i4_1<1, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<1, false>(w, r0, r1, qx, y);
       case 2: return bitmap ? dot_rows_q8_i4_1<2, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<2, false>(w, r0, r1, qx, y);
       case 4: return bitmap ? dot_rows_q8_i4_1<4, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<4, false>(w, r0, r1, qx, y);

@@ -173,6 +173,17 @@ struct Shape {
   uint64_t rows, cols;
 };
 
+// f(enc, vt, shape, sparsity) for dense and bitmap, int8 and int4, every shape and sparsity; dense
+// only up to dense_max sparsity (a dense tensor's zeros are stored like any value).
+template <typename F, size_t NS, size_t NP>
+void for_each_q8_case(const Shape (&shapes)[NS], const double (&sparsities)[NP], double dense_max, F&& f) {
+  for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
+    for (ValueType vt : {ValueType::I8, ValueType::I4})
+      for (const Shape& s : shapes)
+        for (double sp : sparsities)
+          if (enc == Encoding::Bitmap || sp <= dense_max) f(enc, vt, s, sp);
+}
+
 }  // namespace
 
 TEST_CASE("int8 activations: fused kernels match the quantized reference on every ISA, encoding and odd size") {
@@ -185,26 +196,22 @@ TEST_CASE("int8 activations: fused kernels match the quantized reference on ever
     opt.isa = isa;
     opt.linear_path = cpu::LinearPath::Fused;
     auto backend = make_cpu_backend(opt);
-    for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
-      for (ValueType vt : {ValueType::I8, ValueType::I4})
-        for (const Shape& s : shapes)
-          for (double sp : sparsities) {
-            if (enc == Encoding::Dense && sp > 0.5) continue;
-            ++seed;
-            const uint32_t g = groups[seed % std::size(groups)];
-            const size_t T = 1 + seed % 8;
-            const auto w = random_weights(s.rows, s.cols, sp, seed);
-            const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
-            CAPTURE(isa_name(isa));
-            CAPTURE(to_string(enc));
-            CAPTURE(to_string(vt));
-            CAPTURE(s.rows);
-            CAPTURE(s.cols);
-            CAPTURE(sp);
-            CAPTURE(T);
-            CAPTURE(g);
-            CHECK(check_q8(*backend, ew, T, fused_chain(s.cols), seed, seed % 3 == 0) == 0);
-          }
+    for_each_q8_case(shapes, sparsities, 0.5, [&](Encoding enc, ValueType vt, const Shape& s, double sp) {
+      ++seed;
+      const uint32_t g = groups[seed % std::size(groups)];
+      const size_t T = 1 + seed % 8;
+      const auto w = random_weights(s.rows, s.cols, sp, seed);
+      const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+      CAPTURE(isa_name(isa));
+      CAPTURE(to_string(enc));
+      CAPTURE(to_string(vt));
+      CAPTURE(s.rows);
+      CAPTURE(s.cols);
+      CAPTURE(sp);
+      CAPTURE(T);
+      CAPTURE(g);
+      CHECK(check_q8(*backend, ew, T, fused_chain(s.cols), seed, seed % 3 == 0) == 0);
+    });
   }
 }
 
@@ -250,25 +257,21 @@ TEST_CASE("int8 activations: one-token kernels (several rows at once) on every r
       opt.n_threads = threads;
       opt.linear_path = cpu::LinearPath::Fused;
       auto backend = make_cpu_backend(opt);
-      for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
-        for (ValueType vt : {ValueType::I8, ValueType::I4})
-          for (const Shape& s : shapes)
-            for (double sp : sparsities) {
-              if (enc == Encoding::Dense && sp > 0.0) continue;
-              ++seed;
-              const uint32_t g = groups[seed % std::size(groups)];
-              const auto w = random_weights(s.rows, s.cols, sp, seed);
-              const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
-              CAPTURE(isa_name(isa));
-              CAPTURE(threads);
-              CAPTURE(to_string(enc));
-              CAPTURE(to_string(vt));
-              CAPTURE(s.rows);
-              CAPTURE(s.cols);
-              CAPTURE(sp);
-              CAPTURE(g);
-              CHECK(check_q8(*backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
-            }
+      for_each_q8_case(shapes, sparsities, 0.0, [&](Encoding enc, ValueType vt, const Shape& s, double sp) {
+        ++seed;
+        const uint32_t g = groups[seed % std::size(groups)];
+        const auto w = random_weights(s.rows, s.cols, sp, seed);
+        const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+        CAPTURE(isa_name(isa));
+        CAPTURE(threads);
+        CAPTURE(to_string(enc));
+        CAPTURE(to_string(vt));
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        CAPTURE(sp);
+        CAPTURE(g);
+        CHECK(check_q8(*backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
+      });
     }
 }
 
