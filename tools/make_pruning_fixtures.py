@@ -4,7 +4,8 @@ re-implementations of wanda (lib/layerwrapper.py WrappedGPT, lib/prune.py prune_
 prune_magnitude) and sparsegpt (sparsegpt.py SparseGPT.add_batch / fasterprune), f32 on CPU.
 
 The SparseGPT quantizer is Endor's stored one (ALGORITHMS.md "Quantization", pruning.h), not the
-reference's quant.py: int8 per-row symmetric and int4 per-group asymmetric with f16 params, codes
+reference's quant.py: int8 per-row symmetric and int4 per-group asymmetric with f16 params (an
+integer zero point as quant.py's, its step rounded to 7 bits so min = -z*scale fits f16), codes
 rounded half away from zero, pruned entries exactly 0 (not quantized). int4 group params are
 found when the loop reaches the group's first column, over the group's current (updated) W.
 
@@ -139,13 +140,28 @@ def int8_quant(x, scale):
 
 
 def int4_params(g):
-    """g: [rows, cols] current values of one group -> f16 (scale, min)."""
+    """g: [rows, cols] current values of one group -> f16 (scale, min): format.h int4_grid, the
+    range widened to hold 0, the step rounded up to 7 significant bits, min = -z*scale for an
+    integer z in [0, 15] (code z is exactly 0); where min would overflow f16, the grid over
+    [mn, mx] (scale guarded to 1 where it is 0)."""
     mn, mx = g.amin(dim=1), g.amax(dim=1)
-    scale = (mx - mn) / 15.0
-    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
-    s16 = scale.half()
-    s16 = torch.where(s16 == 0, torch.ones_like(s16), s16)
-    return s16, mn.half()
+    lo, hi = torch.clamp(mn, max=0.0), torch.clamp(mx, min=0.0)
+    step = (hi - lo) / 15.0
+    f, e = torch.frexp(step)
+    s = torch.ldexp(torch.ceil(f * 128.0) / 128.0, e.float())
+    tiny = s.half().float() != s
+    s = torch.where(tiny, torch.ldexp(torch.ceil(torch.ldexp(step, torch.tensor(24.0))), torch.tensor(-24.0)), s)
+    zero_range = hi == lo
+    s = torch.where(zero_range, torch.ones_like(s), s)
+    z = torch.clamp(round_half_away(-lo / s), 0, 15)
+    m = torch.where(z == 0, torch.zeros_like(s), -z * s)
+    ok = (s.half().float() == s) & (m.half().float() == m)
+    old_scale = (mx - mn) / 15.0
+    old_s16 = old_scale.half()
+    old_s16 = torch.where(old_s16 == 0, torch.ones_like(old_s16), old_s16)
+    s16 = torch.where(ok, s.half(), old_s16)
+    m16 = torch.where(ok, m.half(), mn.half())
+    return s16, m16
 
 
 def int4_quant(x, s16, m16):

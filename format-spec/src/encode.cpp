@@ -29,6 +29,32 @@ int32_t round_clamp(float x, int32_t lo, int32_t hi) {
 
 }  // namespace
 
+Int4Grid int4_grid(float mn, float mx) {
+  if (!(mn <= mx) || !std::isfinite(mn) || !std::isfinite(mx))
+    throw Error("int4_grid: needs finite mn <= mx, got [" + std::to_string(mn) + ", " + std::to_string(mx) + "]");
+  if ((f32_to_f16(mn) & 0x7FFF) == 0x7C00 || (f32_to_f16(mx) & 0x7FFF) == 0x7C00)
+    throw Error("int4 quantization needs |x| <= 65504 (f16 range); values in [" + std::to_string(mn) + ", " +
+                std::to_string(mx) + "]");
+  // The range widened to hold 0, so that one code (z) is exactly zero.
+  const float lo = std::min(mn, 0.0f), hi = std::max(mx, 0.0f);
+  if (hi == lo) return {f32_to_f16(1.0f), 0};  // every value is 0: z = 0 with the guard's scale 1
+  // The step rounded up to 7 significant bits, so z·S (4 + 7 bits) is exact in f16's 11; below
+  // f16's normal range, up to a multiple of 2^-24 (then at most 7 bits anyway).
+  const float step = (hi - lo) / 15.0f;
+  int e = 0;
+  const float f = std::frexp(step, &e);  // f in [0.5, 1)
+  float S = std::ldexp(std::ceil(f * 128.0f) / 128.0f, e);
+  if (f16_to_f32(f32_to_f16(S)) != S) S = std::ldexp(std::ceil(std::ldexp(step, 24)), -24);
+  const float z = std::min(15.0f, std::max(0.0f, std::round(-lo / S)));
+  const float M = z == 0.0f ? 0.0f : -z * S;  // exact in binary32; +0 for z = 0
+  const uint16_t s_h = f32_to_f16(S), m_h = f32_to_f16(M);
+  if (f16_to_f32(s_h) == S && f16_to_f32(m_h) == M) return {s_h, m_h};
+  // Fallback (M past the f16 range, with values near ±65504): the grid over [mn, mx] exactly.
+  uint16_t scale_h = f32_to_f16((mx - mn) / 15.0f);
+  if ((scale_h & 0x7FFF) == 0) scale_h = 0x3C00;  // guard: all values (nearly) equal -> scale 1.0
+  return {scale_h, f32_to_f16(mn)};
+}
+
 // Per-row int8 scale (SPEC.md §7.1): s = max(max|w|, 1e-5) / 127 over the row's present values.
 static float int8_row_scale(const float* row, uint64_t cols, bool bitmap, uint64_t r) {
   float amax = 0.0f;
@@ -107,14 +133,16 @@ EncodedTensor encode_tensor(const float* x, const std::vector<uint64_t>& shape, 
             }
           uint16_t scale_h = 0, min_h = 0;  // a group with no present value stores 0, 0
           if (mn <= mx) {
-            // Parameters are rounded to f16 first; codes are chosen against the rounded values
-            // so decode reproduces exactly what the encoder intended.
-            scale_h = f32_to_f16((mx - mn) / 15.0f);
-            min_h = f32_to_f16(mn);
-            if ((min_h & 0x7FFF) == 0x7C00 || (f32_to_f16(mx) & 0x7FFF) == 0x7C00)
-              throw Error("int4 quantization needs |x| <= 65504 (f16 range); row " + std::to_string(r) +
-                          " has values in [" + std::to_string(mn) + ", " + std::to_string(mx) + "]");
-            if ((scale_h & 0x7FFF) == 0) scale_h = 0x3C00;  // guard: all values (nearly) equal -> scale 1.0
+            // Parameters are f16 first; codes are chosen against the rounded values so decode
+            // reproduces exactly what the encoder intended.
+            Int4Grid grid;
+            try {
+              grid = int4_grid(mn, mx);
+            } catch (const Error& e) {
+              throw Error(std::string(e.what()) + " (row " + std::to_string(r) + ")");
+            }
+            scale_h = grid.scale_f16;
+            min_h = grid.min_f16;
             const float s = f16_to_f32(scale_h), m = f16_to_f32(min_h);
             for (uint64_t c = c0; c < c1; ++c)
               if (present(c)) {

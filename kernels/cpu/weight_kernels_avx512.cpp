@@ -577,6 +577,29 @@ inline void dense_group_sums(const QuantizedX& xt, const TensorLayout& L, float*
   }
 }
 
+// int4 groups with an exact zero code: M = −z·S for an integer z in [0, 15] (endor::int4_grid's
+// grid, so every group the packer writes bar values near ±65504). A bitmap word of such a group
+// can be multiplied as a dense one, its absent columns given code z (z·S + M = 0 exactly): one
+// vpdpbusd a word instead of two, and the min term is the dense one, Σ_g M_g·P_g. Writes each of
+// the n groups' z (0 for an empty group, S = M = 0; z·S is exact in binary32, 4 × 11 bits) and
+// says whether every group has one.
+inline bool zero_codes(const float* s, const float* m, uint64_t n, uint8_t* z) {
+  __mmask16 bad = 0;
+  for (uint64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, n - i)));
+    const __m512 S = _mm512_maskz_loadu_ps(k, s + i), neg_m = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(k, m + i));
+    // −M/S is an integer <= 15 where there is one, so the reciprocal's 2^-14 error rounds away
+    // (and a wrong z would fail the exact test below, not pass it).
+    const __m512 zf = _mm512_roundscale_ps(_mm512_mul_ps(neg_m, _mm512_rcp14_ps(S)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __mmask16 ok = _mm512_cmp_ps_mask(_mm512_mul_ps(zf, S), neg_m, _CMP_EQ_OQ) &
+                         _mm512_cmp_ps_mask(zf, _mm512_setzero_ps(), _CMP_GE_OQ) & _mm512_cmp_ps_mask(zf, _mm512_set1_ps(15.0f), _CMP_LE_OQ);
+    const __mmask16 empty = _mm512_cmp_ps_mask(S, _mm512_setzero_ps(), _CMP_EQ_OQ) & _mm512_cmp_ps_mask(neg_m, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    bad |= k & ~(ok | empty);
+    _mm_mask_storeu_epi8(z + i, k, _mm512_cvtepi32_epi8(_mm512_maskz_cvtps_epi32(ok & ~empty, zf)));
+  }
+  return bad == 0;
+}
+
 // Decode (one token) on an int4 weight (bitmap or dense) whose groups are WPG whole words: the hot
 // loop of int4 decode on a small model, whose weights stay in cache so the kernel is bound by its
 // instruction stream rather than by memory. Unlike the general kernel it
@@ -589,7 +612,8 @@ inline void dense_group_sums(const QuantizedX& xt, const TensorLayout& L, float*
 //  - loads each word's mask straight into a mask register; padding bits past `cols` are zero
 //    (validate_bitmap, SPEC §6 check 16, which every weight the runtime hands a kernel has passed),
 //    so the last word needs no cut; a dense row's last word reads the next codes, which meet the
-//    quantized x's zero padding (q = 0 past `cols`), so it needs none either.
+//    quantized x's zero padding (q = 0 past `cols`), so it needs none either;
+//  - a bitmap row whose groups have zero codes (zero_codes) expands its codes over z, not 0.
 // Same arithmetic as dot_rows_q8_t (the same sums in the same order per row), so the same results.
 template <int WPG, bool kBitmap>
 void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
@@ -598,19 +622,22 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   float* dv = thread_buffer<2>(words * 16);
   word_scales(qx, words, dv);
   // Runs of rows: at most kUnpackedCodes codes (L1-sized, whole rows; one row may exceed it) and
-  // kRunRows rows (the widened scales and mins).
+  // kRunRows rows (the widened scales and mins, the zero codes).
   constexpr uint64_t kUnpackedCodes = 16384, kRunRows = 256;
   uint8_t* unpacked = reinterpret_cast<uint8_t*>(thread_buffer<4>((std::max(kUnpackedCodes, L.cols) + 2 * 64 + 3) / 4 + 16));
-  float* sm = thread_buffer<1>(2 * (kRunRows * gpr + 16));
-  float* const mins = sm + kRunRows * gpr + 16;
+  const uint64_t run_groups = kRunRows * gpr + 16;
+  float* sm = thread_buffer<1>(2 * run_groups + run_groups / 4 + 16);
+  float* const mins = sm + run_groups;
+  uint8_t* const zero_code = reinterpret_cast<uint8_t*>(sm + 2 * run_groups);
+  bool run_z = false;  // every group of the run's rows has a zero code (zero_codes)
   auto row_start = [&](uint64_t row) -> uint64_t {
     if (!kBitmap) return row * L.cols;
     return row < L.rows ? load_u32(w.data + L.index_offset + 4 * (row * L.blocks_per_row)) : L.nnz;
   };
   const uint8_t* const bitmap = w.data + L.bitmap_offset;
   const int8_t* const xq = qx.q;
-  float* group_p = kBitmap ? nullptr : reinterpret_cast<float*>(thread_buffer<3>(gpr + 16));
-  if (!kBitmap) dense_group_sums(qx, L, group_p);
+  float* group_p = reinterpret_cast<float*>(thread_buffer<3>(gpr + 16));
+  dense_group_sums(qx, L, group_p);
   const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
   uint64_t ra = r0, k_a = row_start(r0);
   while (ra < r1) {
@@ -632,25 +659,34 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
         _mm512_storeu_ps(sm + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, sc + i)));
         _mm512_storeu_ps(mins + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mn + i)));
       }
+      run_z = kBitmap && zero_codes(sm, mins, n, zero_code);
     }
-    auto rows_at = [&](auto rows_tag, uint64_t r) {
+    // kZ: bitmap rows whose absent codes are z (zero_codes): one vpdpbusd a word, dense min term.
+    auto rows_at = [&](auto rows_tag, auto z_tag, uint64_t r) {
       constexpr int R = decltype(rows_tag)::value;
+      constexpr bool kZ = decltype(z_tag)::value, kPresence = kBitmap && !kZ;
       const uint8_t* p[R];
       const uint8_t* bits[R];
       const float* s[R];
       const float* m[R];
+      const uint8_t* z[R];
       __m512 acc_q[R], acc_p[R];
       for (int i = 0; i < R; ++i) {
         p[i] = base + row_start(r + i);
         bits[i] = bitmap + 8 * (r + i) * wpr;
         s[i] = sm + (r + i - ra) * gpr;
         m[i] = mins + (r + i - ra) * gpr;
+        z[i] = zero_code + (r + i - ra) * gpr;
         acc_q[i] = acc_p[i] = _mm512_setzero_ps();
       }
       uint64_t wi = 0;
       for (uint64_t g = 0; g < gpr; ++g) {
         __m512 gq[R], gp[R];
-        for (int i = 0; i < R; ++i) gq[i] = gp[i] = _mm512_setzero_ps();
+        __m512i zv[R];
+        for (int i = 0; i < R; ++i) {
+          gq[i] = gp[i] = _mm512_setzero_ps();
+          if constexpr (kZ) zv[i] = _mm512_set1_epi8(char(z[i][g]));
+        }
         for (int j = 0; j < WPG; ++j, ++wi) {
           if (WPG > 1 && wi == wpr) break;  // the row's last group is short
           const __m512i xv = _mm512_load_si512(xq + 64 * wi);
@@ -658,11 +694,15 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
           for (int i = 0; i < R; ++i) {
             if constexpr (kBitmap) {
               const __mmask64 k = mask64_at(bits[i] + 8 * wi, 0);
-              const __m512i codes = _mm512_maskz_expandloadu_epi8(k, p[i]);
+              __m512i codes;
+              if constexpr (kZ) codes = _mm512_mask_expandloadu_epi8(zv[i], k, p[i]);
+              else codes = _mm512_maskz_expandloadu_epi8(k, p[i]);
               p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
-              const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
               gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
-              gp[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[i]);
+              if constexpr (kPresence) {
+                const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
+                gp[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[i]);
+              }
             } else {
               const __m512i codes = _mm512_loadu_si512(p[i]);
               p[i] += 64;
@@ -673,12 +713,12 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
         for (int i = 0; i < R; ++i) {
           if (kBitmap && (WPG == 1 || (g & 1) == 0)) prefetch_l2(bits[i] + 8 * wi + kPrefetchL2Bytes / 8);
           acc_q[i] = _mm512_fmadd_ps(gq[i], _mm512_set1_ps(s[i][g]), acc_q[i]);
-          if (kBitmap) acc_p[i] = _mm512_fmadd_ps(gp[i], _mm512_set1_ps(m[i][g]), acc_p[i]);
+          if (kPresence) acc_p[i] = _mm512_fmadd_ps(gp[i], _mm512_set1_ps(m[i][g]), acc_p[i]);
         }
       }
       for (int i = 0; i < R; ++i) {
         __m512 v = _mm512_add_ps(acc_q[i], acc_p[i]);
-        if (!kBitmap)  // Σ_g M_g·P_g, in the lanes the reduction sums anyway
+        if (!kPresence)  // Σ_g M_g·P_g, in the lanes the reduction sums anyway
           for (uint64_t g = 0; g < gpr; g += 16) {
             const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, gpr - g)));
             v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, m[i] + g), _mm512_maskz_loadu_ps(k, group_p + g), v);
@@ -687,9 +727,22 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       }
     };
     uint64_t r = ra;
-    for (; r + 4 <= rb; r += 4) rows_at(std::integral_constant<int, 4>{}, r);
-    for (; r + 2 <= rb; r += 2) rows_at(std::integral_constant<int, 2>{}, r);
-    if (r < rb) rows_at(std::integral_constant<int, 1>{}, r);
+    if (run_z) {  // every run of a file from Endor's packer
+      for (; r + 4 <= rb; r += 4) rows_at(std::integral_constant<int, 4>{}, std::true_type{}, r);
+      for (; r + 2 <= rb; r += 2) rows_at(std::integral_constant<int, 2>{}, std::true_type{}, r);
+      if (r < rb) rows_at(std::integral_constant<int, 1>{}, std::true_type{}, r);
+    } else if (kBitmap) {  // some group without one: each row on its own path
+      for (; r < rb; ++r) {
+        if (zero_codes(sm + (r - ra) * gpr, mins + (r - ra) * gpr, gpr, zero_code + (r - ra) * gpr))
+          rows_at(std::integral_constant<int, 1>{}, std::true_type{}, r);
+        else
+          rows_at(std::integral_constant<int, 1>{}, std::false_type{}, r);
+      }
+    } else {
+      for (; r + 4 <= rb; r += 4) rows_at(std::integral_constant<int, 4>{}, std::false_type{}, r);
+      for (; r + 2 <= rb; r += 2) rows_at(std::integral_constant<int, 2>{}, std::false_type{}, r);
+      if (r < rb) rows_at(std::integral_constant<int, 1>{}, std::false_type{}, r);
+    }
     ra = rb;
     k_a = k_b;
   }
@@ -764,10 +817,15 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
     const QuantizedX xt = qx.token(size_t(t));
     word_scales(xt, words, dv + t * words * 16);
     if constexpr (VT == ValueType::I8) int8_starts(xt, words, start + t * words * 16);
-    if (VT == ValueType::I4 && !bitmap) dense_group_sums(xt, L, group_p + t * L.groups_per_row);
+    if (VT == ValueType::I4) dense_group_sums(xt, L, group_p + t * L.groups_per_row);
   }
   CodeScratch scratch;
-  if constexpr (VT == ValueType::I4) scratch.groups = thread_buffer<1>(2 * Groups::padded_groups(w));
+  // int4: the row's scales and mins as f32 (Groups), then its groups' zero codes (zero_codes).
+  uint8_t* zero_code = nullptr;
+  if constexpr (VT == ValueType::I4) {
+    scratch.groups = thread_buffer<1>(2 * Groups::padded_groups(w) + Groups::padded_groups(w) / 4 + 1);
+    zero_code = reinterpret_cast<uint8_t*>(scratch.groups + 2 * Groups::padded_groups(w));
+  }
   // int4: the codes of the rows unpacked ahead of them. Unpacking each index block just
   // before its words (as the f32 path does) puts every expand load right behind the stores it
   // reads, misaligned to them: no store forwarding, and on short rows (576 columns) that stall
@@ -793,7 +851,14 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
       gq[t] = gp[t] = _mm512_setzero_ps();
     }
     Groups grp;
-    if constexpr (VT == ValueType::I4) grp = Groups(w, r, scratch.groups);
+    bool row_z = false;  // a bitmap int4 row whose absent codes are z: as dense (zero_codes)
+    if constexpr (VT == ValueType::I4) {
+      grp = Groups(w, r, scratch.groups);
+      if (bitmap) row_z = zero_codes(grp.s, grp.m, L.groups_per_row, zero_code);
+    }
+    const bool presence = bitmap && !row_z;
+    const uint8_t* z = zero_code;
+    __m512i zv = VT == ValueType::I4 && row_z ? _mm512_set1_epi8(char(*z)) : _mm512_setzero_si512();
     if (pre_unpack && r == unpacked_end_row) {
       unpacked_k0 = row_start(r);
       uint64_t end = r + 1, k_end = row_start(end);
@@ -817,12 +882,13 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
         }
       } else {
         const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
+        if (row_z) codes = _mm512_mask_blend_epi8(k, zv, codes);
         for (int t = 0; t < NT; ++t) {
           const size_t at = (t * words + wi) * 16;
           const __m512i xv = _mm512_loadu_si512(qx.q + t * qx.q_stride + 64 * wi);
           const __m512 d = _mm512_load_ps(dv + at);
           gq[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[t]);
-          if (bitmap) gp[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[t]);
+          if (presence) gp[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[t]);
         }
         if (--left == 0 || wi + 1 == words) {  // the group's end (or the row's): apply its scale and min
           const __m512 s = _mm512_set1_ps(*grp.s++), m = _mm512_set1_ps(*grp.m++);
@@ -830,17 +896,18 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
           // fmas are the row's critical path on short rows.
           for (int t = 0; t < NT; ++t) {
             acc[t][0] = _mm512_fmadd_ps(gq[t], s, acc[t][0]);
-            if (bitmap) acc[t][kA - 1] = _mm512_fmadd_ps(gp[t], m, acc[t][kA - 1]);
+            if (presence) acc[t][kA - 1] = _mm512_fmadd_ps(gp[t], m, acc[t][kA - 1]);
             gq[t] = gp[t] = _mm512_setzero_ps();
           }
           left = words_per_group;
+          if (row_z && wi + 1 < words) zv = _mm512_set1_epi8(char(*++z));
         }
       }
     });
     for (int t = 0; t < NT; ++t) {
       __m512 v = acc[t][0];
       if constexpr (kA == 2) v = _mm512_add_ps(acc[t][0], acc[t][1]);
-      if (VT == ValueType::I4 && !bitmap) {  // Σ_g M_g·P[t][g], in the lanes the reduction sums anyway
+      if (VT == ValueType::I4 && !presence) {  // Σ_g M_g·P[t][g], in the lanes the reduction sums anyway
         const float* mins = scratch.groups + Groups::padded_groups(w);
         const float* p = group_p + t * L.groups_per_row;
         for (uint64_t g = 0; g < L.groups_per_row; g += 16) {

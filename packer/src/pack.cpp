@@ -255,10 +255,11 @@ Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType vt, uint3
   }());
   if (nnz == dense.nnz) return Encoding::Dense;
   if (nnz > UINT32_MAX) return Encoding::Dense;  // the bitmap index holds u32 counts
-  // int4 (s·q + m per group) cannot store a zero exactly: a pruned tensor keeps its zeros in a
-  // bitmap. One with < 1 % zeros was not pruned (a checkpoint's own zeros: 0.06 % in SmolLM2's
-  // decoder): stored dense it is smaller (4 bits a weight against 5) and multiplies faster (no
-  // expand), its zeros quantized like every other weight.
+  // int4: a pruned tensor keeps its zeros in a bitmap (smaller at any sparsity above ~25 %, and
+  // exact even in int4_grid's fallback near ±65504, the one grid without a zero code). One with
+  // < 1 % zeros was not pruned (a checkpoint's own zeros: 0.06 % in SmolLM2's decoder): stored
+  // dense it is smaller (4 bits a weight against 5) and multiplies faster (no expand), its zeros
+  // quantized like every other weight (to the zero code: exactly 0).
   if (vt == ValueType::I4) return 100 * (dense.nnz - nnz) < dense.nnz ? Encoding::Dense : Encoding::Bitmap;
   const TensorLayout bitmap = compute_layout(shape, Encoding::Bitmap, vt, gs, nnz);
   return bitmap.total_bytes < dense.total_bytes ? Encoding::Bitmap : Encoding::Dense;

@@ -112,9 +112,10 @@ inline std::vector<float> random_eighths(size_t n, uint32_t seed, int limit) {
 //   f16/bf16/f32: j/16, 1 ≤ |j| ≤ 16;
 //   int8: j/16, 1 ≤ |j| ≤ 127, every row holding a ±127/16, so s = (127/16)/127 = 1/16 exactly
 //         and q = j (ALGORITHMS.md: s = max|w|/127, q = round(w/s));
-//   int4: per (row, group) −31/32 + q/16 with the group's first two present values at q = 0 and
-//         q = 15, so min = −31/32 and scale = (15/16)/15 = 1/16 exactly (a group with one present
-//         value stores it as its min with scale 1). Never 0, so sparsity comes from the mask alone.
+//   int4: per (row, group) (q − 8)/16 with the group's first two present values at q = 0 and
+//         q = 15, so the grid (endor::int4_grid: [−1/2, 7/16] holds 0) has scale 1/16 exactly and
+//         min −1/2 (z = 8); q = 8 (the value 0) is never drawn, so sparsity comes from the mask
+//         alone. A group with one present value holds −15/16: grid [−15/16, 0], scale 1/16, z = 15.
 inline std::vector<float> exact_weights(uint64_t rows, uint64_t cols, double sparsity, ValueType vt,
                                         uint32_t group_size, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -125,12 +126,20 @@ inline std::vector<float> exact_weights(uint64_t rows, uint64_t cols, double spa
   for (uint64_t r = 0; r < rows; ++r) {
     if (vt == ValueType::I4) {
       for (uint64_t c0 = 0; c0 < cols; c0 += group_size) {
+        const uint64_t c1 = std::min<uint64_t>(cols, c0 + group_size);
+        int n_present = 0;
+        for (uint64_t c = c0; c < c1; ++c) n_present += present[r * cols + c];
         int seen = 0;
-        for (uint64_t c = c0; c < std::min<uint64_t>(cols, c0 + group_size); ++c) {
+        for (uint64_t c = c0; c < c1; ++c) {
           if (!present[r * cols + c]) continue;
-          const int q = seen == 0 ? 0 : seen == 1 ? 15 : int(rng() % 16);
+          if (n_present == 1) {
+            w[r * cols + c] = -15.0f / 16.0f;
+            continue;
+          }
+          int q = seen == 0 ? 0 : seen == 1 ? 15 : int(rng() % 15);
+          if (seen >= 2 && q >= 8) ++q;  // 0..7, 9..15
           ++seen;
-          w[r * cols + c] = -31.0f / 32.0f + float(q) / 16.0f;
+          w[r * cols + c] = float(q - 8) / 16.0f;
         }
       }
       continue;

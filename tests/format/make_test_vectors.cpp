@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
        {}},
       {"bitmap-int4-g4",
        "bitmap int4 [3,10], group_size 4 (groups of 4, 4, 2 columns): one group with no present value "
-       "(scale 0, min 0), one constant group (scale guard 1.0)",
+       "(scale 0, min 0), one constant group (its grid from 0: the value is code 15); min = -z*scale, z an integer",
        {{{"w", {3, 10}, {Encoding::Bitmap, ValueType::I4, 4},
           [&](uint64_t r, uint64_t c, uint64_t i) {
             if (r == 1 && c < 4) return 0.0f;          // empty group

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "test_util.h"
 
@@ -92,19 +93,29 @@ std::vector<float> int4_reference(const std::vector<float>& x, uint64_t rows, ui
         groups->push_back({0.0f, 0.0f, 0.0});
         continue;
       }
-      const float scale = (mx - mn) / 15.0f;
-      float s = f16_to_f32(f32_to_f16(scale));
-      if (s == 0.0f) s = 1.0f;
-      const float m = f16_to_f32(f32_to_f16(mn));
+      // The grid with a zero code: [min(mn, 0), max(mx, 0)] in 15 steps, the step rounded up to 7
+      // significant bits (or, below f16's normal range, to a multiple of 2^-24), M = −z·S.
+      const float lo = std::min(mn, 0.0f), hi = std::max(mx, 0.0f);
+      float s = 1.0f, m = 0.0f;
+      if (hi > lo) {
+        const float step = (hi - lo) / 15.0f;
+        double S = std::ldexp(1.0, int(std::floor(std::log2(double(step)))) - 6);  // 2^-6 of step's leading bit
+        S = std::ceil(step / S) * S;
+        if (S < std::ldexp(1.0, -14) && std::ldexp(S, 24) != std::floor(std::ldexp(S, 24)))
+          S = std::ceil(std::ldexp(double(step), 24)) * std::ldexp(1.0, -24);
+        s = float(S);
+        m = -std::clamp(std::round(-lo / s), 0.0f, 15.0f) * s;
+        m = m == 0.0f ? 0.0f : m;
+      }
       for (uint64_t c = c0; c < c1; ++c) {
         const float w = x[r * cols + c];
         if (bitmap && w == 0.0f) continue;
         const long q = std::clamp(std::lround((w - m) / s), 0L, 15L);
         out[r * cols + c] = float(q) * s + m;
       }
-      // Half a step, plus what rounding the parameters to f16 can add at the ends of the range,
-      // plus f32 rounding of the result.
-      const double bound = s / 2.0 + 15.0 * std::fabs(double(scale) - s) + std::fabs(double(mn) - m) +
+      // Half a step inside the grid [m, m + 15·s], the distance to its ends outside it, plus f32
+      // rounding of the result.
+      const double bound = std::max({s / 2.0, double(m) - mn, double(mx) - (double(m) + 15.0 * s)}) +
                            4 * std::ldexp(1.0, -24) * (std::fabs(mx) + std::fabs(mn) + s);
       groups->push_back({s, m, bound});
     }
@@ -224,32 +235,77 @@ TEST_CASE("int4 per (row, group) asymmetric: decode equals the spec formula, |er
         }
 }
 
-TEST_CASE("int4: constant groups, the f16-underflow guard, nibble order and empty groups") {
-  // Row 0: a constant group (scale 0 -> 1.0) and a group whose range underflows f16 scale.
-  // Row 1: all absent in group 0 (stored scale 0, min 0).
-  const std::vector<float> x = {0.25f, 0.25f, 0.25f, 0.25f, 1.0f, 1.0f + 1e-7f, 1.0f, 1.0f,
+TEST_CASE("int4: the zero code, constant and tiny groups, nibble order and empty groups") {
+  // Row 0: a constant group (grid [0, 0.25]: code 15 within half a step) and a range below f16's
+  // normal numbers (the step becomes a multiple of 2^-24). Row 1: all absent in group 0 (stored
+  // scale 0, min 0), then {-3, 1.5, 12}: step 1, z = 3, min -3.
+  const std::vector<float> x = {0.25f, 0.25f, 0.25f, 0.25f, 1e-7f, 2e-7f, 0.0f, 3e-7f,
                                 0.0f,  0.0f,  0.0f,  0.0f,  -3.0f, 0.0f, 1.5f, 12.0f};
   const EncodedTensor e = encode_tensor(x.data(), {2, 8}, {Encoding::Bitmap, ValueType::I4, 4});
   const TensorView v = view_of(e);
-  CHECK(e.layout.nnz == 11);
-  CHECK(v.group_scales()[0] == 0x3C00);  // 1.0
-  CHECK(v.group_mins()[0] == f32_to_f16(0.25f));
-  CHECK(v.group_scales()[1] == 0x3C00);  // (1e-7)/15 rounds to f16 0 -> guard
+  CHECK(e.layout.nnz == 10);
+  const float s0 = f16_to_f32(v.group_scales()[0]);
+  CHECK(s0 == 0.016845703125f);  // 0.25/15 = 0.01666… rounded up to 7 bits: 69·2^-12
+  CHECK(v.group_mins()[0] == 0);  // z = 0
+  CHECK(v.group_scales()[1] == 0x0001);  // 2^-24, the least f16 step
+  CHECK(v.group_mins()[1] == 0);
   CHECK(v.group_scales()[2] == 0);
   CHECK(v.group_mins()[2] == 0);
-  // Row 1 group 1 = {-3, 1.5, 12} present: min -3, scale 1.0 -> codes 0, 4.5->5 (half away), 15.
   CHECK(f16_to_f32(v.group_scales()[3]) == 1.0f);
+  CHECK(f16_to_f32(v.group_mins()[3]) == -3.0f);
   const uint8_t* values = v.values();
-  CHECK((values[4] & 0x0F) == 0);         // value 8 (-3) in the low nibble of byte 4
-  CHECK((values[4] >> 4) == 5);           // value 9 (1.5 -> 4.5 -> 5)
-  CHECK((values[5] & 0x0F) == 15);        // value 10 (12)
+  CHECK((values[0] & 0x0F) == 15);        // 0.25 -> 14.84 -> 15
+  CHECK((values[2] & 0x0F) == 2);         // value 4 (1e-7 = 1.68 steps of 2^-24)
+  CHECK((values[2] >> 4) == 3);           // value 5 (2e-7 = 3.36)
+  CHECK((values[3] & 0x0F) == 5);         // value 6 (3e-7 = 5.03)
+  CHECK((values[3] >> 4) == 0);           // value 7 (-3) in the high nibble of byte 3
+  CHECK((values[4] & 0x0F) == 5);         // value 8 (1.5 -> 4.5 -> 5, half away from zero)
+  CHECK((values[4] >> 4) == 15);          // value 9 (12)
   const auto d = decode_all(v);
-  CHECK(d[0] == 0.25f);
-  CHECK(d[4] == 1.0f);
+  CHECK(d[0] == 15.0f * s0);
+  CHECK(std::fabs(d[0] - 0.25f) <= s0 / 2);
+  CHECK(d[4] == std::ldexp(2.0f, -24));
+  CHECK(f32_bits(d[6]) == 0u);
   CHECK(d[12] == -3.0f);
   CHECK(d[14] == 2.0f);
   CHECK(d[15] == 12.0f);
   CHECK(f32_bits(d[8]) == 0u);
+}
+
+TEST_CASE("int4_grid: code z is exactly 0, the step is at most 1/64 coarser, the fallback near 65504") {
+  std::mt19937 rng(4242);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-30, 14);  // |x| < 2^14: M = −z·S fits f16
+  for (int i = 0; i < 20000; ++i) {
+    const float a = std::ldexp(u(rng), ex(rng)), b = std::ldexp(u(rng), ex(rng));
+    const float mn = std::min(a, b), mx = std::max(a, b);
+    CAPTURE(mn);
+    CAPTURE(mx);
+    const Int4Grid g = int4_grid(mn, mx);
+    const float s = f16_to_f32(g.scale_f16), m = f16_to_f32(g.min_f16);
+    REQUIRE(s > 0.0f);
+    const float z = -m / s;
+    REQUIRE(z == std::round(z));  // an integer zero code ...
+    REQUIRE((z >= 0.0f && z <= 15.0f));
+    REQUIRE(z * s + m == 0.0f);  // ... that decodes to exactly 0
+    const double step = (double(std::max(mx, 0.0f)) - std::min(mn, 0.0f)) / 15.0;
+    REQUIRE(s >= float(step) * (1 - 1e-7));  // covers the range
+    if (s >= std::ldexp(1.0f, -14)) REQUIRE(s <= step * (1.0 + 1.0 / 64) * (1 + 1e-7));
+    // Every value of [mn, mx] within half a step of the grid.
+    REQUIRE(m <= mn + s / 2 * (1 + 1e-6));
+    REQUIRE(m + 15 * s >= mx - s / 2 * (1 + 1e-6));
+  }
+  // Near the f16 limit M = −z·S would overflow: the grid over [mn, mx] as stored f16 values.
+  // (z = 15, S = 4384: M = −65760.)
+  const Int4Grid edge = int4_grid(-65504.0f, 0.5f);
+  CHECK(f16_to_f32(edge.min_f16) == -65504.0f);
+  CHECK(f16_to_f32(edge.scale_f16) == f16_to_f32(f32_to_f16(65504.5f / 15.0f)));
+  const Int4Grid wide = int4_grid(-65504.0f, 65504.0f);  // z = 7: no fallback needed
+  CHECK(f16_to_f32(wide.min_f16) == -7.0f * f16_to_f32(wide.scale_f16));
+  CHECK_THROWS_AS(int4_grid(0.0f, 65520.0f), Error);
+  CHECK_THROWS_AS(int4_grid(1.0f, 0.0f), Error);
+  CHECK(int4_grid(0.0f, 0.0f).scale_f16 == 0x3C00);  // an all-zero (dense) group: scale 1, min 0
+  CHECK(int4_grid(0.0f, 0.0f).min_f16 == 0);
 }
 
 TEST_CASE("quantizers refuse non-finite or out-of-f16-range input") {

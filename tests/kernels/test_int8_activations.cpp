@@ -123,7 +123,12 @@ Reference reference_q8(const TensorView& v, const QuantX& qx, size_t n_tokens) {
           const uint64_t p = r * L.groups_per_row + c / L.group_size;
           const double s = f16(v.group_scales()[p]), m = f16(v.group_mins()[p]);
           y += d * (s * code[c] * q + m * present[c] * q);
-          bound += std::fabs(d) * (std::fabs(s * code[c] * q) + std::fabs(m * present[c] * q));
+          // A group with a zero code (m = −z·s, integer z) may be summed as dense: an absent
+          // element as code z, whose z·s·q and m·q cancel in the exact sum but are rounded.
+          const double z = s != 0.0 ? -m / s : 0.0;
+          const bool zero_code = z == std::round(z) && z >= 0.0 && z <= 15.0;
+          const double c_eff = present[c] || !zero_code ? code[c] : z, p_eff = present[c] || zero_code ? 1.0 : 0.0;
+          bound += std::fabs(d) * (std::fabs(s * c_eff * q) + std::fabs(m * p_eff * q));
         } else {
           const double s = v.row_scales()[r];
           y += d * s * code[c] * q;
@@ -273,6 +278,48 @@ TEST_CASE("int8 activations: one-token kernels (several rows at once) on every r
         CHECK(check_q8(*backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
       });
     }
+}
+
+TEST_CASE("int8 activations: bitmap int4 groups without a zero code (other packers) keep the presence sums") {
+  // Endor's packer writes every int4 group with min = −z·scale (int4_grid), and the AVX-512 kernels
+  // then multiply a bitmap word as dense, absent codes = z. A file whose mins are any other f16
+  // (SPEC.md §7.3 allows it) must take the presence path, row by row where rows differ: here
+  // every third row, or every row, gets one group's min nudged by one f16 step.
+  const Shape shapes[] = {{9, 576}, {37, 130}, {300, 256}, {6, 5000}};
+  uint32_t seed = 8200;
+  for (cpu::Isa isa : isas())
+    for (int threads : {1, 2})
+      for (const Shape& s : shapes)
+        for (int every : {3, 1})
+          for (size_t T : {size_t(1), size_t(3)}) {
+            cpu::Options opt;
+            opt.isa = isa;
+            opt.n_threads = threads;
+            opt.linear_path = cpu::LinearPath::Fused;
+            auto backend = make_cpu_backend(opt);
+            ++seed;
+            const uint32_t g = seed % 2 ? 64 : 128;
+            EncodedWeight ew = encode(random_weights(s.rows, s.cols, 0.5, seed), s.rows, s.cols, Encoding::Bitmap, ValueType::I4, g);
+            const TensorLayout& L = ew.enc.layout;
+            size_t nudged = 0;
+            for (uint64_t r = 0; r < L.rows; r += every) {
+              uint8_t* mins = ew.enc.bytes.data() + L.mins_offset;
+              const uint64_t p = r * L.groups_per_row + (r % L.groups_per_row);
+              uint16_t h;
+              std::memcpy(&h, mins + 2 * p, 2);
+              h = uint16_t(h + 1);  // one f16 step further from 0 (from +0: the least subnormal): −m/s no longer an integer
+              std::memcpy(mins + 2 * p, &h, 2);
+              ++nudged;
+            }
+            CAPTURE(isa_name(isa));
+            CAPTURE(threads);
+            CAPTURE(s.rows);
+            CAPTURE(s.cols);
+            CAPTURE(every);
+            CAPTURE(T);
+            CHECK(nudged > 0);
+            CHECK(check_q8(*backend, ew, T, fused_chain(s.cols), seed, false) == 0);
+          }
 }
 
 TEST_CASE("int8 activations: every token count and path computes the same function (prefill multiplies x̂ = d·q)") {

@@ -266,7 +266,9 @@ TEST_CASE("sparsegpt with int8/int4: the container decodes to exactly SparseGPT'
 
 TEST_CASE("wanda with int4: quantized after pruning; block 0 has wanda's own zeros, every row half zeros") {
   // Later blocks see the outputs of the quantized earlier blocks (the re-run uses the weights as
-  // stored), so only block 0's masks must equal those of Wanda without quantization.
+  // stored), so only block 0's masks must equal those of Wanda without quantization. The int4
+  // grid has an exact zero code (int4_grid), so a kept weight within half a step of 0 decodes to
+  // 0 too: block 0's zeros are Wanda's plus a few such.
   TempDir dir;
   CalibrationOptions calib = small_calibration();
   calib.n_samples = 4;
@@ -281,7 +283,7 @@ TEST_CASE("wanda with int4: quantized after pruning; block 0 has wanda's own zer
   const std::vector<Linear> la = pruned_linears(*a), lb = pruned_linears(*b);
   REQUIRE(la.size() == 42);
   REQUIRE(lb.size() == 42);
-  uint64_t zero_mismatch_block0 = 0, value_changed = 0, short_rows = 0;
+  uint64_t zero_mismatch_block0 = 0, extra_zeros_block0 = 0, block0_elements = 0, value_changed = 0, short_rows = 0;
   for (size_t k = 0; k < la.size(); ++k) {
     const bool block0 = lb[k].name.find(".layers.0.") != std::string::npos;
     CHECK(la[k].name == lb[k].name);
@@ -290,13 +292,19 @@ TEST_CASE("wanda with int4: quantized after pruning; block 0 has wanda's own zer
       for (uint64_t j = 0; j < lb[k].cols; ++j) {
         const size_t e = i * lb[k].cols + j;
         zeros += lb[k].w[e] == 0.0f;
-        if (block0) zero_mismatch_block0 += (la[k].w[e] == 0.0f) != (lb[k].w[e] == 0.0f);
+        if (block0) {
+          zero_mismatch_block0 += la[k].w[e] == 0.0f && lb[k].w[e] != 0.0f;  // a pruned weight back
+          extra_zeros_block0 += la[k].w[e] != 0.0f && lb[k].w[e] == 0.0f;    // a kept one on the zero code
+          block0_elements += 1;
+        }
         value_changed += la[k].w[e] != lb[k].w[e];
       }
       short_rows += zeros < lb[k].cols / 2;
     }
   }
   CHECK(zero_mismatch_block0 == 0);
+  CHECK(extra_zeros_block0 * 50 < block0_elements);  // under 2 %
+  MESSAGE("block 0: " << extra_zeros_block0 << " of " << block0_elements << " kept weights on the zero code");
   CHECK(std::count_if(lb.begin(), lb.end(), [](const Linear& l) { return l.name.find(".layers.0.") != std::string::npos; }) == 7);
   CHECK(short_rows == 0);
   CHECK(value_changed > 0);  // the kept weights are on the int4 grid now

@@ -80,9 +80,9 @@ TEST_CASE("int8 quantizer: per-row absmax scale, round half away from zero, clam
   CHECK(int8_value(-3, 0.5f) == -1.5f);
 }
 
-TEST_CASE("int4 quantizer: f16 min/scale chosen first, codes against them") {
+TEST_CASE("int4 quantizer: the container's grid (a zero code), f16 parameters chosen first, codes against them") {
   std::vector<float> g(16);
-  for (int i = 0; i < 16; ++i) g[i] = float(i) - 3.0f;  // range [-3, 12], scale exactly 1
+  for (int i = 0; i < 16; ++i) g[i] = float(i) - 3.0f;  // range [-3, 12], step exactly 1, z = 3
   Int4GroupParams p = int4_group_params(g.data(), g.size());
   CHECK(p.scale == 1.0f);
   CHECK(p.min == -3.0f);
@@ -92,25 +92,39 @@ TEST_CASE("int4 quantizer: f16 min/scale chosen first, codes against them") {
   CHECK(int4_code(4.5f, p) == 8);    // (4.5 + 3)/1 = 7.5 rounds away from zero
   CHECK(int4_code(100.0f, p) == 15);
   CHECK(int4_code(-100.0f, p) == 0);
+  CHECK(int4_value(3, p) == 0.0f);  // the zero code
 
-  const float odd[] = {0.1f, 0.7f, 0.33f};  // params are f16 values, not the f32 min/scale
+  // The same parameters as the container encoder's (endor::int4_grid over the group's range).
+  const float odd[] = {0.1f, 0.7f, -0.33f};
   p = int4_group_params(odd, 3);
-  CHECK(p.min == endor::f16_to_f32(endor::f32_to_f16(0.1f)));
-  CHECK(p.min != 0.1f);
-  CHECK(p.scale == endor::f16_to_f32(endor::f32_to_f16((0.7f - 0.1f) / 15.0f)));
-  for (float x : odd) CHECK(int4_value(int4_code(x, p), p) == float(int4_code(x, p)) * p.scale + p.min);
+  const endor::Int4Grid grid = endor::int4_grid(-0.33f, 0.7f);
+  CHECK(p.scale_f16 == grid.scale_f16);
+  CHECK(p.min_f16 == grid.min_f16);
+  CHECK(p.scale == endor::f16_to_f32(grid.scale_f16));
+  CHECK(p.scale >= (0.7f + 0.33f) / 15.0f);
+  const float z = -p.min / p.scale;
+  CHECK(z == std::round(z));
+  for (float x : odd) {
+    CHECK(int4_value(int4_code(x, p), p) == float(int4_code(x, p)) * p.scale + p.min);
+    CHECK(std::fabs(int4_value(int4_code(x, p), p) - x) <= p.scale / 2);
+  }
 
-  const float flat[] = {0.25f, 0.25f};  // mx == mn: scale 1, every code 0
+  const float flat[] = {0.25f, 0.25f};  // one value: the grid runs from 0, 0.25 is code 15
   p = int4_group_params(flat, 2);
+  CHECK(p.min == 0.0f);
+  CHECK(int4_code(0.25f, p) == 15);
+  CHECK(std::fabs(int4_value(15, p) - 0.25f) <= p.scale / 2);
+  const float zeros[] = {0.0f, 0.0f};  // all zero: scale 1 (no division by 0), code 0
+  p = int4_group_params(zeros, 2);
   CHECK(p.scale == 1.0f);
-  CHECK(int4_value(int4_code(0.25f, p), p) == 0.25f);
-  const float tiny[] = {0.0f, 1e-9f};  // scale underflows f16 to 0: guarded to 1, no division by 0
+  CHECK(int4_value(int4_code(0.0f, p), p) == 0.0f);
+  const float tiny[] = {0.0f, 1e-9f};  // below f16's least step: scale 2^-24, 1e-9 is code 0
   p = int4_group_params(tiny, 2);
-  CHECK(p.scale == 1.0f);
+  CHECK(p.scale == std::ldexp(1.0f, -24));
   CHECK(int4_code(1e-9f, p) == 0);
   const float huge[] = {-1e6f, 1e6f};
   CHECK_THROWS_AS(int4_group_params(huge, 2), endor::Error);
-  const float top[] = {0.0f, 65520.0f};  // min and scale fit f16, the max does not
+  const float top[] = {0.0f, 65520.0f};  // beyond f16
   CHECK_THROWS_AS(int4_group_params(top, 2), endor::Error);
   const float edge[] = {0.0f, 65504.0f};
   CHECK(int4_value(int4_code(65504.0f, int4_group_params(edge, 2)), int4_group_params(edge, 2)) > 65000.0f);

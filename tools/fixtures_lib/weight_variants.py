@@ -24,8 +24,11 @@ int4 (after pruning; per (row r, group of G = 32 consecutive input columns [32g,
       asymmetric, over the present values of the group)
   If the group has no present value: all its entries stay 0 (no parameters needed).
   mn, mx = min, max of the present values                        (float32)
-  scale  = f16((mx - mn) / 15);  if scale == 0: scale = 1         (test after the f16 rounding)
-  mn     = f16(mn)
+  lo, hi = min(mn, 0), max(mx, 0)                                 (the grid holds an exact 0)
+  step   = (hi - lo) / 15, rounded UP to 7 significant bits      (below f16's normal range: up
+                                                                   to a multiple of 2^-24)
+  z      = clamp(round(-lo / step), 0, 15);  mn = -z * step       (exact; code z decodes to 0)
+  (if mn is not an f16 value: scale = f16((mx - mn) / 15) or 1, mn = f16(mn), as before 2026-11-25)
   q      = clamp(round((x - mn) / scale), 0, 15)                   (float32 subtract, then divide)
   x'     = q * scale + mn                                          (float32 multiply, then add; no FMA)
   Pruned entries stay exactly 0 (they are not quantized).
@@ -87,6 +90,25 @@ def quantize_int8_rows(w: np.ndarray) -> np.ndarray:
     return out
 
 
+def int4_grid(mn: np.float32, mx: np.float32):
+    """format.h int4_grid: (scale, min) as float32 values of f16s, min = -z*scale."""
+    f16 = lambda v: round_f16(np.array([v], np.float32))[0]
+    lo, hi = min(mn, np.float32(0)), max(mx, np.float32(0))
+    if hi == lo:
+        return np.float32(1), np.float32(0)
+    step = np.float32((hi - lo) / np.float32(15))
+    f, e = np.frexp(step)
+    s = np.float32(np.ldexp(np.float32(np.ceil(f * np.float32(128)) / np.float32(128)), e))
+    if f16(s) != s:
+        s = np.float32(np.ldexp(np.ceil(np.ldexp(np.float64(step), 24)), -24))
+    z = np.float32(min(15.0, max(0.0, float(round_half_away(np.array([-lo / s], np.float32))[0]))))
+    m = np.float32(0) if z == 0 else np.float32(-z * s)
+    if f16(s) == s and f16(m) == m:
+        return s, m
+    scale = f16(np.float32((mx - mn) / np.float32(15)))
+    return (np.float32(1) if scale == 0 else scale), f16(mn)
+
+
 def quantize_int4_groups(w: np.ndarray, group: int = INT4_GROUP) -> np.ndarray:
     out = np.zeros_like(w)
     rows, cols = w.shape
@@ -98,10 +120,7 @@ def quantize_int4_groups(w: np.ndarray, group: int = INT4_GROUP) -> np.ndarray:
                 continue
             mn = np.float32(x[present].min())
             mx = np.float32(x[present].max())
-            scale = round_f16(np.array([(mx - mn) / np.float32(15)], np.float32))[0]
-            if scale == 0:
-                scale = np.float32(1)
-            mn = round_f16(np.array([mn], np.float32))[0]
+            scale, mn = int4_grid(mn, mx)
             q = np.clip(round_half_away((x - mn) / scale), 0, 15).astype(np.float32)
             deq = (q * scale).astype(np.float32) + mn
             out[r, c0:c0 + group] = np.where(present, deq, np.float32(0))

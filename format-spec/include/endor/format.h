@@ -181,6 +181,17 @@ struct EncodedTensor {
   std::vector<uint8_t> bytes;  // size == layout.total_bytes; padding bytes are zero
 };
 
+// The int4 grid of one group (SPEC.md §7.2) whose present values span [mn, mx]: value =
+// code·S + M with S, M as f16. The range is widened to hold 0 and the step rounded up to 7
+// significant bits, so that M = −z·S exactly for an integer z in [0, 15]: code z is exactly 0,
+// which lets a kernel treat a bitmap word as dense (absent elements are code z). Where M would
+// pass the f16 range (values near ±65504) the grid is the fallback over [mn, mx] (SPEC.md §7.2).
+// Throws endor::Error unless mn <= mx are finite and within the f16 range (|x| <= 65504).
+struct Int4Grid {
+  uint16_t scale_f16 = 0, min_f16 = 0;
+};
+Int4Grid int4_grid(float mn, float mx);
+
 // Encodes a row-major f32 tensor. Bitmap: entries equal to ±0 are the absent ones. f16/bf16
 // values are rounded to nearest even (bit-exact for inputs that came from f16/bf16). int8/int4
 // quantize here (ALGORITHMS.md "Quantization"; int4 params are rounded to f16 before codes are

@@ -30,17 +30,18 @@ Int4GroupParams int4_group_params(const float* x, size_t n) {
     mn = std::min(mn, x[i]);
     mx = std::max(mx, x[i]);
   }
-  const float scale = (mx - mn) / 15.0f;
+  // The container encoder's grid (one code exactly 0), so SparseGPT's codes meet the same grid.
+  Int4Grid grid;
+  try {
+    grid = int4_grid(mn, mx);
+  } catch (const Error& e) {
+    detail::fail("int4_group_params", e.what());
+  }
   Int4GroupParams p;
-  p.scale_f16 = f32_to_f16(scale);
-  if (scale == 0.0f || f16_to_f32(p.scale_f16) == 0.0f) p.scale_f16 = f32_to_f16(1.0f);
-  p.min_f16 = f32_to_f16(mn);
+  p.scale_f16 = grid.scale_f16;
+  p.min_f16 = grid.min_f16;
   p.scale = f16_to_f32(p.scale_f16);
   p.min = f16_to_f32(p.min_f16);
-  // As the container encoder: every value must fit f16 (|x| <= 65504), not only min and scale.
-  if (!std::isfinite(p.scale) || !std::isfinite(p.min) || !std::isfinite(f16_to_f32(f32_to_f16(mx))))
-    detail::fail("int4_group_params", "group range [" + std::to_string(mn) + ", " + std::to_string(mx) +
-                                          "] exceeds the f16 range (|x| <= 65504)");
   return p;
 }
 

@@ -85,11 +85,12 @@ float int8_row_scale(const float* row, size_t n);
 int8_t int8_code(float w, float scale);
 float int8_value(int8_t code, float scale);  // code·s
 
-// int4, asymmetric per (row, group of group_size consecutive input columns):
-// mn, mx over the group; scale = (mx−mn)/15; scale and mn are rounded to f16 BEFORE codes are
-// chosen; a scale that is 0 (mx == mn) or underflows f16 to 0 becomes 1 (Differs: ALGORITHMS.md
-// guards only mx == mn; an f16 scale of 0 would divide by zero). Values beyond the f16 range
-// (|x| > 65504) throw, as in the container encoder.
+// int4, asymmetric per (row, group of group_size consecutive input columns): the container
+// encoder's grid over the group's [mn, mx] (endor::int4_grid, SPEC.md §7.2: the range widened to
+// hold 0, min = −z·scale for an integer z, so code z is exactly 0), as f16 BEFORE codes are
+// chosen. Differs: ALGORITHMS.md's grid spans exactly [mn, mx] with a float min; this one has the
+// same half-step error bound for a group of both signs (the step up to 1.6 % coarser) and spans
+// from 0 for a group of one sign, and lets the CPU kernels multiply a bitmap word as dense. Values beyond the f16 range (|x| > 65504) throw, as in the container encoder.
 struct Int4GroupParams {
   uint16_t scale_f16 = 0, min_f16 = 0;  // what the container stores
   float scale = 1.0f, min = 0.0f;       // the same values widened to f32
