@@ -470,9 +470,11 @@ void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, siz
 // d then accumulate the word in f32. vpdpbusd multiplies unsigned by signed bytes:
 //   int8  the codes + 128 (xor 0x80) times q, the accumulator started at −128·Σ(the lane's 4 q):
 //         exact Σ q_w·q per lane (an absent weight, byte 0, becomes 128 and cancels the same way);
-//   int4  the bare codes (0..15) times q; a bitmap row also sums its present q (a vpdpbusd of the
-//         word's mask as 0/1 bytes) for the mins; a dense row's Σ q per group is the same for every
-//         row, so Σ_g M_g·(Σ_{b∈g} d_b·sums_b) is taken once per call and per row is a short dot.
+//   int4  the bare codes (0..15) times q; a dense row's Σ q per group is the same for every row, so
+//         Σ_g M_g·(Σ_{b∈g} d_b·sums_b) is taken once per call and per row is a short dot. A bitmap
+//         row whose groups have zero codes (M = −z·S, zero_codes: what the packer writes) is the
+//         same, its absent columns expanded as code z; any other bitmap row also sums its present
+//         q (a vpdpbusd of the word's mask as 0/1 bytes) for the mins.
 // Per word and token: 1-2 vpdpbusd, 1-2 conversions, 1-2 fmas; the shuffle port only expands.
 
 bool cpu_has_vnni() {
