@@ -194,8 +194,9 @@ Int4Grid int4_grid(float mn, float mx);
 
 // Encodes a row-major f32 tensor. Bitmap: entries equal to ±0 are the absent ones. f16/bf16
 // values are rounded to nearest even (bit-exact for inputs that came from f16/bf16). int8/int4
-// quantize here (ALGORITHMS.md "Quantization"; int4 params are rounded to f16 before codes are
-// chosen, so decode(encode(x)) is what the spec's dequantization yields). Pruned zeros stay zero.
+// quantize here (ALGORITHMS.md "Quantization"; int4 on int4_grid's grid with a zero code, which
+// differs from ALGORITHMS.md's [mn, mx] grid; params are f16 before codes are chosen, so
+// decode(encode(x)) is what the spec's dequantization yields). Pruned zeros stay zero.
 EncodedTensor encode_tensor(const float* values, const std::vector<uint64_t>& shape, const EncodeOptions&);
 
 // int8/int4 content whose codes and parameters were chosen outside encode_tensor (SPEC.md §7.3),
