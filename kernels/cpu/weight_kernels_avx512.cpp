@@ -723,22 +723,23 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
         y[r + i] = _mm512_reduce_add_ps(v);
       }
     };
-    uint64_t r = ra;
-    if (run_z) {  // every run of a file from Endor's packer
-      for (; r + 4 <= rb; r += 4) rows_at(std::integral_constant<int, 4>{}, std::true_type{}, r);
-      for (; r + 2 <= rb; r += 2) rows_at(std::integral_constant<int, 2>{}, std::true_type{}, r);
-      if (r < rb) rows_at(std::integral_constant<int, 1>{}, std::true_type{}, r);
-    } else if (kBitmap) {  // some group without one: each row on its own path
-      for (; r < rb; ++r) {
+    auto all_rows = [&](auto z_tag) {
+      uint64_t r = ra;
+      for (; r + 4 <= rb; r += 4) rows_at(std::integral_constant<int, 4>{}, z_tag, r);
+      for (; r + 2 <= rb; r += 2) rows_at(std::integral_constant<int, 2>{}, z_tag, r);
+      if (r < rb) rows_at(std::integral_constant<int, 1>{}, z_tag, r);
+    };
+    if constexpr (!kBitmap) {
+      all_rows(std::false_type{});
+    } else if (run_z) {  // every run of a file from Endor's packer
+      all_rows(std::true_type{});
+    } else {  // some group without a zero code: each row on its own path
+      for (uint64_t r = ra; r < rb; ++r) {
         if (zero_codes(sm + (r - ra) * gpr, mins + (r - ra) * gpr, gpr, zero_code + (r - ra) * gpr))
           rows_at(std::integral_constant<int, 1>{}, std::true_type{}, r);
         else
           rows_at(std::integral_constant<int, 1>{}, std::false_type{}, r);
       }
-    } else {
-      for (; r + 4 <= rb; r += 4) rows_at(std::integral_constant<int, 4>{}, std::false_type{}, r);
-      for (; r + 2 <= rb; r += 2) rows_at(std::integral_constant<int, 2>{}, std::false_type{}, r);
-      if (r < rb) rows_at(std::integral_constant<int, 1>{}, std::false_type{}, r);
     }
     ra = rb;
     k_a = k_b;
@@ -878,7 +879,7 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
           acc[t][wi % kA] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_load_ps(dv + at), acc[t][wi % kA]);
         }
       } else {
-        const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
+        const __m512i pres = presence ? _mm512_maskz_mov_epi8(k, ones) : zero;  // only the presence path reads it
         if (row_z) codes = _mm512_mask_blend_epi8(k, zv, codes);
         for (int t = 0; t < NT; ++t) {
           const size_t at = (t * words + wi) * 16;
