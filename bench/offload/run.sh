@@ -10,13 +10,16 @@
 #            Accelerate (hf_offload.py), (b) Endor dense, (c) Endor f16 50 %, (d) Endor int4 50 %
 #   disk     the same with every offloaded block on disk (Endor --cpu-mem 0: O_DIRECT reads;
 #            Accelerate max_memory cpu 0 + offload_folder, page cache dropped before each step)
-#   kernels  bench_cuda_kernels --quick (decode GB/s vs device copy), the CUDA test binaries, and
-#            compute-sanitizer (memcheck, racecheck, synccheck) over them
+#   tests    the CUDA test binaries (test_cuda_kernels, test_offload_cuda) on this GPU, then
+#            bench_cuda_kernels --quick (decode GB/s vs device copy)
+#   sanitize compute-sanitizer (memcheck, racecheck, synccheck) over the CUDA test binaries
+#   kernels  tests, then sanitize
 #   table    the table of everything measured so far
-#   all      prepare, hostram, disk, kernels, in that order, stopping when the deadline nears
+#   all      build, tests, prepare, hostram, disk, sanitize, in that order (the cheapest evidence
+#            first: a short lease still checks the kernels), stopping when the deadline nears
 # A phase first runs what it depends on when its outputs are missing (a fresh machine). Everything
-# big lives in $ENDOR_BENCH_WORK; OUT_DIR gets at most 5 files: <phase>.log, table.md,
-# results.jsonl (every record), probe.txt, kernels.txt.
+# big lives in $ENDOR_BENCH_WORK; OUT_DIR gets at most 6 files: <phase>.log, table.md,
+# results.jsonl (every record), probe.txt, tests.txt, kernels.txt.
 #
 # Environment (defaults): ENDOR_BENCH_WORK (/tmp/endor-offload-bench), ENDOR_BENCH_BUILD (empty:
 # build in $WORK/build), ENDOR_BENCH_SHAPE (7b), ENDOR_BENCH_DEVICE (cuda), ENDOR_BENCH_GPU_MEM (3G),
@@ -31,7 +34,7 @@ if [[ -z "$phase" || -z "$out" ]]; then
   sed -n '2,24p' "$0" >&2
   exit 2
 fi
-case "$phase" in prepare|hostram|disk|kernels|table|all) ;; *) echo "error: unknown phase '$phase'" >&2; exit 2 ;; esac
+case "$phase" in prepare|hostram|disk|tests|sanitize|kernels|table|all) ;; *) echo "error: unknown phase '$phase'" >&2; exit 2 ;; esac
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/bench/offload"
@@ -80,8 +83,13 @@ EOF
 do_build() {
   if [[ -x "$build/runtime/endor-infer" && -x "$build/packer/endor-pack" && -x "$build/bench/bench_offload_probe" ]] &&
      [[ "$device" != cuda || -x "$build/bench/bench_cuda_kernels" ]]; then
-    note "build: reusing $build"
-    return 0
+    # A build carried from another machine may miss a shared library here: then build afresh.
+    if "$build/runtime/endor-infer" --help >/dev/null 2>&1; then
+      note "build: reusing $build"
+      return 0
+    fi
+    note "build: $build does not run here ($(ldd "$build/runtime/endor-infer" 2>&1 | grep -m1 'not found')); building in $work/build"
+    build="$work/build"
   fi
   note "build: $build (Release, $device)"
   local gen=() cuda_args=(-DENDOR_CUDA=OFF) targets=(endor-pack endor-infer bench_offload_probe)
@@ -107,11 +115,6 @@ do_build() {
   cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >"$work/build.log" 2>&1 ||
     { grep -E "error|Error" "$work/build.log" | head -30; echo "error: build failed (log: $work/build.log)"; exit 1; }
   note "build: done"
-  if [[ "$device" == cuda ]]; then
-    # The streaming executor against all-resident logits on this GPU, before anything is timed.
-    note "test: test_offload_cuda"
-    (cd "$build" && run_timed 240 ctest --output-on-failure -R "^test_offload_cuda$") | tail -15 | tee "$results/test_offload_cuda.txt"
-  fi
 }
 
 do_prepare() {
@@ -228,20 +231,32 @@ do_case() {
   hf_case "$case"
 }
 
-do_kernels() {
-  [[ "$device" == cuda ]] || { note "kernels: CUDA only"; return; }
+# The CUDA test binaries, run directly (a carried build's ctest files name another machine's paths):
+# every kernel against the CPU backend and the streaming executor against all-resident logits, on
+# this GPU and unemulated; then the decode kernels' GB/s against the device-to-device copy.
+do_tests() {
+  [[ "$device" == cuda ]] || { note "tests: CUDA only"; return; }
   [[ -x "$build/bench/bench_cuda_kernels" ]] || do_build
-  time_for 120 || { note "deadline: skipping kernels"; return; }
+  : >"$results/tests.txt"
+  for t in tests/cuda/test_cuda_kernels tests/offload/test_offload_cuda; do
+    time_for 60 || { note "deadline: skipping $t"; continue; }
+    note "test: $t"
+    (cd "$(dirname "$build/$t")" && run_timed 300 "$build/$t"; echo "$t: exit status $?") 2>&1 |
+      tee -a "$results/tests.txt"
+  done
+  cp "$results/tests.txt" "$out/"
+  time_for 60 || { note "deadline: skipping bench_cuda_kernels"; return; }
   note "kernels: bench_cuda_kernels --quick"
   run_timed 240 "$build/bench/bench_cuda_kernels" --quick --iters 10 | tee "$results/kernels.txt"
-  time_for 60 || return
-  note "tests: test_cuda_kernels"
-  (cd "$build" && run_timed 300 ctest --output-on-failure -R "^test_cuda_kernels$") | tail -40 |
-    tee -a "$results/kernels.txt"
-  cat "$results/test_offload_cuda.txt" >>"$results/kernels.txt" 2>/dev/null
-  # compute-sanitizer over the CUDA tests: what the CPU emulation in CI (tests/cuemu) cannot see —
-  # the hardware's own memory errors, shared-memory races and barrier misuse. The 11008-column case
-  # is left out (its kernels run in the smaller cases; under the sanitizer it would take minutes).
+  cp "$results/kernels.txt" "$out/"
+}
+
+# compute-sanitizer over the CUDA tests: what the CPU emulation in CI (tests/cuemu) cannot see —
+# the hardware's own memory errors, shared-memory races and barrier misuse. The 11008-column case
+# is left out (its kernels run in the smaller cases; under the sanitizer it would take minutes).
+do_sanitize() {
+  [[ "$device" == cuda ]] || { note "sanitize: CUDA only"; return; }
+  [[ -x "$build/tests/cuda/test_cuda_kernels" ]] || do_build
   local san
   san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   for tool in memcheck racecheck synccheck; do
@@ -249,14 +264,14 @@ do_kernels() {
     note "compute-sanitizer --tool $tool test_cuda_kernels"
     (cd "$build/tests/cuda" && run_timed 240 "$san" --tool "$tool" --error-exitcode 3 \
        "$build/tests/cuda/test_cuda_kernels" "-tce=*11008*"; echo "exit status $?") 2>&1 | tail -8 |
-      tee -a "$results/kernels.txt"
+      tee -a "$results/tests.txt"
   done
   if time_for 90; then
     note "compute-sanitizer --tool memcheck test_offload_cuda"
     (cd "$build/tests/offload" && run_timed 240 "$san" --tool memcheck --error-exitcode 3 \
-       "$build/tests/offload/test_offload_cuda"; echo "exit status $?") 2>&1 | tail -8 | tee -a "$results/kernels.txt"
+       "$build/tests/offload/test_offload_cuda"; echo "exit status $?") 2>&1 | tail -8 | tee -a "$results/tests.txt"
   fi
-  cp "$results/kernels.txt" "$out/"
+  cp "$results/tests.txt" "$out/" 2>/dev/null
 }
 
 do_table() {
@@ -264,6 +279,7 @@ do_table() {
   cat "$results"/hostram-?.json "$results"/disk-?.json 2>/dev/null >"$out/results.jsonl"
   cp "$results/probe.txt" "$out/" 2>/dev/null
   [[ -f "$results/kernels.txt" ]] && cp "$results/kernels.txt" "$out/"
+  [[ -f "$results/tests.txt" ]] && cp "$results/tests.txt" "$out/"
   note "done"
 }
 
@@ -271,8 +287,10 @@ case "$phase" in
   prepare) do_prepare ;;
   hostram) do_case hostram ;;
   disk) do_case disk ;;
-  kernels) do_kernels ;;
+  tests) do_tests ;;
+  sanitize) do_sanitize ;;
+  kernels) do_tests; do_sanitize ;;
   table) ;;
-  all) do_prepare && { do_case hostram; do_case disk; do_kernels; } ;;
+  all) do_build; do_tests; do_prepare && { do_case hostram; do_case disk; }; do_sanitize ;;
 esac
 do_table
