@@ -24,6 +24,11 @@ export LD_LIBRARY_PATH="/tmp/endor-libs:/usr/local/cuda/lib64:/usr/local/cuda/li
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 nvcc --version | tail -1 | tee -a "$out/gpu.txt"
 build=""
-[[ -d "$root/build-gpu-carry" ]] && build="$root/build-gpu-carry"
+if [[ -d "$root/build-gpu-carry" ]]; then
+  build="$root/build-gpu-carry"
+  # test_offload_cuda runs endor-pack/endor-infer from the folder it was built in (<root>/build-gpu
+  # by scripts/build_gpu_carry.sh; the device machine's checkout is at the same path as here).
+  [[ -e "$root/build-gpu" ]] || ln -s build-gpu-carry "$root/build-gpu"
+fi
 ENDOR_BENCH_BUILD=${ENDOR_BENCH_BUILD:-${build:-}} ENDOR_BENCH_DEADLINE=${ENDOR_BENCH_DEADLINE:-530} \
   "$root/bench/offload/run.sh" all "$out"
