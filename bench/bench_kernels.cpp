@@ -7,7 +7,7 @@
 // Weights are replicated into a working set larger than the last-level cache (--ws-mib) and the
 // calls rotate through the copies, so every GEMV reads its bytes from DRAM as decode does on a
 // real model. Usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS]
-// [--stream ROUNDS [--sparsity S]] [--rows]
+// [--stream ROUNDS [--sparsity S] [--shape RxC]] [--rows]
 #include <omp.h>
 
 #include <algorithm>
@@ -45,11 +45,21 @@ struct Args {
   // bandwidth probed each round.
   int stream_rounds = 0;
   double stream_sparsity = 0.5;  // --sparsity S: of the --stream weight
+  uint64_t stream_rows = 5632, stream_cols = 2048;  // --shape RxC: of the --stream weight
   // --rows: only single-thread T=1 fused GEMV time per row on SmolLM2-135M's decoder shapes
   // (576 -> 576/192/1536, 1536 -> 576), weights in cache: the compute cost per row that bounds
   // decode of a model this small (its 3.3-bit decoder weights fit the last-level cache).
   bool rows = false;
 };
+
+// "RxC" -> rows, cols; false (and both left as they were) when it is not that form.
+bool parse_shape(const char* s, uint64_t& rows, uint64_t& cols) {
+  unsigned long long r = 0, c = 0;
+  if (std::sscanf(s, "%llux%llu", &r, &c) != 2 || r == 0 || c == 0) return false;
+  rows = r;
+  cols = c;
+  return true;
+}
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -62,13 +72,14 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--compute-only") a.compute_only = true;
     else if (s == "--stream" && i + 1 < argc) a.stream_rounds = std::atoi(argv[++i]);
     else if (s == "--sparsity" && i + 1 < argc) a.stream_sparsity = std::atof(argv[++i]);
+    else if (s == "--shape" && i + 1 < argc && parse_shape(argv[i + 1], a.stream_rows, a.stream_cols)) ++i;
     else if (s == "--probe" && i + 3 < argc) {
       a.probe_vt = argv[++i];
       a.probe_enc = argv[++i];
       a.probe_calls = std::atoi(argv[++i]);
     }
     else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS] [--stream ROUNDS [--sparsity S]] [--rows]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS] [--stream ROUNDS [--sparsity S] [--shape RxC]] [--rows]\n");
       std::exit(2);
     }
   }
@@ -87,9 +98,14 @@ struct FreeDeleter {
 };
 
 // n copies of one encoded blob at 4096-byte aligned offsets (as a container lays out groups).
+// Their views say whether an int4 tensor is 2:4, as the runtime's weight store does.
 class Replicas {
  public:
   Replicas(const EncodedTensor& enc, size_t ws_bytes) : layout_(enc.layout) {
+    TensorView v;
+    v.layout = enc.layout;
+    v.data = enc.bytes.data();
+    two_of_four_ = enc.layout.value_type == ValueType::I4 && is_two_of_four(v);
     stride_ = (enc.bytes.size() + 4095) / 4096 * 4096;
     n_ = std::clamp<size_t>(ws_bytes / stride_ + 1, 1, 4096);
     mem_.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, n_ * stride_)));
@@ -102,11 +118,13 @@ class Replicas {
     TensorView v;
     v.layout = layout_;
     v.data = mem_.get() + (i % n_) * stride_;
+    v.two_of_four = two_of_four_;
     return v;
   }
 
  private:
   TensorLayout layout_;
+  bool two_of_four_ = false;
   size_t stride_ = 0, n_ = 0;
   std::unique_ptr<uint8_t, FreeDeleter> mem_;
 };
@@ -182,6 +200,18 @@ std::vector<float> random_sparse(uint64_t rows, uint64_t cols, double sparsity, 
   return w;
 }
 
+// 2:4: of every 4 consecutive weights of random_sparse(…, 0, seed) the 2 of smallest magnitude
+// zeroed (magnitude pruning's N:M rule).
+std::vector<float> random_two_of_four(uint64_t rows, uint64_t cols, uint32_t seed) {
+  std::vector<float> w = random_sparse(rows, cols, 0.0, seed);
+  for (uint64_t i = 0; i + 4 <= w.size(); i += 4) {
+    int order[4] = {0, 1, 2, 3};
+    std::sort(order, order + 4, [&](int a, int b) { return std::fabs(w[i + a]) < std::fabs(w[i + b]); });
+    w[i + order[0]] = w[i + order[1]] = 0.0f;
+  }
+  return w;
+}
+
 struct Config {
   Encoding enc;
   ValueType vt;
@@ -240,7 +270,9 @@ int run_rows() {
     bool exact;
     const char* label;
   };
+  // sparsity -1: 2:4 (random_two_of_four).
   const RowConfig configs[] = {{Encoding::Bitmap, ValueType::I4, 0.5, false, "int4 bitmap @50%"},
+                               {Encoding::Bitmap, ValueType::I4, -1.0, false, "int4 bitmap 2:4"},
                                {Encoding::Dense, ValueType::I4, 0.0, false, "int4 dense"},
                                {Encoding::Bitmap, ValueType::I8, 0.5, false, "int8 bitmap @50%"},
                                {Encoding::Dense, ValueType::I8, 0.0, false, "int8 dense"},
@@ -254,7 +286,7 @@ int run_rows() {
   for (const RowConfig& c : configs) {
     std::printf("%-18s", c.label);
     for (const Shape& s : shapes) {
-      const std::vector<float> w = random_sparse(s.rows, s.cols, c.sparsity, 7);
+      const std::vector<float> w = c.sparsity < 0 ? random_two_of_four(s.rows, s.cols, 7) : random_sparse(s.rows, s.cols, c.sparsity, 7);
       EncodeOptions opt;
       opt.encoding = c.enc;
       opt.value_type = c.vt;
@@ -263,6 +295,7 @@ int run_rows() {
       TensorView v;
       v.layout = e.layout;
       v.data = e.bytes.data();
+      v.two_of_four = c.vt == ValueType::I4 && is_two_of_four(v);
       auto b = backend_with(1, cpu::LinearPath::Fused);
       auto wt = b->prepare_weight(v);
       std::vector<float> x(s.cols), y(s.rows);
@@ -285,14 +318,15 @@ int run_stream(const Args& args) {
   const int threads = args.threads > 0 ? args.threads : omp_get_max_threads();
   omp_set_num_threads(threads);
   const size_t ws_bytes = args.ws_mib << 20;
-  const uint64_t rows = 5632, cols = 2048;
+  const uint64_t rows = args.stream_rows, cols = args.stream_cols;
   const std::vector<float> w = random_sparse(rows, cols, args.stream_sparsity, 1);
   const Config configs[] = {{Encoding::Dense, ValueType::F16, "dense f16"},
                             {Encoding::Bitmap, ValueType::F16, "bitmap f16"},
                             {Encoding::Bitmap, ValueType::I8, "bitmap int8"},
                             {Encoding::Bitmap, ValueType::I8, "bitmap int8 exact"},
                             {Encoding::Bitmap, ValueType::I4, "bitmap int4 g128"},
-                            {Encoding::Bitmap, ValueType::I4, "bitmap int4 exact"}};
+                            {Encoding::Bitmap, ValueType::I4, "bitmap int4 exact"},
+                            {Encoding::Bitmap, ValueType::I4, "bitmap int4 2:4"}};
   // "exact": f32 activations (cpu::Options::exact); the others int8/int4 take int8 activations.
   auto is_exact = [](const Config& c) { return std::string(c.label).find("exact") != std::string::npos; };
   std::vector<std::unique_ptr<Replicas>> reps;
@@ -301,7 +335,9 @@ int run_stream(const Args& args) {
     opt.encoding = c.enc;
     opt.value_type = c.vt;
     opt.group_size = c.vt == ValueType::I4 ? 128 : 0;
-    reps.push_back(std::make_unique<Replicas>(encode_tensor(w.data(), {rows, cols}, opt), ws_bytes / 4));
+    const bool nm = std::string(c.label).find("2:4") != std::string::npos;
+    reps.push_back(std::make_unique<Replicas>(
+        encode_tensor(nm ? random_two_of_four(rows, cols, 1).data() : w.data(), {rows, cols}, opt), ws_bytes / 4));
   }
   auto b = backend_with(threads, cpu::LinearPath::Fused);
   cpu::Options exact_options;

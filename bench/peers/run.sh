@@ -99,9 +99,10 @@ declare -A endor_args=([dense]="convert --dtype f16" [f16_50]="prune --sparsity 
                        [int8_50]="prune --sparsity 0.5 --method magnitude --quant int8"
                        [int4_50]="prune --sparsity 0.5 --method magnitude --quant int4"
                        [int4_50_qhead]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head int8"
-                       [int4_qhead]="prune --sparsity 0 --method magnitude --quant int4 --quant-head int8")
+                       [int4_qhead]="prune --sparsity 0 --method magnitude --quant int4 --quant-head int8"
+                       [int4_24_qhead]="prune --sparsity 0.5 --pattern 2:4 --method magnitude --quant int4 --quant-head int8")
 endor_configs=(dense f16_50 int8_50 int4_50)
-((quant_head)) && endor_configs+=(int4_50_qhead int4_qhead)
+((quant_head)) && endor_configs+=(int4_50_qhead int4_qhead int4_24_qhead)
 llama_configs=(F16 Q8_0 Q4_0)
 IFS=, read -r -a model_list <<<"$models"
 for m in "${model_list[@]}"; do

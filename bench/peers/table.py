@@ -13,10 +13,10 @@ import statistics
 import sys
 
 PAIRS = [("F16", "dense"), ("F16", "f16_50"), ("Q8_0", "int8_50"), ("Q4_0", "int4_50"), ("Q4_0", "int4_50_qhead"),
-         ("Q4_0", "int4_qhead")]
+         ("Q4_0", "int4_qhead"), ("Q4_0", "int4_24_qhead")]
 ENDOR_NAME = {"dense": "dense f16", "f16_50": "f16 @ 50 %", "int8_50": "int8 @ 50 %", "int4_50": "int4 @ 50 %",
               "int4_50_qhead": "int4 @ 50 % + int8 head",
-              "int4_qhead": "int4 dense + int8 head"}
+              "int4_qhead": "int4 dense + int8 head", "int4_24_qhead": "int4 2:4 + int8 head"}
 
 
 def main():

@@ -50,6 +50,25 @@ float stored_value(const TensorView& t, uint64_t v, uint64_t r, uint64_t c) {
 
 }  // namespace
 
+bool is_two_of_four(const TensorView& t) {
+  const TensorLayout& L = t.layout;
+  if (L.encoding != Encoding::Bitmap || L.cols % 4 != 0 || L.nnz != L.rows * (L.cols / 2)) return false;
+  const uint64_t pad_mask = row_padding_mask(L.cols);
+  for (uint64_t r = 0; r < L.rows; ++r) {
+    const uint8_t* row_words = t.data + L.bitmap_offset + 8 * r * L.words_per_row;
+    for (uint64_t w = 0; w < L.words_per_row; ++w) {
+      const uint64_t word = detail::load_u64(row_words + 8 * w);
+      // Per 4-bit group: the popcount of each bit pair, then of each nibble; every nibble 2, and
+      // the last word's groups past `cols` 0 (their bits are padding, zero in a valid tensor).
+      const uint64_t pairs = (word & 0x5555555555555555ull) + ((word >> 1) & 0x5555555555555555ull);
+      const uint64_t nibbles = (pairs & 0x3333333333333333ull) + ((pairs >> 2) & 0x3333333333333333ull);
+      const uint64_t want = w + 1 == L.words_per_row ? 0x2222222222222222ull & ~pad_mask : 0x2222222222222222ull;
+      if (nibbles != want) return false;
+    }
+  }
+  return true;
+}
+
 void validate_bitmap(const TensorView& t, const std::string& what) {
   const TensorLayout& L = t.layout;
   if (L.encoding != Encoding::Bitmap) return;

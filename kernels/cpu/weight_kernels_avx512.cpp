@@ -597,6 +597,59 @@ inline bool zero_codes(const float* s, const float* m, uint64_t n, uint8_t* z) {
   return bad == 0;
 }
 
+// 2:4 int4 rows (TensorView::two_of_four, groups of 128 columns): 128 columns hold exactly 64
+// codes, so instead of expanding codes over columns, the x of each stored code is gathered: code
+// k of a 128-column block sits at column 4·(k/2) + (the first or second set bit of its nibble of
+// the mask), and one vpermi2b picks those 64 x bytes from the block's two x vectors. One vpdpbusd
+// then multiplies 64 codes, half the multiplies of the expand path and no expand. Lane j of it
+// sums codes 4j..4j+3 = columns 8j..8j+7: activation block j/4 of the four (pair_scales). The
+// min term needs the sum of the present x (a second vpdpbusd, of ones).
+struct TwoOfFour {
+  __m512i ctl, low, parity, table, base;
+  TwoOfFour() {
+    alignas(64) uint8_t c[64], par[64], t[64], b[64];
+    for (int k = 0; k < 64; ++k) {
+      c[k] = uint8_t(4 * ((k & 7) / 2));  // code lane k of a qword: nibble (k & 7) / 2 of its 16 mask bits
+      par[k] = uint8_t((k & 1) ? 16 : 0);  // odd codes: the nibble's second set bit
+      b[k] = uint8_t(4 * (k / 2));
+      t[k] = 0;
+    }
+    for (int n = 0; n < 16; ++n) {
+      int first = -1, second = -1;
+      for (int bit = 0; bit < 4; ++bit)
+        if (n >> bit & 1) (first < 0 ? first : second) = bit;
+      t[n] = uint8_t(first < 0 ? 0 : first);
+      t[16 + n] = uint8_t(second < 0 ? 0 : second);
+    }
+    ctl = _mm512_load_si512(c);
+    low = _mm512_set1_epi8(0x0F);
+    parity = _mm512_load_si512(par);
+    table = _mm512_load_si512(t);
+    base = _mm512_load_si512(b);
+  }
+  // The 64 gather indices (0..127) of a 128-column block from its 16 mask bytes (half: the first
+  // 8 only, a 64-column block, whose indices 32..63 are then meaningless).
+  template <bool kHalf = false>
+  __m512i indices(const uint8_t* mask) const {
+    const __m128i m = kHalf ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mask))
+                            : _mm_loadu_si128(reinterpret_cast<const __m128i*>(mask));
+    const __m512i chunks = _mm512_cvtepu16_epi64(m);
+    const __m512i sel = _mm512_multishift_epi64_epi8(ctl, chunks);  // byte k: bits 4·((k&7)/2).. of its chunk
+    const __m512i nib = _mm512_ternarylogic_epi32(sel, low, parity, 0xEA);  // (sel & 0x0F) | parity
+    return _mm512_add_epi8(_mm512_permutexvar_epi8(nib, table), base);
+  }
+};
+// Each 128-column block's four activation block scales, lane j block 4p + j/4 (the lanes of its
+// vpdpbusd); a last block of 64 columns has two, its lanes 8-15 0.
+inline void pair_scales(const QuantizedX& xt, uint64_t cols, float* dv) {
+  const __m512i lane_block = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
+  const uint64_t blocks = (cols + kActBlock - 1) / kActBlock;
+  for (uint64_t p = 0; 4 * p < blocks; ++p) {
+    const __mmask8 k = __mmask8(first_bits(std::min<uint64_t>(4, blocks - 4 * p)));
+    _mm512_store_ps(dv + p * 16, _mm512_permutexvar_ps(lane_block, _mm512_castps128_ps512(_mm_maskz_loadu_ps(k, xt.d + 4 * p))));
+  }
+}
+
 // Decode (one token) on an int4 weight (bitmap or dense) whose groups are WPG whole words: the hot
 // loop of int4 decode on a small model, whose weights stay in cache so the kernel is bound by its
 // instruction stream rather than by memory. Unlike the general kernel it
@@ -636,6 +689,14 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   float* group_p = reinterpret_cast<float*>(thread_buffer<3>(gpr + 16));
   dense_group_sums(qx, L, group_p);
   const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
+  // The 2:4 path: groups of 128 columns (WPG 2) over 128-column blocks, the last one possibly 64.
+  const bool two_of_four = kBitmap && WPG == 2 && w.two_of_four && L.cols % 64 == 0;
+  static const TwoOfFour nm;
+  float* pv = nullptr;
+  if (two_of_four) {
+    pv = thread_buffer<5>((words + 1) / 2 * 16);
+    pair_scales(qx, L.cols, pv);
+  }
   uint64_t ra = r0, k_a = row_start(r0);
   while (ra < r1) {
     uint64_t rb = ra + 1, k_b = row_start(rb);
@@ -723,6 +784,50 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
         y[r + i] = _mm512_reduce_add_ps(v);
       }
     };
+    // 2:4 rows (WPG 2: a group is one 128-column block): codes gathered against x (TwoOfFour).
+    auto rows_nm = [&](auto rows_tag, uint64_t r) {
+      constexpr int R = decltype(rows_tag)::value;
+      const uint8_t* p[R];
+      const uint8_t* bits[R];
+      const float* s[R];
+      const float* m[R];
+      __m512 acc_q[R], acc_p[R];
+      for (int i = 0; i < R; ++i) {
+        p[i] = base + row_start(r + i);
+        bits[i] = bitmap + 8 * (r + i) * wpr;
+        s[i] = sm + (r + i - ra) * gpr;
+        m[i] = mins + (r + i - ra) * gpr;
+        acc_q[i] = acc_p[i] = _mm512_setzero_ps();
+      }
+      // A block's codes against its gathered x (lanes of a 64-column tail block past 32 zero).
+      auto block = [&](int i, uint64_t g, __m512i codes, __m512i gx, __m512 d) {
+        const __m512 q = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, gx)), d);
+        const __m512 pr = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, ones, gx)), d);
+        acc_q[i] = _mm512_fmadd_ps(q, _mm512_set1_ps(s[i][g]), acc_q[i]);
+        acc_p[i] = _mm512_fmadd_ps(pr, _mm512_set1_ps(m[i][g]), acc_p[i]);
+      };
+      const uint64_t full = L.cols / 128;
+      for (uint64_t g = 0; g < full; ++g) {
+        const __m512i x0 = _mm512_load_si512(xq + 128 * g), x1 = _mm512_load_si512(xq + 128 * g + 64);
+        const __m512 d = _mm512_load_ps(pv + 16 * g);
+        for (int i = 0; i < R; ++i) {
+          if ((g & 3) == 0) prefetch_l2(bits[i] + 16 * g + kPrefetchL2Bytes / 8);
+          const __m512i gx = _mm512_permutex2var_epi8(x0, nm.indices(bits[i] + 16 * g), x1);
+          block(i, g, _mm512_loadu_si512(p[i]), gx, d);
+          p[i] += 64;
+        }
+      }
+      if (full < gpr) {  // a last block of 64 columns: 32 codes, x from its one word
+        const __mmask64 half = __mmask64(first_bits(32));
+        const __m512i x0 = _mm512_load_si512(xq + 128 * full);
+        const __m512 d = _mm512_load_ps(pv + 16 * full);
+        for (int i = 0; i < R; ++i) {
+          const __m512i gx = _mm512_maskz_permutexvar_epi8(half, nm.indices<true>(bits[i] + 16 * full), x0);
+          block(i, full, _mm512_maskz_loadu_epi8(half, p[i]), gx, d);
+        }
+      }
+      for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc_q[i], acc_p[i]));
+    };
     auto all_rows = [&](auto z_tag) {
       uint64_t r = ra;
       for (; r + 4 <= rb; r += 4) rows_at(std::integral_constant<int, 4>{}, z_tag, r);
@@ -731,6 +836,10 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
     };
     if constexpr (!kBitmap) {
       all_rows(std::false_type{});
+    } else if (two_of_four) {
+      uint64_t r = ra;
+      for (; r + 4 <= rb; r += 4) rows_nm(std::integral_constant<int, 4>{}, r);
+      for (; r < rb; ++r) rows_nm(std::integral_constant<int, 1>{}, r);
     } else if (run_z) {  // every run of a file from Endor's packer
       all_rows(std::true_type{});
     } else {  // some group without a zero code: each row on its own path

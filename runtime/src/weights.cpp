@@ -44,9 +44,12 @@ const Weight& WeightStore::matrix(const std::string& name, uint64_t rows, uint64
   auto it = matrices_.find(info.name);
   if (it != matrices_.end()) return *it->second;
   // Backend::prepare_weight asks the view to outlive the Weight: keep it in stable storage.
-  const TensorView& view = views_.emplace_back(container_.tensor(info));
+  TensorView& view = views_.emplace_back(container_.tensor(info));
   // The kernels trust the bitmap index; check it once here (O(bitmap bytes), ~1/16 of f16 data).
   validate_bitmap(view, path() + ": tensor \"" + info.name + "\"");
+  // And whether an int4 tensor is 2:4 (the CPU one-token kernel's gather path), from the file's
+  // bytes: a streamed weight is prepared before its slot is filled, and keeps this view's flag.
+  view.two_of_four = info.value_type == ValueType::I4 && is_two_of_four(view);
   std::unique_ptr<Weight> w = provider_ ? provider_->prepare(backend_, view, info.group) : backend_.prepare_weight(view);
   const Weight* raw = w.get();
   weights_by_group_[info.group].push_back(std::move(w));

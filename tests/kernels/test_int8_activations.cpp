@@ -145,7 +145,8 @@ Reference reference_q8(const TensorView& v, const QuantX& qx, size_t n_tokens) {
 // Runs linear() and counts the outputs outside (chain + 8)·u·B of the reference.
 size_t check_q8(Backend& backend, const EncodedWeight& ew, size_t n_tokens, double chain, uint32_t seed,
                 bool with_bias = false) {
-  const TensorView v = ew.view();
+  TensorView v = ew.view();
+  v.two_of_four = v.layout.value_type == ValueType::I4 && is_two_of_four(v);  // as the weight store sets it
   const uint64_t rows = v.layout.rows, cols = v.layout.cols;
   std::vector<float> x = random_activations(n_tokens * cols, seed);
   if (cols > 40) {  // an all-zero block (d = 0) and an outlier, as real activations have
@@ -320,6 +321,69 @@ TEST_CASE("int8 activations: bitmap int4 groups without a zero code (other packe
             CHECK(nudged > 0);
             CHECK(check_q8(*backend, ew, T, fused_chain(s.cols), seed, false) == 0);
           }
+}
+
+namespace {
+// Random weights with exactly 2 of every 4 consecutive columns zero (2:4), each group's pattern
+// one of the six at random; with `odd_row` >= 0, that row's first two groups get 1 and 3 values
+// instead (the same count per row, no longer 2:4).
+std::vector<float> two_of_four_weights(uint64_t rows, uint64_t cols, uint32_t seed, int64_t odd_row = -1) {
+  std::vector<float> w = random_weights(rows, cols, 0.0, seed);
+  std::mt19937 rng(seed + 7);
+  const uint8_t patterns[] = {0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t c0 = 0; c0 < cols; c0 += 4) {
+      uint8_t keep = patterns[rng() % 6];
+      if (int64_t(r) == odd_row && c0 < 8) keep = c0 == 0 ? 0x1 : 0x7;
+      for (uint64_t c = 0; c < 4; ++c)
+        if (!(keep >> c & 1)) w[r * cols + c0 + c] = 0.0f;
+    }
+  return w;
+}
+}  // namespace
+
+TEST_CASE("int8 activations: 2:4 int4 rows (the one-token gather path) match the reference; other rows are not taken for 2:4") {
+  // The AVX-512 one-token kernel gathers x for 2:4 int4 weights with groups of 128 columns
+  // (TensorView::two_of_four, set by prepare_weight after is_two_of_four). Rows around the 4-row
+  // step, more rows than a run (256), widths with a 64-column last block (576, 1600, 64) and widths
+  // the path does not take (cols not a multiple of 64), 1 and 2 threads.
+  const Shape shapes[] = {{1, 128}, {4, 256}, {7, 1024}, {5, 576}, {300, 128}, {9, 5120}, {41, 2048},
+                          {6, 1600}, {2, 64}, {3, 4}, {5, 100}};
+  uint32_t seed = 9300;
+  for (cpu::Isa isa : isas())
+    for (int threads : {1, 2}) {
+      cpu::Options opt;
+      opt.isa = isa;
+      opt.n_threads = threads;
+      opt.linear_path = cpu::LinearPath::Fused;
+      auto backend = make_cpu_backend(opt);
+      for (const Shape& s : shapes)
+        for (uint32_t g : {128u, 64u}) {
+          ++seed;
+          const EncodedWeight ew = encode(two_of_four_weights(s.rows, s.cols, seed), s.rows, s.cols, Encoding::Bitmap, ValueType::I4, g);
+          CAPTURE(isa_name(isa));
+          CAPTURE(threads);
+          CAPTURE(s.rows);
+          CAPTURE(s.cols);
+          CAPTURE(g);
+          CHECK(is_two_of_four(ew.view()));
+          CHECK(check_q8(*backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
+          CHECK(check_q8(*backend, ew, 3, fused_chain(s.cols), seed, false) == 0);
+        }
+      // Not 2:4: the same count of values per row, one row's groups 1 + 3; and unstructured 50 %.
+      for (const Shape& s : {Shape{9, 512}, Shape{6, 1024}}) {
+        ++seed;
+        const EncodedWeight odd = encode(two_of_four_weights(s.rows, s.cols, seed, int64_t(s.rows / 2)), s.rows, s.cols,
+                                         Encoding::Bitmap, ValueType::I4, 128);
+        const EncodedWeight loose = encode(random_weights(s.rows, s.cols, 0.5, seed), s.rows, s.cols, Encoding::Bitmap, ValueType::I4, 128);
+        CAPTURE(isa_name(isa));
+        CAPTURE(s.cols);
+        CHECK(odd.enc.layout.nnz == s.rows * s.cols / 2);
+        CHECK_FALSE(is_two_of_four(odd.view()));
+        CHECK_FALSE(is_two_of_four(loose.view()));
+        CHECK(check_q8(*backend, odd, 1, fused_chain(s.cols), seed, false) == 0);
+      }
+    }
 }
 
 TEST_CASE("int8 activations: every token count and path computes the same function (prefill multiplies x̂ = d·q)") {

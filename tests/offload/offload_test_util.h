@@ -45,7 +45,7 @@ inline void write_tiered_container(const std::string& path, const nlohmann::json
     std::vector<float> values(n);
     for (float& v : values) v = t.shape.size() == 1 ? 1.0f + 0.1f * normal(rng) : 0.1f * normal(rng);
     const bool matrix = t.shape.size() == 2;
-    // Matrices of blocks: half of them bitmap-encoded (every other element zero), so streamed
+    // Matrices of blocks: half of them bitmap-encoded (every other element zero: 2:4), so streamed
     // weights include bitmap indexes; the rest dense.
     const bool bitmap = matrix && t.group.rfind("layers.", 0) == 0 && (t.name.find("proj") != std::string::npos) &&
                         (t.name.find("q_proj") != std::string::npos || t.name.find("up_proj") != std::string::npos);
@@ -61,6 +61,7 @@ inline void write_tiered_container(const std::string& path, const nlohmann::json
     info.encoding = eo.encoding;
     info.value_type = eo.value_type;
     info.nnz = e.layout.nnz;
+    info.group_size = e.layout.group_size;
     info.source_dtype = "F32";
     w.add_tensor(info, e.bytes.data(), e.bytes.size());
   }

@@ -3,6 +3,9 @@
 // block-level API in any order (calibration), and the fixture architectures packed by endor-pack.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <deque>
+
 #include "offload_test_util.h"
 
 using namespace endor;
@@ -90,6 +93,61 @@ TEST_CASE("cpu streaming: disk-tier blocks give the resident logits exactly, for
       CHECK(s.stats.fills[int(Tier::Cpu)] == 0);
     }
   }
+}
+
+TEST_CASE("cpu streaming: 2:4 int4 weights are marked from the file's bytes, and a streamed weight keeps the mark") {
+  // write_tiered_container's bitmap matrices keep every other column: 2:4. The weight store checks
+  // that (is_two_of_four) and marks the view the backend gets (the AVX-512 one-token kernel's
+  // gather path); a streamed weight is prepared before its slot holds the bytes, so the mark must
+  // come with the view, and its logits stay bit-equal to the resident model's.
+  struct Recorder final : WeightProvider {
+    bool hide = false;  // hand the backend the view unmarked (the expand path)
+    size_t int4_bitmaps = 0, marked = 0;
+    std::deque<TensorView> views;
+    std::unique_ptr<Weight> prepare(Backend& backend, const TensorView& view, uint32_t) override {
+      if (view.layout.value_type == ValueType::I4 && view.layout.encoding == Encoding::Bitmap) {
+        ++int4_bitmaps;
+        marked += view.two_of_four;
+      }
+      if (!hide) return backend.prepare_weight(view);
+      views.push_back(view);
+      views.back().two_of_four = false;
+      return backend.prepare_weight(views.back());
+    }
+    void acquire(uint32_t) override {}
+    void release(uint32_t) override {}
+  };
+  TempDir dir;
+  const nlohmann::json cfg = synthetic_config(3);
+  const std::string path = dir.file("m.endor");
+  write_tiered_container(path, cfg, 13, ValueType::I4, [](const std::string&) { return Tier::Gpu; });
+  auto c = ContainerReader::open(path);
+  const std::vector<int32_t> prompt = prompt_ids(5, 64);
+  const size_t steps = 6;
+  auto run = [&](Recorder& rec) {
+    auto backend = make_cpu_backend(1);
+    auto model = load_model(*c, *backend, &rec);
+    return run_sequence(*model, prompt, steps);
+  };
+  Recorder marked, hidden;
+  hidden.hide = true;
+  const std::vector<float> want = run(marked), unmarked = run(hidden);
+  CHECK(marked.int4_bitmaps == 2 * 3);  // q_proj and up_proj of each block
+  CHECK(marked.marked == marked.int4_bitmaps);
+  CHECK(bit_equal(resident_logits(*c, prompt, steps), want));
+  const Streamed s = streamed_logits(*c, placement_with(*c, false, 1, all_disk), 1, DiskIo::Auto, prompt, steps);
+  CHECK(s.stats.fills[int(Tier::Disk)] > 0);
+  CHECK(bit_equal(s.logits, want));
+  // Unmarked, the same function by the expand path: close, and on AVX-512 rounded differently (so
+  // the comparisons above did see the gather path).
+  REQUIRE(unmarked.size() == want.size());
+  double worst = 0.0, scale = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, double(std::fabs(unmarked[i] - want[i])));
+    scale = std::max(scale, double(std::fabs(want[i])));
+  }
+  CHECK(worst <= 1e-4 * scale);
+  if (cpu::cpu_has_avx512()) CHECK_FALSE(bit_equal(unmarked, want));
 }
 
 TEST_CASE("cpu streaming: mixed tiers, fixed ids through generate(), and calibration-style block access") {

@@ -161,6 +161,9 @@ struct TensorView {
   const TensorInfo* info = nullptr;
   TensorLayout layout;
   const uint8_t* data = nullptr;  // blob start (64-aligned when backed by a container)
+  // Set only by a backend that checked it with is_two_of_four() (never read from a file): every
+  // aligned run of 4 columns holds exactly 2 stored values, so kernels may rely on the count.
+  bool two_of_four = false;
 
   const uint64_t* bitmap() const { return reinterpret_cast<const uint64_t*>(data + layout.bitmap_offset); }
   const uint32_t* index() const { return reinterpret_cast<const uint32_t*>(data + layout.index_offset); }
@@ -223,6 +226,11 @@ EncodedTensor encode_quantized(const std::vector<uint64_t>& shape, Encoding, con
 // Checks a bitmap tensor's index against its bitmap popcounts and nnz (O(bitmap bytes)); throws
 // endor::Error naming `what` on the first inconsistency. Dense tensors: no-op.
 void validate_bitmap(const TensorView&, const std::string& what);
+
+// True when a bitmap tensor is 2:4 throughout: cols a multiple of 4 and exactly 2 set bits in
+// every aligned group of 4 columns of every row (so every row holds cols / 2 values, at fixed
+// offsets). O(bitmap bytes), stops at the first other group. Dense tensors: false.
+bool is_two_of_four(const TensorView&);
 
 // Reference decoder (single-threaded, simple, the definition of the decoded value of every
 // element): writes rows [row_begin, row_end) as f32 into out[(r - row_begin)·cols + c].
