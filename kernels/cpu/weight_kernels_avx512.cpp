@@ -719,24 +719,26 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       }
       run_z = kBitmap && zero_codes(sm, mins, n, zero_code);
     }
-    // kZ: bitmap rows whose absent codes are z (zero_codes): one vpdpbusd a word, dense min term.
-    auto rows_at = [&](auto rows_tag, auto z_tag, uint64_t r) {
-      constexpr int R = decltype(rows_tag)::value;
-      constexpr bool kZ = decltype(z_tag)::value, kPresence = kBitmap && !kZ;
-      const uint8_t* p[R];
-      const uint8_t* bits[R];
-      const float* s[R];
-      const float* m[R];
-      const uint8_t* z[R];
-      __m512 acc_q[R], acc_p[R];
-      for (int i = 0; i < R; ++i) {
+    // Rows r..r+n-1 of the run: code streams, bitmap rows, widened scales and mins, zero codes.
+    auto row_pointers = [&](uint64_t r, int n, const uint8_t** p, const uint8_t** bits, const float** s,
+                            const float** m, const uint8_t** z) {
+      for (int i = 0; i < n; ++i) {
         p[i] = base + row_start(r + i);
         bits[i] = bitmap + 8 * (r + i) * wpr;
         s[i] = sm + (r + i - ra) * gpr;
         m[i] = mins + (r + i - ra) * gpr;
         z[i] = zero_code + (r + i - ra) * gpr;
-        acc_q[i] = acc_p[i] = _mm512_setzero_ps();
       }
+    };
+    // kZ: bitmap rows whose absent codes are z (zero_codes): one vpdpbusd a word, dense min term.
+    auto rows_at = [&](auto rows_tag, auto z_tag, uint64_t r) {
+      constexpr int R = decltype(rows_tag)::value;
+      constexpr bool kZ = decltype(z_tag)::value, kPresence = kBitmap && !kZ;
+      const uint8_t *p[R], *bits[R], *z[R];
+      const float *s[R], *m[R];
+      __m512 acc_q[R], acc_p[R];
+      row_pointers(r, R, p, bits, s, m, z);
+      for (int i = 0; i < R; ++i) acc_q[i] = acc_p[i] = _mm512_setzero_ps();
       uint64_t wi = 0;
       for (uint64_t g = 0; g < gpr; ++g) {
         __m512 gq[R], gp[R];
@@ -787,18 +789,11 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
     // 2:4 rows (WPG 2: a group is one 128-column block): codes gathered against x (TwoOfFour).
     auto rows_nm = [&](auto rows_tag, uint64_t r) {
       constexpr int R = decltype(rows_tag)::value;
-      const uint8_t* p[R];
-      const uint8_t* bits[R];
-      const float* s[R];
-      const float* m[R];
+      const uint8_t *p[R], *bits[R], *z[R];
+      const float *s[R], *m[R];
       __m512 acc_q[R], acc_p[R];
-      for (int i = 0; i < R; ++i) {
-        p[i] = base + row_start(r + i);
-        bits[i] = bitmap + 8 * (r + i) * wpr;
-        s[i] = sm + (r + i - ra) * gpr;
-        m[i] = mins + (r + i - ra) * gpr;
-        acc_q[i] = acc_p[i] = _mm512_setzero_ps();
-      }
+      row_pointers(r, R, p, bits, s, m, z);
+      for (int i = 0; i < R; ++i) acc_q[i] = acc_p[i] = _mm512_setzero_ps();
       // A block's codes against its gathered x (lanes of a 64-column tail block past 32 zero).
       auto block = [&](int i, uint64_t g, __m512i codes, __m512i gx, __m512 d) {
         const __m512 q = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, gx)), d);
