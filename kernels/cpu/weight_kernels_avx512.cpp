@@ -717,7 +717,7 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
         _mm512_storeu_ps(sm + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, sc + i)));
         _mm512_storeu_ps(mins + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mn + i)));
       }
-      run_z = kBitmap && zero_codes(sm, mins, n, zero_code);
+      run_z = kBitmap && !two_of_four && zero_codes(sm, mins, n, zero_code);  // the 2:4 path reads no z
     }
     // Rows r..r+n-1 of the run: code streams, bitmap rows, widened scales and mins, zero codes.
     auto row_pointers = [&](uint64_t r, int n, const uint8_t** p, const uint8_t** bits, const float** s,
