@@ -321,13 +321,16 @@ int run_stream(const Args& args) {
   const uint64_t rows = args.stream_rows, cols = args.stream_cols;
   const std::vector<float> w = random_sparse(rows, cols, args.stream_sparsity, 1);
   const Config configs[] = {{Encoding::Dense, ValueType::F16, "dense f16"},
+                            {Encoding::Dense, ValueType::F16, "dense f16 exact"},
                             {Encoding::Bitmap, ValueType::F16, "bitmap f16"},
+                            {Encoding::Bitmap, ValueType::F16, "bitmap f16 exact"},
                             {Encoding::Bitmap, ValueType::I8, "bitmap int8"},
                             {Encoding::Bitmap, ValueType::I8, "bitmap int8 exact"},
                             {Encoding::Bitmap, ValueType::I4, "bitmap int4 g128"},
                             {Encoding::Bitmap, ValueType::I4, "bitmap int4 exact"},
                             {Encoding::Bitmap, ValueType::I4, "bitmap int4 2:4"}};
-  // "exact": f32 activations (cpu::Options::exact); the others int8/int4 take int8 activations.
+  // "exact": f32 activations (cpu::Options::exact); the others int8/int4 take int8 activations,
+  // f16 ones f16 activations where the rows are wide enough (kHalfXMinCols, 4097 columns).
   auto is_exact = [](const Config& c) { return std::string(c.label).find("exact") != std::string::npos; };
   std::vector<std::unique_ptr<Replicas>> reps;
   for (const Config& c : configs) {

@@ -53,6 +53,7 @@ struct Context {
   ScratchBuffer attn_v_scratch;  // prefill attention: V transposed per kv head
   ScratchBuffer act_scratch;     // int8 activations: the quantized x (QuantizedX)
   ScratchBuffer xhat_scratch;    // int8 activations on non-fused paths: x̂ = d·q as f32
+  ScratchBuffer half_x_scratch;  // f16 activations: x rounded to f16 (uint16 bits)
   ScratchBuffer kv_k_scratch;    // f16 KV cache: the keys attention reads, widened to f32
   ScratchBuffer kv_v_scratch;    // and the values
   std::vector<LinearGroupTask> group_tasks;  // linear_group's task list, reused between calls

@@ -1,9 +1,11 @@
 // y = x·Wᵀ + b on an encoded weight, three ways (see cpu::LinearPath): fused decode-multiply for
 // decode-time token counts, per-thread row decode + dense dots, and panel decode + GEMM.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "context.h"
+#include "half.h"
 
 namespace endor::cpu::detail {
 namespace {
@@ -17,6 +19,23 @@ constexpr size_t kPanelBytes = size_t(16) << 20;  // decoded f32 panel size for 
 // Whether this weight multiplies int8 activations under ctx's options.
 bool int8_activations(const Context& ctx, const TensorView& w) {
   return !ctx.options.exact && int8_activation_weight(w.layout.value_type);
+}
+
+// Whether this weight multiplies f16 activations under ctx's options (kHalfXMinCols).
+bool half_activations(const Context& ctx, const TensorView& w) {
+  const ValueType vt = w.layout.value_type;
+  return !ctx.options.exact && (vt == ValueType::F16 || vt == ValueType::BF16) && w.layout.cols >= kHalfXMinCols;
+}
+
+// x[T, cols] rounded to f16 into ctx.half_x_scratch, or null when a value is not finite as an f16
+// (|x| > 65504, inf, NaN): that call keeps f32 x, which carries such values as they are.
+const uint16_t* round_into_scratch(Context& ctx, const float* x, size_t n_tokens, uint64_t cols) {
+  const size_t n = n_tokens * cols;
+  uint16_t* h = reinterpret_cast<uint16_t*>(ctx.half_x_scratch.floats((n + 1) / 2));
+  narrow_to_half(x, h, n);
+  uint16_t top = 0;  // bit 15 set iff some exponent field is all ones (inf or NaN)
+  for (size_t i = 0; i < n; ++i) top |= uint16_t((h[i] & 0x7C00) + 0x0400);
+  return (top & 0x8000) ? nullptr : h;
 }
 
 // x quantized into ctx.act_scratch.
@@ -40,7 +59,9 @@ void linear_fused_q8(Context& ctx, const TensorView& w, const QuantizedX& qx, si
   }
 }
 
-void linear_fused(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, float* y) {
+// XT: float, or uint16_t for x rounded to f16 (half_activations).
+template <typename XT>
+void linear_fused(Context& ctx, const TensorView& w, const XT* x, size_t n_tokens, float* y) {
   const uint64_t rows = w.layout.rows, cols = w.layout.cols;
   const size_t chunk = rows_per_task(rows, ctx.n_threads);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
@@ -50,7 +71,8 @@ void linear_fused(Context& ctx, const TensorView& w, const float* x, size_t n_to
     const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
     ctx.pool.run(n_chunks, threads_for(rows * cols * nt, ctx.n_threads), [&](int64_t b, int) {
       const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
-      k.dot_rows(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
+      if constexpr (std::is_same_v<XT, uint16_t>) k.dot_rows_hx(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
+      else k.dot_rows(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
     });
   }
 }
@@ -129,6 +151,22 @@ void linear(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, 
     if (bias) add_bias_rows(ctx, y, bias, n_tokens, w.layout.rows);
     return;
   }
+  if (half_activations(ctx, w)) {
+    if (const uint16_t* xh = round_into_scratch(ctx, x, n_tokens, w.layout.cols)) {
+      if (path == LinearPath::Fused || path == LinearPath::Auto) {
+        linear_fused(ctx, w, xh, n_tokens, y);
+      } else {
+        // The other paths multiply the rounded x widened back: the same function.
+        const size_t n = n_tokens * w.layout.cols;
+        float* xr = ctx.xhat_scratch.floats(n);
+        widen_half(xh, xr, n);
+        if (path == LinearPath::RowDecode) linear_row_decode(ctx, w, xr, n_tokens, y);
+        else linear_panel_gemm(ctx, w, xr, n_tokens, y);
+      }
+      if (bias) add_bias_rows(ctx, y, bias, n_tokens, w.layout.rows);
+      return;
+    }
+  }
   switch (path) {
     case LinearPath::Auto:
     case LinearPath::Fused: linear_fused(ctx, w, x, n_tokens, y); break;
@@ -167,10 +205,15 @@ void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const floa
   bool any_q8 = false;
   for (size_t i = 0; i < n_jobs; ++i) any_q8 = any_q8 || int8_activations(ctx, *jobs[i].w);
   const QuantizedX qx = any_q8 ? quantize_into_scratch(ctx, x, n_tokens, jobs[0].w->layout.cols) : QuantizedX{};
+  // And rounded to f16 once for every job that takes f16 activations (null: all keep f32 x).
+  bool any_half = false;
+  for (size_t i = 0; i < n_jobs; ++i) any_half = any_half || half_activations(ctx, *jobs[i].w);
+  const uint16_t* xh = any_half ? round_into_scratch(ctx, x, n_tokens, jobs[0].w->layout.cols) : nullptr;
   ctx.pool.run(n_tasks, threads_for(work, ctx.n_threads), [&](int64_t i, int) {
     const LinearGroupTask& t = tasks[size_t(i)];
     const uint64_t rows = t.job->w->layout.rows, cols = t.job->w->layout.cols;
     if (int8_activations(ctx, *t.job->w)) k.dot_rows_q8(*t.job->w, t.r0, t.r1, qx, n_tokens, t.job->y, rows);
+    else if (xh && half_activations(ctx, *t.job->w)) k.dot_rows_hx(*t.job->w, t.r0, t.r1, xh, cols, n_tokens, t.job->y, rows);
     else k.dot_rows(*t.job->w, t.r0, t.r1, x, cols, n_tokens, t.job->y, rows);
     if (const float* b = t.job->bias)
       for (size_t tok = 0; tok < n_tokens; ++tok)

@@ -68,7 +68,25 @@ struct WeightKernels {
   // token t of qx (the QuantizedX of t = 0), r in [r0, r1), 1 ≤ n_tokens ≤ kMaxFusedTokens.
   void (*dot_rows_q8)(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t n_tokens,
                       float* y, size_t y_stride);
+  // f16 or bf16 weights only: dot_rows with x given as IEEE half bits (x rounded to f16 by the
+  // caller, every value finite): y = Σ_c W[r, c]·f32(x16[c]), the f32 path's function of that x.
+  void (*dot_rows_hx)(const TensorView& w, uint64_t r0, uint64_t r1, const uint16_t* x16, size_t x_stride,
+                      size_t n_tokens, float* y, size_t y_stride);
 };
+
+// ---- f16 activations (f16/bf16 weights of wide rows; Options::exact turns them off) ------------
+//
+// A one-token product streams the weight row through L1 while re-reading x from it; once x in f32
+// outgrows about half of L1 (32 KiB on Zen 4) the stream evicts it and every x load misses, which
+// halves the rate of a dense f16 row of 5632 columns (28 -> 17 GB/s on one core, bench/RESULTS.md).
+// x rounded to f16 is half the bytes and stays: the rounding is 2^-11 relative per element, as
+// fine as the f16 weights it multiplies (llama.cpp multiplies its F16 weights by f16 x always).
+// Rows at least this wide take it; narrower rows keep exact f32 x.
+inline constexpr uint64_t kHalfXMinCols = 4096 + 1;
+// dot_rows_hx for a kernel set without a half-x loop of its own: x widened back to f32 (exactly
+// the rounded values) and multiplied by its dot_rows.
+void dot_rows_hx_widened(const WeightKernels& k, const TensorView& w, uint64_t r0, uint64_t r1, const uint16_t* x16,
+                         size_t x_stride, size_t n_tokens, float* y, size_t y_stride);
 
 const WeightKernels& portable_kernels();
 // The portable dot_rows_q8 (the reference of the int8-activation arithmetic; also the fallback of

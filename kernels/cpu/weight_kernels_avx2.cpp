@@ -758,10 +758,16 @@ void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX
   return portable_dot_rows_q8(w, r0, r1, qx, nt, y, ys);
 }
 
+void dot_rows_hx(const TensorView& w, uint64_t r0, uint64_t r1, const uint16_t* x16, size_t xs, size_t nt, float* y,
+                 size_t ys) {
+  dot_rows_hx_widened(avx2_kernels(), w, r0, r1, x16, xs, nt, y, ys);
+}
+
 }  // namespace
 
 const WeightKernels& avx2_kernels() {
-  static const WeightKernels kernels{"avx2+f16c+fma", decode_rows, decode_rows_u16, dot_rows, dense_dot, dot_rows_q8};
+  static const WeightKernels kernels{"avx2+f16c+fma", decode_rows, decode_rows_u16, dot_rows, dense_dot, dot_rows_q8,
+                                     dot_rows_hx};
   return kernels;
 }
 

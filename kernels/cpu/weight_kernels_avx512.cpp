@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <type_traits>
 
 #include "weight_kernels.h"
 
@@ -285,29 +286,40 @@ inline void dense_word(const uint8_t* p, uint64_t n, __m512 (&w)[4]) {
 
 // NT tokens × A 16-lane accumulators. A = 4 (one per 16-column quarter of a word) while the
 // registers allow; past 4 tokens the tokens themselves give the independent FMA chains.
-template <int NT>
+// XT: float (x as given) or uint16_t (x rounded to f16 by the caller, dot_rows_hx: half the bytes,
+// so a wide row's x stays in L1 while the weights stream through it; widened by one vcvtph2ps).
+template <int NT, typename XT = float>
 struct Accumulators {
   static constexpr int kA = NT <= 4 ? 4 : 1;
+  static constexpr bool kHalfX = std::is_same_v<XT, uint16_t>;
   __m512 a[NT][kA];
-  const float* x;
+  const XT* x;
   size_t xs;
-  Accumulators(const float* x_, size_t xs_) : x(x_), xs(xs_) {
+  Accumulators(const XT* x_, size_t xs_) : x(x_), xs(xs_) {
     for (int t = 0; t < NT; ++t)
       for (int i = 0; i < kA; ++i) a[t][i] = _mm512_setzero_ps();
+  }
+  static inline __m512 load_x(const XT* p) {
+    if constexpr (kHalfX) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    else return _mm512_loadu_ps(p);
+  }
+  static inline __m512 load_x(__mmask16 k, const XT* p) {
+    if constexpr (kHalfX) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
+    else return _mm512_maskz_loadu_ps(k, p);
   }
   // n: columns of the word inside the row (x is not read past them).
   inline void add(const __m512 (&w)[4], uint64_t c0, uint64_t n) {
     if (n == 64) {
       for (int t = 0; t < NT; ++t) {
-        const float* xt = x + t * xs + c0;
-        for (int i = 0; i < 4; ++i) a[t][i % kA] = _mm512_fmadd_ps(w[i], _mm512_loadu_ps(xt + 16 * i), a[t][i % kA]);
+        const XT* xt = x + t * xs + c0;
+        for (int i = 0; i < 4; ++i) a[t][i % kA] = _mm512_fmadd_ps(w[i], load_x(xt + 16 * i), a[t][i % kA]);
       }
     } else {
       const uint64_t bits = first_bits(n);
       for (int t = 0; t < NT; ++t) {
-        const float* xt = x + t * xs + c0;
+        const XT* xt = x + t * xs + c0;
         for (int i = 0; i < 4; ++i)
-          a[t][i % kA] = _mm512_fmadd_ps(w[i], _mm512_maskz_loadu_ps(lanes16(bits, i), xt + 16 * i), a[t][i % kA]);
+          a[t][i % kA] = _mm512_fmadd_ps(w[i], load_x(lanes16(bits, i), xt + 16 * i), a[t][i % kA]);
       }
     }
   }
@@ -325,9 +337,9 @@ constexpr bool strided(ValueType vt) { return vt == ValueType::I8 || vt == Value
 
 // One bitmap word of the row: wp its 8 bytes in memory (cut to the row), bits their value, p the
 // word's first stored value (int4: its first code byte in the unpacked scratch), advanced past them.
-template <ValueType VT, int NT>
+template <ValueType VT, typename Acc>
 __attribute__((always_inline)) inline void dot_bitmap_word(const uint8_t* wp, uint64_t bits, const uint8_t*& p, uint64_t c0,
-                                                           uint64_t n, Accumulators<NT>& acc, Groups& grp) {
+                                                           uint64_t n, Acc& acc, Groups& grp) {
   __m512 wv[4];
   if constexpr (strided(VT)) {
     if constexpr (VT == ValueType::I4) grp.next_word();
@@ -342,8 +354,8 @@ __attribute__((always_inline)) inline void dot_bitmap_word(const uint8_t* wp, ui
 
 // always_inline: the accumulators must stay in registers across the word loop (an out-of-line
 // walker would keep them in memory, a store-to-load chain per FMA).
-template <ValueType VT, int NT>
-__attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, uint64_t r, Accumulators<NT>& acc, CodeScratch& scratch) {
+template <ValueType VT, typename Acc>
+__attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, uint64_t r, Acc& acc, CodeScratch& scratch) {
   const TensorLayout& L = w.layout;
   const uint64_t wpr = L.words_per_row, bpr = L.blocks_per_row, last_n = L.cols - 64 * (wpr - 1);
   const uint8_t* words = w.data + L.bitmap_offset + 8 * r * wpr;
@@ -377,8 +389,8 @@ __attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, u
   }
 }
 
-template <ValueType VT, int NT>
-__attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, uint64_t r, Accumulators<NT>& acc, CodeScratch& scratch) {
+template <ValueType VT, typename Acc>
+__attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, uint64_t r, Acc& acc, CodeScratch& scratch) {
   const uint64_t cols = w.layout.cols;
   const uint8_t* values = w.values();
   Groups grp;
@@ -414,11 +426,12 @@ __attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, ui
   }
 }
 
-template <ValueType VT, int NT>
-void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, float* y, size_t ys) {
+template <ValueType VT, int NT, typename XT = float>
+void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const XT* x, size_t xs, float* y, size_t ys) {
   CodeScratch scratch;
   const bool bitmap = w.layout.encoding == Encoding::Bitmap;
   if constexpr (strided(VT)) {
+    static_assert(std::is_same_v<XT, float>, "int8/int4 weights take f32 x");
     // Once per call (a task of many rows): 3 shuffles per 16 x values against rows·cols·T/16 FMAs.
     const StridedX sx(x, xs, NT, w.layout.cols);
     x = sx.data;
@@ -426,15 +439,15 @@ void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, s
   }
   if constexpr (VT == ValueType::I4) scratch.groups = thread_buffer<1>(2 * Groups::padded_groups(w));
   for (uint64_t r = r0; r < r1; ++r) {
-    Accumulators<NT> acc(x, xs);
+    Accumulators<NT, XT> acc(x, xs);
     if (bitmap) dot_bitmap_row<VT>(w, r, acc, scratch);
     else dot_dense_row<VT>(w, r, acc, scratch);
     acc.store(y, ys, r, VT == ValueType::I8 ? w.row_scales()[r] : 1.0f);
   }
 }
 
-template <ValueType VT>
-void dot_rows_vt(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, size_t nt, float* y,
+template <ValueType VT, typename XT = float>
+void dot_rows_vt(const TensorView& w, uint64_t r0, uint64_t r1, const XT* x, size_t xs, size_t nt, float* y,
                  size_t ys) {
   switch (nt) {
     case 1: return dot_rows_t<VT, 1>(w, r0, r1, x, xs, y, ys);
@@ -458,6 +471,15 @@ void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, siz
     case ValueType::I4:
       if (w.layout.group_size % 64 == 0) return dot_rows_vt<ValueType::I4>(w, r0, r1, x, xs, nt, y, ys);
       return avx2_kernels().dot_rows(w, r0, r1, x, xs, nt, y, ys);
+  }
+}
+
+void dot_rows_hx(const TensorView& w, uint64_t r0, uint64_t r1, const uint16_t* x, size_t xs, size_t nt, float* y,
+                 size_t ys) {
+  switch (w.layout.value_type) {
+    case ValueType::F16: return dot_rows_vt<ValueType::F16>(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::BF16: return dot_rows_vt<ValueType::BF16>(w, r0, r1, x, xs, nt, y, ys);
+    default: throw Error("dot_rows_hx: f16/bf16 weights only");
   }
 }
 
@@ -1059,7 +1081,7 @@ void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX
 
 const WeightKernels& avx512_kernels() {
   const WeightKernels& avx2 = avx2_kernels();
-  static const WeightKernels kernels{"avx512-vbmi2", avx2.decode_rows, avx2.decode_rows_u16, dot_rows, avx2.dense_dot, dot_rows_q8};
+  static const WeightKernels kernels{"avx512-vbmi2", avx2.decode_rows, avx2.decode_rows_u16, dot_rows, avx2.dense_dot, dot_rows_q8, dot_rows_hx};
   return kernels;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "half.h"
 #include "weight_kernels.h"
 
 namespace endor::cpu::detail {
@@ -247,8 +248,25 @@ void portable_dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const Q
   }
 }
 
+void dot_rows_hx_widened(const WeightKernels& k, const TensorView& w, uint64_t r0, uint64_t r1, const uint16_t* x16,
+                         size_t x_stride, size_t n_tokens, float* y, size_t y_stride) {
+  thread_local std::vector<float> x;
+  const uint64_t cols = w.layout.cols;
+  x.resize(n_tokens * cols);
+  for (size_t t = 0; t < n_tokens; ++t) widen_half(x16 + t * x_stride, x.data() + t * cols, cols);
+  k.dot_rows(w, r0, r1, x.data(), cols, n_tokens, y, y_stride);
+}
+
+namespace {
+void dot_rows_hx(const TensorView& w, uint64_t r0, uint64_t r1, const uint16_t* x16, size_t x_stride, size_t n_tokens,
+                 float* y, size_t y_stride) {
+  dot_rows_hx_widened(portable_kernels(), w, r0, r1, x16, x_stride, n_tokens, y, y_stride);
+}
+}  // namespace
+
 const WeightKernels& portable_kernels() {
-  static const WeightKernels kernels{"portable", decode_rows, decode_rows_u16, dot_rows, dense_dot, portable_dot_rows_q8};
+  static const WeightKernels kernels{"portable", decode_rows, decode_rows_u16, dot_rows, dense_dot, portable_dot_rows_q8,
+                                     dot_rows_hx};
   return kernels;
 }
 
