@@ -21,10 +21,11 @@ bool int8_activations(const Context& ctx, const TensorView& w) {
   return !ctx.options.exact && int8_activation_weight(w.layout.value_type);
 }
 
-// Whether this weight multiplies f16 activations under ctx's options (kHalfXMinCols).
+// Whether this weight multiplies f16 activations under ctx's options (weight_kernels.h).
 bool half_activations(const Context& ctx, const TensorView& w) {
   const ValueType vt = w.layout.value_type;
-  return !ctx.options.exact && (vt == ValueType::F16 || vt == ValueType::BF16) && w.layout.cols >= kHalfXMinCols;
+  return !ctx.options.exact && (vt == ValueType::F16 || vt == ValueType::BF16) &&
+         (w.layout.encoding == Encoding::Dense || w.layout.cols >= kHalfXMinCols);
 }
 
 // x[T, cols] rounded to f16 into ctx.half_x_scratch, or null when a value is not finite as an f16

@@ -74,14 +74,20 @@ struct WeightKernels {
                       size_t n_tokens, float* y, size_t y_stride);
 };
 
-// ---- f16 activations (f16/bf16 weights of wide rows; Options::exact turns them off) ------------
+// ---- f16 activations (dense f16/bf16 weights, and bitmap ones of wide rows; Options::exact
+// turns them off) -----------------------------------------------------------------------------
 //
-// A one-token product streams the weight row through L1 while re-reading x from it; once x in f32
-// outgrows about half of L1 (32 KiB on Zen 4) the stream evicts it and every x load misses, which
-// halves the rate of a dense f16 row of 5632 columns (28 -> 17 GB/s on one core, bench/RESULTS.md).
-// x rounded to f16 is half the bytes and stays: the rounding is 2^-11 relative per element, as
-// fine as the f16 weights it multiplies (llama.cpp multiplies its F16 weights by f16 x always).
-// Rows at least this wide take it; narrower rows keep exact f32 x.
+// x rounded to f16 once per call (round to nearest even; 2^-11 relative per element, as fine as
+// the f16 weights it multiplies: llama.cpp multiplies its F16 weights by f16 x always) and
+// widened again by one vcvtph2ps per 16 columns as the kernel loads it. Why:
+//  - a one-token product streams the weight row through L1 while re-reading x from it; once x in
+//    f32 outgrows about half of L1 (32 KiB on Zen 4) the stream evicts it and every x load misses,
+//    which takes a dense f16 row of 5632 columns from 28 to 17 GB/s on one core (bench/RESULTS.md);
+//    f16 x is half the bytes and stays;
+//  - a dense f16 row loads two bytes of x per byte of weight in f32, one in f16: the dense kernel
+//    is bound by its loads at any width (+4 to +18 % tokens/s in the model, SmolLM2 and 1 B).
+// A bitmap row's kernel is bound by its expands and conversions instead, and one more conversion
+// per 16 columns costs it 3-8 %: bitmap rows take f16 x only from this width on.
 inline constexpr uint64_t kHalfXMinCols = 4096 + 1;
 // dot_rows_hx for a kernel set without a half-x loop of its own: x widened back to f32 (exactly
 // the rounded values) and multiplied by its dot_rows.

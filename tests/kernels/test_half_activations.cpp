@@ -1,5 +1,5 @@
-// linear() with f16 activations (the default for f16/bf16 weights of rows at least
-// kHalfXMinCols = 4097 columns wide; kernels/cpu/weight_kernels.h, "f16 activations") against the
+// linear() with f16 activations (the default for dense f16/bf16 weights, and for bitmap ones of
+// rows at least kHalfXMinCols = 4097 columns wide; kernels/cpu/weight_kernels.h) against the
 // double-precision reference of the same function: x rounded to f16 (round to nearest even, the
 // format library's f32_to_f16), then the exact product, with test_linear.cpp's bound
 //
@@ -67,13 +67,13 @@ std::vector<float> positive(std::vector<float> w) {
 
 }  // namespace
 
-TEST_CASE("f16 activations: wide f16/bf16 rows multiply x rounded to f16 on every ISA, encoding, path and token count") {
+TEST_CASE("f16 activations: dense and wide bitmap f16/bf16 rows multiply x rounded to f16 on every ISA, path and token count") {
   struct Shape {
     uint64_t rows, cols;
   };
-  // The threshold itself, a 1 B model's down projection, and one past two index blocks with a
-  // partial last word.
-  const Shape shapes[] = {{5, kMinCols}, {9, 5632}, {3, 8193}};
+  // Narrow (dense only), the bitmap threshold itself, a 1 B model's down projection, and one past
+  // two index blocks with a partial last word.
+  const Shape shapes[] = {{4, 64}, {7, 333}, {5, kMinCols}, {9, 5632}, {3, 8193}};
   const cpu::LinearPath paths[] = {cpu::LinearPath::Auto, cpu::LinearPath::RowDecode, cpu::LinearPath::PanelGemm};
   uint32_t seed = 900;
   for (cpu::Isa isa : isas())
@@ -88,6 +88,7 @@ TEST_CASE("f16 activations: wide f16/bf16 rows multiply x rounded to f16 on ever
           for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
             for (double sp : {0.0, 0.5, 0.97}) {
               if (enc == Encoding::Dense && sp > 0.5) continue;
+              if (enc == Encoding::Bitmap && s.cols < kMinCols) continue;  // the next test's
               ++seed;
               const size_t T = path != cpu::LinearPath::Auto ? 2 : size_t(1 + seed % 3) * (seed % 5 == 0 ? 3 : 1);
               const EncodedWeight ew = encode(positive(random_weights(s.rows, s.cols, sp, seed)), s.rows, s.cols, enc, vt);
@@ -114,7 +115,7 @@ TEST_CASE("f16 activations: wide f16/bf16 rows multiply x rounded to f16 on ever
     }
 }
 
-TEST_CASE("f16 activations: Options::exact, narrower rows, other value types and x beyond f16's range keep f32 x") {
+TEST_CASE("f16 activations: Options::exact, narrower bitmap rows, other value types and x beyond f16's range keep f32 x") {
   const std::vector<float> up_value(1, 1.0f + 3.0f * std::ldexp(1.0f, -12));
   for (cpu::Isa isa : isas()) {
     cpu::Options def, exact;
@@ -131,15 +132,21 @@ TEST_CASE("f16 activations: Options::exact, narrower rows, other value types and
       CHECK(outside(y, ew.view(), up, 1, chain_length(cpu::LinearPath::Fused, cols)) == 0);
       CHECK(outside(y, ew.view(), rounded_to_f16(up), 1, chain_length(cpu::LinearPath::Fused, cols)) == rows);
     }
-    // 4096 columns (one under the threshold), f32 weights of any width: bit for bit the exact path.
-    for (ValueType vt : {ValueType::F16, ValueType::BF16, ValueType::F32}) {
-      const uint64_t rows = 3, cols = vt == ValueType::F32 ? 5632 : kMinCols - 1;
-      const EncodedWeight ew = encode(random_weights(rows, cols, 0.5, 32), rows, cols, Encoding::Bitmap, vt);
-      const std::vector<float> x = random_activations(cols, 33);
-      CAPTURE(std::string(to_string(vt)));
-      const std::vector<float> a = run_linear(*b_def, ew.view(), x, 1), b = run_linear(*b_exact, ew.view(), x, 1);
-      CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-    }
+    // Bitmap rows of 4096 columns (one under the threshold) and of 333, f32 weights of any width and
+    // encoding: bit for bit the exact path.
+    for (ValueType vt : {ValueType::F16, ValueType::BF16, ValueType::F32})
+      for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
+        for (uint64_t cols : {uint64_t(333), kMinCols - 1, uint64_t(5632)}) {
+          if (vt != ValueType::F32 && (enc == Encoding::Dense || cols >= kMinCols)) continue;
+          const uint64_t rows = 3;
+          const EncodedWeight ew = encode(random_weights(rows, cols, 0.5, 32), rows, cols, enc, vt);
+          const std::vector<float> x = random_activations(cols, 33);
+          CAPTURE(std::string(to_string(vt)));
+          CAPTURE(std::string(to_string(enc)));
+          CAPTURE(cols);
+          const std::vector<float> a = run_linear(*b_def, ew.view(), x, 1), b = run_linear(*b_exact, ew.view(), x, 1);
+          CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+        }
     // An x beyond f16's range (or inf/NaN) would become inf: that call keeps f32 x.
     for (float big : {70000.0f, -1e30f, INFINITY}) {
       const uint64_t rows = 3, cols = 5000;
