@@ -408,7 +408,9 @@ __attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, ui
     }
     for (uint64_t c0 = s0; c0 < s1; c0 += 64) {
       const uint64_t n = std::min<uint64_t>(64, s1 - c0);
-      if constexpr (VT != ValueType::I4) {
+      // With f16 x the hardware prefetcher alone keeps a dense f16 row streaming at the read probe
+      // (one core: 1.01-1.04 of it, against 0.85-0.88 with this hint); with f32 x the hint helps.
+      if constexpr (VT != ValueType::I4 && !Acc::kHalfX) {
         for (uint64_t b = 0; b < 64 * value_bytes(VT); b += 64) prefetch_l2(p + kPrefetchL2Bytes + b);
       }
       __m512 wv[4];
