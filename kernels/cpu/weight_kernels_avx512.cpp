@@ -695,9 +695,12 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   const uint64_t wpr = (L.cols + 63) / 64, gpr = L.groups_per_row, words = qx.q_stride / 64;  // wpr: words_per_row is 0 when dense
   float* dv = thread_buffer<2>(words * 16);
   word_scales(qx, words, dv);
-  // Runs of rows: at most kUnpackedCodes codes (L1-sized, whole rows; one row may exceed it) and
-  // kRunRows rows (the widened scales and mins, the zero codes).
-  constexpr uint64_t kUnpackedCodes = 16384, kRunRows = 256;
+  // Runs of rows: at most kUnpackedCodes codes (whole rows; one row may exceed it) and kRunRows rows
+  // (the widened scales and mins, the zero codes). The unpacked codes share L1 (32 KiB on Zen 4)
+  // with x, its word scales (a byte each per column) and the streams: 16 KiB runs made a
+  // 5632-column down projection 25 % slower per weight than 8 KiB ones, and the 1 B shape's int4
+  // decode 9-17 % slower (bench/RESULTS.md); 4-8 KiB measured the same.
+  constexpr uint64_t kUnpackedCodes = 8192, kRunRows = 256;
   uint8_t* unpacked = reinterpret_cast<uint8_t*>(thread_buffer<4>((std::max(kUnpackedCodes, L.cols) + 2 * 64 + 3) / 4 + 16));
   const uint64_t run_groups = kRunRows * gpr + 16;
   float* sm = thread_buffer<1>(2 * run_groups + run_groups / 4 + 16);

@@ -430,8 +430,9 @@ int run(int argc, char** argv) {
      cxxopts::value<float>())
     ("seed", "random seed (default: random)", cxxopts::value<uint64_t>())
     ("threads", "CPU threads (0 = all)", cxxopts::value<int>()->default_value("0"))
-    ("exact", "CPU: multiply int8/int4 weights by the f32 activations exactly (default: activations "
-              "quantized to int8 per 32 values, integer dot products; bench/ACCURACY.md has the cost)")
+    ("exact", "CPU: multiply every weight by the f32 activations exactly (default: int8/int4 weights take "
+              "activations quantized to int8 per 32 values, dense f16/bf16 ones and bitmap ones over 4096 "
+              "columns wide activations rounded to f16; bench/ACCURACY.md has the cost)")
     ("kv-dtype", "KV cache storage: f32, or f16 (half the memory; CPU device only; attention widens the "
                  "cached values back to f32)", cxxopts::value<std::string>()->default_value("f32"))
     ("device", "cpu, cuda or auto (cuda when this build and machine have it)",

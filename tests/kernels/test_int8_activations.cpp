@@ -223,7 +223,7 @@ TEST_CASE("int8 activations: fused kernels match the quantized reference on ever
 
 TEST_CASE("int8 activations: int4 codes unpacked ahead in runs of rows (run boundaries, a row longer than a run)") {
   // One thread, so a task holds many rows: 64 x 3000 gives 8-row tasks of 24000 codes, unpacked in
-  // runs of <= 16384 codes; 4 x 20000 has rows of more codes than a run.
+  // runs of <= 8192 codes; 4 x 20000 has rows of more codes than a run.
   const Shape shapes[] = {{64, 3000}, {4, 20000}};
   uint32_t seed = 4400;
   for (cpu::Isa isa : isas()) {

@@ -144,7 +144,10 @@ struct Options {
   size_t gemm_min_tokens = 0;             // Auto path: T >= this uses PanelGemm; 0 = default
   // false (default): int8 and int4 weights multiply activations quantized to int8 per 32-column
   // block (integer dot products: vpdpbusd with AVX-512 VNNI, vpmaddubsw with AVX2); prefill paths
-  // multiply the same dequantized activations, so decode and prefill compute one function.
+  // multiply the same dequantized activations, so decode and prefill compute one function. Dense
+  // f16/bf16 weights, and bitmap ones of rows over 4096 columns, multiply the activations rounded to
+  // f16 (half the bytes to load and to keep in L1 beside the streaming row; prefill multiplies the
+  // same rounded values).
   // true: every weight multiplies the f32 activations exactly (the reference; calibration uses it).
   bool exact = false;
 };
