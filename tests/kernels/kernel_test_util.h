@@ -16,6 +16,17 @@ namespace endor::ktest {
 
 inline constexpr double kEpsF32 = std::numeric_limits<float>::epsilon() / 2;  // unit roundoff 2^-24
 
+// Every instruction set of the CPU kernels this machine (and build) runs, portable first.
+inline std::vector<cpu::Isa> cpu_isas() {
+  std::vector<cpu::Isa> v{cpu::Isa::Portable};
+  if (cpu::cpu_has_avx2()) v.push_back(cpu::Isa::Avx2);
+  if (cpu::cpu_has_avx512()) v.push_back(cpu::Isa::Avx512);
+  return v;
+}
+inline const char* isa_name(cpu::Isa i) {
+  return i == cpu::Isa::Avx512 ? "avx512" : i == cpu::Isa::Avx2 ? "avx2" : "portable";
+}
+
 // Random values ~U(-1, 1) (magnitudes in [1e-3, 1] so no value rounds to 0 by accident), with
 // round(sparsity·numel) of them set to 0 at random positions.
 inline std::vector<float> random_weights(uint64_t rows, uint64_t cols, double sparsity, uint32_t seed) {

@@ -24,14 +24,6 @@ namespace {
 
 constexpr uint64_t kMinCols = 4097;
 
-std::vector<cpu::Isa> isas() {
-  std::vector<cpu::Isa> v{cpu::Isa::Portable};
-  if (cpu::cpu_has_avx2()) v.push_back(cpu::Isa::Avx2);
-  if (cpu::cpu_has_avx512()) v.push_back(cpu::Isa::Avx512);
-  return v;
-}
-const char* isa_name(cpu::Isa i) { return i == cpu::Isa::Avx512 ? "avx512" : i == cpu::Isa::Avx2 ? "avx2" : "portable"; }
-
 std::vector<float> rounded_to_f16(const std::vector<float>& x) {
   std::vector<float> r(x.size());
   for (size_t i = 0; i < x.size(); ++i) r[i] = f16_to_f32(f32_to_f16(x[i]));
@@ -76,7 +68,7 @@ TEST_CASE("f16 activations: dense and wide bitmap f16/bf16 rows multiply x round
   const Shape shapes[] = {{4, 64}, {7, 333}, {5, kMinCols}, {9, 5632}, {3, 8193}};
   const cpu::LinearPath paths[] = {cpu::LinearPath::Auto, cpu::LinearPath::RowDecode, cpu::LinearPath::PanelGemm};
   uint32_t seed = 900;
-  for (cpu::Isa isa : isas())
+  for (cpu::Isa isa : cpu_isas())
     for (cpu::LinearPath path : paths) {
       cpu::Options opt;
       opt.isa = isa;
@@ -117,7 +109,7 @@ TEST_CASE("f16 activations: dense and wide bitmap f16/bf16 rows multiply x round
 
 TEST_CASE("f16 activations: Options::exact, narrower bitmap rows, other value types and x beyond f16's range keep f32 x") {
   const std::vector<float> up_value(1, 1.0f + 3.0f * std::ldexp(1.0f, -12));
-  for (cpu::Isa isa : isas()) {
+  for (cpu::Isa isa : cpu_isas()) {
     cpu::Options def, exact;
     def.isa = exact.isa = isa;
     exact.exact = true;
@@ -164,7 +156,7 @@ TEST_CASE("f16 activations: linear_group rounds x once and gives what linear() g
   const uint64_t cols = 5632;
   const uint64_t rows[] = {37, 16, 21};
   const ValueType vts[] = {ValueType::F16, ValueType::I4, ValueType::BF16};
-  for (cpu::Isa isa : isas()) {
+  for (cpu::Isa isa : cpu_isas()) {
     cpu::Options opt;
     opt.isa = isa;
     opt.n_threads = 2;

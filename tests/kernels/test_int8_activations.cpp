@@ -26,13 +26,6 @@ namespace {
 
 constexpr size_t kBlock = 32;
 
-std::vector<cpu::Isa> isas() {
-  std::vector<cpu::Isa> v{cpu::Isa::Portable};
-  if (cpu::cpu_has_avx2()) v.push_back(cpu::Isa::Avx2);
-  if (cpu::cpu_has_avx512()) v.push_back(cpu::Isa::Avx512);
-  return v;
-}
-const char* isa_name(cpu::Isa i) { return i == cpu::Isa::Avx512 ? "avx512" : i == cpu::Isa::Avx2 ? "avx2" : "portable"; }
 
 // The quantized activations, from the definition.
 struct QuantX {
@@ -197,7 +190,7 @@ TEST_CASE("int8 activations: fused kernels match the quantized reference on ever
   const double sparsities[] = {0.0, 0.5, 0.9, 1.0};
   const uint32_t groups[] = {64, 128, 32, 7, 256, 96};
   uint32_t seed = 900;
-  for (cpu::Isa isa : isas()) {
+  for (cpu::Isa isa : cpu_isas()) {
     cpu::Options opt;
     opt.isa = isa;
     opt.linear_path = cpu::LinearPath::Fused;
@@ -226,7 +219,7 @@ TEST_CASE("int8 activations: int4 codes unpacked ahead in runs of rows (run boun
   // runs of <= 8192 codes; 4 x 20000 has rows of more codes than a run.
   const Shape shapes[] = {{64, 3000}, {4, 20000}};
   uint32_t seed = 4400;
-  for (cpu::Isa isa : isas()) {
+  for (cpu::Isa isa : cpu_isas()) {
     cpu::Options opt;
     opt.isa = isa;
     opt.n_threads = 1;
@@ -256,7 +249,7 @@ TEST_CASE("int8 activations: one-token kernels (several rows at once) on every r
   const double sparsities[] = {0.0, 0.5, 0.97, 1.0};
   const uint32_t groups[] = {64, 128, 256, 96};
   uint32_t seed = 7100;
-  for (cpu::Isa isa : isas())
+  for (cpu::Isa isa : cpu_isas())
     for (int threads : {1, 2}) {
       cpu::Options opt;
       opt.isa = isa;
@@ -288,7 +281,7 @@ TEST_CASE("int8 activations: bitmap int4 groups without a zero code (other packe
   // every third row, or every row, gets one group's min nudged by one f16 step.
   const Shape shapes[] = {{9, 576}, {37, 130}, {300, 256}, {6, 5000}};
   uint32_t seed = 8200;
-  for (cpu::Isa isa : isas())
+  for (cpu::Isa isa : cpu_isas())
     for (int threads : {1, 2})
       for (const Shape& s : shapes)
         for (int every : {3, 1})
@@ -350,7 +343,7 @@ TEST_CASE("int8 activations: 2:4 int4 rows (the one-token gather path) match the
   const Shape shapes[] = {{1, 128}, {4, 256}, {7, 1024}, {5, 576}, {300, 128}, {9, 5120}, {41, 2048},
                           {6, 1600}, {2, 64}, {3, 4}, {5, 100}};
   uint32_t seed = 9300;
-  for (cpu::Isa isa : isas())
+  for (cpu::Isa isa : cpu_isas())
     for (int threads : {1, 2}) {
       cpu::Options opt;
       opt.isa = isa;
@@ -388,7 +381,7 @@ TEST_CASE("int8 activations: 2:4 int4 rows (the one-token gather path) match the
 
 TEST_CASE("int8 activations: every token count and path computes the same function (prefill multiplies x̂ = d·q)") {
   const cpu::LinearPath paths[] = {cpu::LinearPath::Auto, cpu::LinearPath::RowDecode, cpu::LinearPath::PanelGemm};
-  for (cpu::Isa isa : isas())
+  for (cpu::Isa isa : cpu_isas())
     for (cpu::LinearPath path : paths) {
       cpu::Options opt;
       opt.isa = isa;
@@ -418,7 +411,7 @@ TEST_CASE("int8 activations: linear_group quantizes once and gives what linear()
   const uint64_t cols = 200;
   const uint64_t rows[] = {67, 16, 130};
   const ValueType vts[] = {ValueType::I4, ValueType::F16, ValueType::I8};
-  for (cpu::Isa isa : isas()) {
+  for (cpu::Isa isa : cpu_isas()) {
     cpu::Options opt;
     opt.isa = isa;
     opt.n_threads = 2;
@@ -456,7 +449,7 @@ TEST_CASE("int8 activations are the default for int8/int4 weights; Options::exac
   const uint64_t rows = 40, cols = 256;
   const auto w = random_weights(rows, cols, 0.5, 11);
   const auto x = random_activations(cols, 12);
-  for (cpu::Isa isa : isas()) {
+  for (cpu::Isa isa : cpu_isas()) {
     cpu::Options q8_opt, exact_opt;
     q8_opt.isa = exact_opt.isa = isa;
     exact_opt.exact = true;

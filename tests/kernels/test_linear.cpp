@@ -32,16 +32,6 @@ const size_t kTokenCounts[] = {1, 2, 3, 8, 17, 64};
 const uint32_t kGroupSizes[] = {1, 7, 24, 32, 64, 128};
 const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32, ValueType::I8, ValueType::I4};
 
-std::vector<cpu::Isa> isas() {
-  std::vector<cpu::Isa> v{cpu::Isa::Portable};
-  if (cpu::cpu_has_avx2()) v.push_back(cpu::Isa::Avx2);
-  if (cpu::cpu_has_avx512()) v.push_back(cpu::Isa::Avx512);
-  return v;
-}
-
-const char* isa_name(cpu::Isa i) {
-  return i == cpu::Isa::Avx512 ? "avx512" : i == cpu::Isa::Avx2 ? "avx2" : "portable";
-}
 const char* path_name(cpu::LinearPath p) {
   switch (p) {
     case cpu::LinearPath::Fused: return "fused";
@@ -91,7 +81,7 @@ TEST_CASE("linear matches the reference on every encoding, value type, instructi
   const cpu::LinearPath paths[] = {cpu::LinearPath::Fused, cpu::LinearPath::RowDecode, cpu::LinearPath::PanelGemm};
   uint32_t seed = 1;
   size_t counter = 0;
-  for (cpu::Isa isa : isas())
+  for (cpu::Isa isa : cpu_isas())
     for (cpu::LinearPath path : paths) {
       cpu::Options opt;
       opt.isa = isa;
@@ -126,7 +116,7 @@ TEST_CASE("linear matches the reference on every encoding, value type, instructi
 }
 
 TEST_CASE("linear: every token count through the automatic path choice") {
-  for (cpu::Isa isa : isas()) {
+  for (cpu::Isa isa : cpu_isas()) {
     cpu::Options opt;
     opt.isa = isa;
     opt.exact = true;
@@ -145,7 +135,7 @@ TEST_CASE("linear: every token count through the automatic path choice") {
 }
 
 TEST_CASE("linear: the built-in GEMM (no oneDNN) on prefill token counts") {
-  for (cpu::Isa isa : isas()) {
+  for (cpu::Isa isa : cpu_isas()) {
     cpu::Options opt;
     opt.isa = isa;
     opt.linear_path = cpu::LinearPath::PanelGemm;
@@ -233,7 +223,7 @@ TEST_CASE("linear_group: bit-identical to one linear() per target, with and with
   // at decode token counts they share one parallel region, at prefill counts they run one by one.
   const uint64_t cols = 200;
   const uint64_t rows[] = {67, 16, 130};
-  for (cpu::Isa isa : isas())
+  for (cpu::Isa isa : cpu_isas())
     for (int threads : {1, 2, 3}) {
       cpu::Options opt;
       opt.isa = isa;
