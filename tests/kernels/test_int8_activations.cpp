@@ -26,7 +26,6 @@ namespace {
 
 constexpr size_t kBlock = 32;
 
-
 // The quantized activations, from the definition.
 struct QuantX {
   std::vector<int32_t> q;  // [T, cols]
