@@ -152,25 +152,21 @@ void linear(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, 
     if (bias) add_bias_rows(ctx, y, bias, n_tokens, w.layout.rows);
     return;
   }
-  if (half_activations(ctx, w)) {
-    if (const uint16_t* xh = round_into_scratch(ctx, x, n_tokens, w.layout.cols)) {
-      if (path == LinearPath::Fused || path == LinearPath::Auto) {
-        linear_fused(ctx, w, xh, n_tokens, y);
-      } else {
-        // The other paths multiply the rounded x widened back: the same function.
-        const size_t n = n_tokens * w.layout.cols;
-        float* xr = ctx.xhat_scratch.floats(n);
-        widen_half(xh, xr, n);
-        if (path == LinearPath::RowDecode) linear_row_decode(ctx, w, xr, n_tokens, y);
-        else linear_panel_gemm(ctx, w, xr, n_tokens, y);
-      }
-      if (bias) add_bias_rows(ctx, y, bias, n_tokens, w.layout.rows);
-      return;
-    }
+  // f16 activations: the fused path reads the rounded x itself, the others multiply it widened back
+  // (the same function).
+  const uint16_t* xh = half_activations(ctx, w) ? round_into_scratch(ctx, x, n_tokens, w.layout.cols) : nullptr;
+  if (xh && path != LinearPath::Fused && path != LinearPath::Auto) {
+    const size_t n = n_tokens * w.layout.cols;
+    float* xr = ctx.xhat_scratch.floats(n);
+    widen_half(xh, xr, n);
+    x = xr;
   }
   switch (path) {
     case LinearPath::Auto:
-    case LinearPath::Fused: linear_fused(ctx, w, x, n_tokens, y); break;
+    case LinearPath::Fused:
+      if (xh) linear_fused(ctx, w, xh, n_tokens, y);
+      else linear_fused(ctx, w, x, n_tokens, y);
+      break;
     case LinearPath::RowDecode: linear_row_decode(ctx, w, x, n_tokens, y); break;
     case LinearPath::PanelGemm: linear_panel_gemm(ctx, w, x, n_tokens, y); break;
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -68,6 +69,25 @@ inline EncodedWeight encode(const std::vector<float>& w, uint64_t rows, uint64_t
   opt.value_type = vt;
   opt.group_size = vt == ValueType::I4 ? group_size : 0;
   return EncodedWeight{encode_tensor(w.data(), {rows, cols}, opt)};
+}
+
+// Every weight's product with x[T, in] through backend.linear() one by one (want) and through one
+// backend.linear_group() of all of them (got), for tests that compare the two.
+struct GroupAndSingles {
+  std::vector<std::vector<float>> want, got;
+};
+inline GroupAndSingles run_group_and_singles(Backend& backend, const std::vector<std::unique_ptr<Weight>>& ws,
+                                             const uint64_t* rows, const std::vector<float>& x, size_t n_tokens) {
+  GroupAndSingles r{std::vector<std::vector<float>>(ws.size()), std::vector<std::vector<float>>(ws.size())};
+  std::vector<Backend::LinearTarget> targets;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    r.want[i].assign(n_tokens * rows[i], 0.0f);
+    r.got[i].assign(n_tokens * rows[i], -1.0f);
+    backend.linear(*ws[i], x.data(), n_tokens, nullptr, r.want[i].data());
+    targets.push_back({ws[i].get(), nullptr, r.got[i].data()});
+  }
+  backend.linear_group(targets.data(), targets.size(), x.data(), n_tokens);
+  return r;
 }
 
 // y_ref[t, r] = Σ_c W[r, c]·x[t, c] in double from the reference decoder, and bound[t, r] =

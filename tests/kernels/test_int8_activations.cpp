@@ -422,15 +422,7 @@ TEST_CASE("int8 activations: linear_group quantizes once and gives what linear()
     for (const EncodedWeight& e : enc) ws.push_back(backend->prepare_weight(e.view()));
     for (size_t T : {size_t(1), size_t(3), size_t(8)}) {
       const auto x = random_activations(T * cols, uint32_t(T + 70));
-      std::vector<std::vector<float>> want(3), got(3);
-      std::vector<Backend::LinearTarget> targets;
-      for (size_t i = 0; i < 3; ++i) {
-        want[i].assign(T * rows[i], 0.0f);
-        got[i].assign(T * rows[i], -1.0f);
-        backend->linear(*ws[i], x.data(), T, nullptr, want[i].data());
-        targets.push_back({ws[i].get(), nullptr, got[i].data()});
-      }
-      backend->linear_group(targets.data(), targets.size(), x.data(), T);
+      const auto [want, got] = run_group_and_singles(*backend, ws, rows, x, T);
       CAPTURE(isa_name(isa));
       CAPTURE(T);
       for (size_t i = 0; i < 3; ++i) CHECK(std::memcmp(want[i].data(), got[i].data(), want[i].size() * 4) == 0);
