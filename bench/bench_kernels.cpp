@@ -36,8 +36,9 @@ struct Args {
   size_t ws_mib = 2048;
   bool quick = false;
   bool compute_only = false;
-  // --probe VT ENC CALLS: only run CALLS single-thread fused GEMVs on a 64 x 4096 weight (for
-  // instruction counting under `valgrind --tool=callgrind`; see bench/RESULTS.md).
+  // --probe VT ENC CALLS: only run CALLS single-thread fused GEMVs on a 64 x 4096 weight, or the
+  // --shape one (for instruction counting under `valgrind --tool=callgrind` or `perf record`; see
+  // bench/RESULTS.md).
   std::string probe_vt, probe_enc;
   int probe_calls = 0;
   // --stream ROUNDS: only the streaming T=1 fused GEMV of a 5632 x 2048 weight (a 1B model's
@@ -45,7 +46,8 @@ struct Args {
   // bandwidth probed each round.
   int stream_rounds = 0;
   double stream_sparsity = 0.5;  // --sparsity S: of the --stream weight
-  uint64_t stream_rows = 5632, stream_cols = 2048;  // --shape RxC: of the --stream weight
+  uint64_t stream_rows = 5632, stream_cols = 2048;  // --shape RxC: of the --stream (or --probe) weight
+  bool shape_given = false;
   // --rows: only single-thread T=1 fused GEMV time per row on SmolLM2-135M's decoder shapes
   // (576 -> 576/192/1536, 1536 -> 576), weights in cache: the compute cost per row that bounds
   // decode of a model this small (its 3.3-bit decoder weights fit the last-level cache).
@@ -72,7 +74,10 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--compute-only") a.compute_only = true;
     else if (s == "--stream" && i + 1 < argc) a.stream_rounds = std::atoi(argv[++i]);
     else if (s == "--sparsity" && i + 1 < argc) a.stream_sparsity = std::atof(argv[++i]);
-    else if (s == "--shape" && i + 1 < argc && parse_shape(argv[i + 1], a.stream_rows, a.stream_cols)) ++i;
+    else if (s == "--shape" && i + 1 < argc && parse_shape(argv[i + 1], a.stream_rows, a.stream_cols)) {
+      a.shape_given = true;
+      ++i;
+    }
     else if (s == "--probe" && i + 3 < argc) {
       a.probe_vt = argv[++i];
       a.probe_enc = argv[++i];
@@ -230,12 +235,12 @@ std::unique_ptr<Backend> backend_with(int threads, cpu::LinearPath path, cpu::Is
 
 }  // namespace
 
-// The --probe workload: a fixed 64 x 4096 weight at 50 % sparsity, `calls` fused T=1 GEMVs.
+// The --probe workload: a 64 x 4096 weight (or --shape's) at 50 % sparsity, `calls` fused T=1 GEMVs.
 int run_probe(const Args& args) {
   const auto vt = parse_value_type(args.probe_vt);
   const auto enc = parse_encoding(args.probe_enc);
   if (!vt || !enc) throw Error("--probe: unknown value type or encoding");
-  const uint64_t rows = 64, cols = 4096;
+  const uint64_t rows = args.shape_given ? args.stream_rows : 64, cols = args.shape_given ? args.stream_cols : 4096;
   const std::vector<float> w = random_sparse(rows, cols, 0.5, 1);
   EncodeOptions opt;
   opt.encoding = *enc;
@@ -328,7 +333,8 @@ int run_stream(const Args& args) {
                             {Encoding::Bitmap, ValueType::I8, "bitmap int8 exact"},
                             {Encoding::Bitmap, ValueType::I4, "bitmap int4 g128"},
                             {Encoding::Bitmap, ValueType::I4, "bitmap int4 exact"},
-                            {Encoding::Bitmap, ValueType::I4, "bitmap int4 2:4"}};
+                            {Encoding::Bitmap, ValueType::I4, "bitmap int4 2:4"},
+                            {Encoding::Dense, ValueType::I4, "dense int4 g128"}};
   // "exact": f32 activations (cpu::Options::exact); the others int8/int4 take int8 activations,
   // f16 ones f16 activations where the rows are wide enough (kHalfXMinCols, 4097 columns).
   auto is_exact = [](const Config& c) { return std::string(c.label).find("exact") != std::string::npos; };

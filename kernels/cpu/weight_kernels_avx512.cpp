@@ -43,12 +43,12 @@ inline uint64_t first_bits(uint64_t n) { return n >= 64 ? ~uint64_t(0) : (uint64
 // in memory across the word loop): the bitmap is read-only while a kernel runs, so nothing the
 // compiler could reorder the asm across writes it. p = nullptr: the mask of `bits` (a word cut to
 // the row's end, which is not in memory).
-inline __mmask64 mask64_at(const uint8_t* p, uint64_t bits) {
-  if (!p) return __mmask64(bits);
+inline __mmask64 mask64_load(const uint8_t* p) {
   __mmask64 k;
   asm("kmovq (%1), %0" : "=k"(k) : "r"(p));
   return k;
 }
+inline __mmask64 mask64_at(const uint8_t* p, uint64_t bits) { return p ? mask64_load(p) : __mmask64(bits); }
 inline __mmask32 mask32_at(const uint8_t* p, uint64_t bits) {
   if (!p) return __mmask32(bits);
   __mmask32 k;
@@ -674,6 +674,98 @@ inline void pair_scales(const QuantizedX& xt, uint64_t cols, float* dv) {
   }
 }
 
+// Decode (one token) on a dense int4 weight with groups of 128 columns and an even width, straight
+// from its packed bytes (no unpacked run): the nibbles of 128 columns are 64 bytes, low nibbles the
+// even columns and high ones the odd, so one load, an and, a shift and an and give two vectors of
+// codes, multiplied by x reordered once per call into the same even/odd halves (vpermt2b). vpdpbusd
+// lane j of either half then sums columns 8j..8j+7 of the 128: activation block j/4 of its four,
+// the same for both halves, so the two products share one accumulator, one conversion and one
+// scale (pair_scales' lanes), and a group is one such unit: per 128 columns 2 vpdpbusd, 1 cvt, 1
+// mul and 1 fma, where the word-by-word loop needs an unpack pass (a store and a load per 64
+// codes) and 2 of each. R rows at once as in dot_rows_q8_i4_1 (x, d loaded once for the R rows).
+// Sums in another order than dot_rows_q8_t (each block's integer sums are the same; the float
+// steps are one per 128 columns), inside the same bound.
+void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
+  const TensorLayout& L = w.layout;
+  const uint64_t cols = L.cols, gpr = L.groups_per_row, units = (cols + 127) / 128;  // gpr == units
+  // x in even/odd halves per 128 columns (zero past cols: q is zero there, and past q_stride).
+  int8_t* xs = reinterpret_cast<int8_t*>(thread_buffer<6>(units * 128 / 4 + 16));
+  {
+    alignas(64) uint8_t even[64], odd[64];
+    for (int j = 0; j < 64; ++j) {
+      even[j] = uint8_t(2 * j);
+      odd[j] = uint8_t(2 * j + 1);
+    }
+    const __m512i ie = _mm512_load_si512(even), io = _mm512_load_si512(odd);
+    const uint64_t words = qx.q_stride / 64;
+    for (uint64_t u = 0; u < units; ++u) {
+      const __m512i x0 = _mm512_load_si512(qx.q + 128 * u);
+      const __m512i x1 = 2 * u + 1 < words ? _mm512_load_si512(qx.q + 128 * u + 64) : _mm512_setzero_si512();
+      _mm512_store_si512(xs + 128 * u, _mm512_permutex2var_epi8(x0, ie, x1));
+      _mm512_store_si512(xs + 128 * u + 64, _mm512_permutex2var_epi8(x0, io, x1));
+    }
+  }
+  float* pv = thread_buffer<5>(units * 16);
+  pair_scales(qx, cols, pv);
+  float* group_p = thread_buffer<3>(gpr + 16);
+  dense_group_sums(qx, L, group_p);
+  constexpr int kMaxR = 4;
+  float* sm = thread_buffer<1>(2 * kMaxR * (gpr + 16));  // R rows' scales, then their mins, as f32
+  const uint64_t row_bytes = cols / 2, tail_bytes = row_bytes - 64 * (units - 1);  // the last unit's bytes (1..64)
+  const __mmask64 tail = __mmask64(first_bits(tail_bytes));
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+  const uint8_t* const values = w.values();
+  auto rows_at = [&](auto rows_tag, uint64_t r) {
+    constexpr int R = decltype(rows_tag)::value;
+    const uint8_t* p[R];
+    const float *s[R], *m[R];
+    __m512 acc[R];
+    for (int i = 0; i < R; ++i) {
+      p[i] = values + (r + i) * row_bytes;
+      float* si = sm + i * (gpr + 16);
+      float* mi = sm + (kMaxR + i) * (gpr + 16);
+      const uint16_t* sc = w.group_scales() + (r + i) * gpr;
+      const uint16_t* mn = w.group_mins() + (r + i) * gpr;
+      for (uint64_t g = 0; g < gpr; g += 16) {
+        const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, gpr - g)));
+        _mm512_storeu_ps(si + g, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, sc + g)));
+        _mm512_storeu_ps(mi + g, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mn + g)));
+      }
+      s[i] = si;
+      m[i] = mi;
+      acc[i] = _mm512_setzero_ps();
+    }
+    auto unit = [&](uint64_t u, auto tail_tag) {
+      const __m512i xe = _mm512_load_si512(xs + 128 * u), xo = _mm512_load_si512(xs + 128 * u + 64);
+      const __m512 d = _mm512_load_ps(pv + 16 * u);
+      for (int i = 0; i < R; ++i) {
+        // The R rows are one stretch of memory read as R streams, which the hardware prefetcher
+        // follows badly: fetch the same line two steps of R rows ahead into L2 (8-22 KiB at the 1 B
+        // shape's widths; one step ahead gave 15.5 ms a token on its dense int4 file, two 14.8,
+        // none 26.8 against 18.4 for the unpacked-run kernel).
+        prefetch_l2(p[i] + 64 * u + 2 * R * row_bytes);
+        const __m512i v = decltype(tail_tag)::value ? _mm512_maskz_loadu_epi8(tail, p[i] + 64 * u) : _mm512_loadu_si512(p[i] + 64 * u);
+        const __m512i lo = _mm512_and_si512(v, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, xe), hi, xo);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), d), _mm512_set1_ps(s[i][u]), acc[i]);
+      }
+    };
+    for (uint64_t u = 0; u + 1 < units; ++u) unit(u, std::false_type{});
+    unit(units - 1, std::true_type{});
+    for (int i = 0; i < R; ++i) {
+      __m512 v = acc[i];
+      for (uint64_t g = 0; g < gpr; g += 16) {  // Σ_g M_g·P_g
+        const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, gpr - g)));
+        v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, m[i] + g), _mm512_maskz_loadu_ps(k, group_p + g), v);
+      }
+      y[r + i] = _mm512_reduce_add_ps(v);
+    }
+  };
+  uint64_t r = r0;
+  for (; r + 4 <= r1; r += 4) rows_at(std::integral_constant<int, 4>{}, r);
+  for (; r < r1; ++r) rows_at(std::integral_constant<int, 1>{}, r);
+}
+
 // Decode (one token) on an int4 weight (bitmap or dense) whose groups are WPG whole words: the hot
 // loop of int4 decode on a small model, whose weights stay in cache so the kernel is bound by its
 // instruction stream rather than by memory. Unlike the general kernel it
@@ -733,6 +825,10 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       ++rb;
       k_b = k_next;
     }
+    if (rb < r1 && rb - ra > 4 && (rb - ra) % 4 != 0) {  // whole steps of 4 rows (the rest would take 2 + 1)
+      rb = ra + (rb - ra) / 4 * 4;
+      k_b = row_start(rb);
+    }
     unpack_nibbles<false>(w.values(), k_a, k_b - k_a, unpacked);
     const uint8_t* const base = unpacked - (k_a & ~uint64_t(1));  // code k at base[k]
     {
@@ -766,43 +862,49 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       __m512 acc_q[R], acc_p[R];
       row_pointers(r, R, p, bits, s, m, z);
       for (int i = 0; i < R; ++i) acc_q[i] = acc_p[i] = _mm512_setzero_ps();
-      uint64_t wi = 0;
-      for (uint64_t g = 0; g < gpr; ++g) {
+      // One word of every row into its group sums.
+      auto word = [&](uint64_t wi, const __m512i (&zv)[R], __m512 (&gq)[R], __m512 (&gp)[R]) {
+        const __m512i xv = _mm512_load_si512(xq + 64 * wi);
+        const __m512 d = _mm512_load_ps(dv + 16 * wi);
+        for (int i = 0; i < R; ++i) {
+          if constexpr (kBitmap) {
+            const __mmask64 k = mask64_load(bits[i] + 8 * wi);
+            __m512i codes;
+            if constexpr (kZ) codes = _mm512_mask_expandloadu_epi8(zv[i], k, p[i]);
+            else codes = _mm512_maskz_expandloadu_epi8(k, p[i]);
+            p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
+            gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
+            if constexpr (kPresence) {
+              const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
+              gp[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[i]);
+            }
+          } else {
+            const __m512i codes = _mm512_loadu_si512(p[i]);
+            p[i] += 64;
+            gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
+          }
+        }
+      };
+      // Group g of every row, its n words from w0 (WPG, a compile-time count, but in a short last group).
+      auto group = [&](uint64_t g, uint64_t w0, auto n) {
+        const uint64_t w1 = w0 + n;
         __m512 gq[R], gp[R];
         __m512i zv[R];
         for (int i = 0; i < R; ++i) {
           gq[i] = gp[i] = _mm512_setzero_ps();
-          if constexpr (kZ) zv[i] = _mm512_set1_epi8(char(z[i][g]));
+          zv[i] = kZ ? _mm512_set1_epi8(char(z[i][g])) : zero;
         }
-        for (int j = 0; j < WPG; ++j, ++wi) {
-          if (WPG > 1 && wi == wpr) break;  // the row's last group is short
-          const __m512i xv = _mm512_load_si512(xq + 64 * wi);
-          const __m512 d = _mm512_load_ps(dv + 16 * wi);
-          for (int i = 0; i < R; ++i) {
-            if constexpr (kBitmap) {
-              const __mmask64 k = mask64_at(bits[i] + 8 * wi, 0);
-              __m512i codes;
-              if constexpr (kZ) codes = _mm512_mask_expandloadu_epi8(zv[i], k, p[i]);
-              else codes = _mm512_maskz_expandloadu_epi8(k, p[i]);
-              p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
-              gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
-              if constexpr (kPresence) {
-                const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
-                gp[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[i]);
-              }
-            } else {
-              const __m512i codes = _mm512_loadu_si512(p[i]);
-              p[i] += 64;
-              gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
-            }
-          }
-        }
+        for (uint64_t j = 0; j < uint64_t(n); ++j) word(w0 + j, zv, gq, gp);
         for (int i = 0; i < R; ++i) {
-          if (kBitmap && (WPG == 1 || (g & 1) == 0)) prefetch_l2(bits[i] + 8 * wi + kPrefetchL2Bytes / 8);
+          if (kBitmap && (WPG == 1 || (g & 1) == 0)) prefetch_l2(bits[i] + 8 * w1 + kPrefetchL2Bytes / 8);
           acc_q[i] = _mm512_fmadd_ps(gq[i], _mm512_set1_ps(s[i][g]), acc_q[i]);
           if (kPresence) acc_p[i] = _mm512_fmadd_ps(gp[i], _mm512_set1_ps(m[i][g]), acc_p[i]);
         }
-      }
+      };
+      // Whole groups with a constant trip count (no end-of-row test per word), then the short one.
+      const uint64_t whole = wpr / WPG;
+      for (uint64_t g = 0; g < whole; ++g) group(g, g * WPG, std::integral_constant<uint64_t, WPG>{});
+      if (whole < gpr) group(whole, whole * WPG, wpr - whole * WPG);
       for (int i = 0; i < R; ++i) {
         __m512 v = _mm512_add_ps(acc_q[i], acc_p[i]);
         if (!kPresence)  // Σ_g M_g·P_g, in the lanes the reduction sums anyway
@@ -913,7 +1015,7 @@ void dot_rows_q8_i8_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       for (int i = 0; i < R; ++i) {
         __m512i codes;
         if (bitmap) {
-          codes = _mm512_maskz_expandloadu_epi8(mask64_at(bits[i] + 8 * wi, 0), p[i]);
+          codes = _mm512_maskz_expandloadu_epi8(mask64_load(bits[i] + 8 * wi), p[i]);
           p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
           if ((wi & 7) == 0) prefetch_l2(bits[i] + 8 * wi + kPrefetchL2Bytes / 8);
         } else {
@@ -1062,7 +1164,9 @@ void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
     const bool bitmap = w.layout.encoding == Encoding::Bitmap;
     switch (w.layout.group_size / 64) {  // a multiple of 64 here (dot_rows_q8)
       case 1: return bitmap ? dot_rows_q8_i4_1<1, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<1, false>(w, r0, r1, qx, y);
-      case 2: return bitmap ? dot_rows_q8_i4_1<2, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<2, false>(w, r0, r1, qx, y);
+      case 2:
+        if (!bitmap && w.layout.cols % 2 == 0) return dot_rows_q8_i4_dense128_1(w, r0, r1, qx, y);
+        return bitmap ? dot_rows_q8_i4_1<2, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<2, false>(w, r0, r1, qx, y);
       case 4: return bitmap ? dot_rows_q8_i4_1<4, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<4, false>(w, r0, r1, qx, y);
       default: break;
     }

@@ -273,6 +273,36 @@ TEST_CASE("int8 activations: one-token kernels (several rows at once) on every r
     }
 }
 
+TEST_CASE("int8 activations: dense int4 in groups of 128 (the one-token even/odd kernel) on every width and row count") {
+  // Decode on dense int4 with groups of 128 and an even width multiplies the packed bytes as they
+  // lie (low nibbles against the even columns of x, high against the odd): widths with a whole
+  // last unit, a last unit of 2..126 columns (whose load must stop at the row's, and the
+  // tensor's, last byte), one unit, 1-9 rows (the 4-row step and its rest), tasks starting
+  // mid-tensor (2 threads), zeros stored as values; odd widths (rows starting mid-byte) go to the
+  // word-by-word kernel. x has an all-zero block and an outlier (check_q8).
+  const Shape shapes[] = {{1, 128}, {3, 576}, {5, 130}, {4, 2048}, {9, 1000}, {6, 5632}, {2, 64}, {7, 254}, {8, 129}, {4, 2}};
+  uint32_t seed = 9100;
+  for (cpu::Isa isa : cpu_isas())
+    for (int threads : {1, 2}) {
+      cpu::Options opt;
+      opt.isa = isa;
+      opt.n_threads = threads;
+      opt.linear_path = cpu::LinearPath::Fused;
+      auto backend = make_cpu_backend(opt);
+      for (const Shape& s : shapes)
+        for (double sp : {0.0, 0.5}) {
+          ++seed;
+          const EncodedWeight ew = encode(random_weights(s.rows, s.cols, sp, seed), s.rows, s.cols, Encoding::Dense, ValueType::I4, 128);
+          CAPTURE(isa_name(isa));
+          CAPTURE(threads);
+          CAPTURE(s.rows);
+          CAPTURE(s.cols);
+          CAPTURE(sp);
+          CHECK(check_q8(*backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
+        }
+    }
+}
+
 TEST_CASE("int8 activations: bitmap int4 groups without a zero code (other packers) keep the presence sums") {
   // Endor's packer writes every int4 group with min = −z·scale (int4_grid), and the AVX-512 kernels
   // then multiply a bitmap word as dense, absent codes = z. A file whose mins are any other f16
