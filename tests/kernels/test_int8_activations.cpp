@@ -182,6 +182,20 @@ void for_each_q8_case(const Shape (&shapes)[NS], const double (&sparsities)[NP],
           if (enc == Encoding::Bitmap || sp <= dense_max) f(enc, vt, s, sp);
 }
 
+// f(isa, threads, backend) for every ISA this CPU runs, on one and two threads, fused path.
+template <typename F>
+void for_each_fused_backend(F&& f) {
+  for (cpu::Isa isa : cpu_isas())
+    for (int threads : {1, 2}) {
+      cpu::Options opt;
+      opt.isa = isa;
+      opt.n_threads = threads;
+      opt.linear_path = cpu::LinearPath::Fused;
+      auto backend = make_cpu_backend(opt);
+      f(isa, threads, *backend);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("int8 activations: fused kernels match the quantized reference on every ISA, encoding and odd size") {
@@ -215,7 +229,8 @@ TEST_CASE("int8 activations: fused kernels match the quantized reference on ever
 
 TEST_CASE("int8 activations: int4 codes unpacked ahead in runs of rows (run boundaries, a row longer than a run)") {
   // One thread, so a task holds many rows: 64 x 3000 gives 8-row tasks of 24000 codes, unpacked in
-  // runs of <= 8192 codes; 4 x 20000 has rows of more codes than a run.
+  // runs of <= 8192 codes; 4 x 20000 has rows of more codes than a run. (Bitmap rows, and dense ones
+  // for T = 3; dense T = 1 with groups of 128 reads its packed bytes without runs.)
   const Shape shapes[] = {{64, 3000}, {4, 20000}};
   uint32_t seed = 4400;
   for (cpu::Isa isa : cpu_isas()) {
@@ -248,29 +263,23 @@ TEST_CASE("int8 activations: one-token kernels (several rows at once) on every r
   const double sparsities[] = {0.0, 0.5, 0.97, 1.0};
   const uint32_t groups[] = {64, 128, 256, 96};
   uint32_t seed = 7100;
-  for (cpu::Isa isa : cpu_isas())
-    for (int threads : {1, 2}) {
-      cpu::Options opt;
-      opt.isa = isa;
-      opt.n_threads = threads;
-      opt.linear_path = cpu::LinearPath::Fused;
-      auto backend = make_cpu_backend(opt);
-      for_each_q8_case(shapes, sparsities, 0.0, [&](Encoding enc, ValueType vt, const Shape& s, double sp) {
-        ++seed;
-        const uint32_t g = groups[seed % std::size(groups)];
-        const auto w = random_weights(s.rows, s.cols, sp, seed);
-        const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
-        CAPTURE(isa_name(isa));
-        CAPTURE(threads);
-        CAPTURE(to_string(enc));
-        CAPTURE(to_string(vt));
-        CAPTURE(s.rows);
-        CAPTURE(s.cols);
-        CAPTURE(sp);
-        CAPTURE(g);
-        CHECK(check_q8(*backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
-      });
-    }
+  for_each_fused_backend([&](cpu::Isa isa, int threads, Backend& backend) {
+    for_each_q8_case(shapes, sparsities, 0.0, [&](Encoding enc, ValueType vt, const Shape& s, double sp) {
+      ++seed;
+      const uint32_t g = groups[seed % std::size(groups)];
+      const auto w = random_weights(s.rows, s.cols, sp, seed);
+      const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+      CAPTURE(isa_name(isa));
+      CAPTURE(threads);
+      CAPTURE(to_string(enc));
+      CAPTURE(to_string(vt));
+      CAPTURE(s.rows);
+      CAPTURE(s.cols);
+      CAPTURE(sp);
+      CAPTURE(g);
+      CHECK(check_q8(backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
+    });
+  });
 }
 
 TEST_CASE("int8 activations: dense int4 in groups of 128 (the one-token even/odd kernel) on every width and row count") {
@@ -282,25 +291,19 @@ TEST_CASE("int8 activations: dense int4 in groups of 128 (the one-token even/odd
   // word-by-word kernel. x has an all-zero block and an outlier (check_q8).
   const Shape shapes[] = {{1, 128}, {3, 576}, {5, 130}, {4, 2048}, {9, 1000}, {6, 5632}, {2, 64}, {7, 254}, {8, 129}, {4, 2}};
   uint32_t seed = 9100;
-  for (cpu::Isa isa : cpu_isas())
-    for (int threads : {1, 2}) {
-      cpu::Options opt;
-      opt.isa = isa;
-      opt.n_threads = threads;
-      opt.linear_path = cpu::LinearPath::Fused;
-      auto backend = make_cpu_backend(opt);
-      for (const Shape& s : shapes)
-        for (double sp : {0.0, 0.5}) {
-          ++seed;
-          const EncodedWeight ew = encode(random_weights(s.rows, s.cols, sp, seed), s.rows, s.cols, Encoding::Dense, ValueType::I4, 128);
-          CAPTURE(isa_name(isa));
-          CAPTURE(threads);
-          CAPTURE(s.rows);
-          CAPTURE(s.cols);
-          CAPTURE(sp);
-          CHECK(check_q8(*backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
-        }
-    }
+  for_each_fused_backend([&](cpu::Isa isa, int threads, Backend& backend) {
+    for (const Shape& s : shapes)
+      for (double sp : {0.0, 0.5}) {
+        ++seed;
+        const EncodedWeight ew = encode(random_weights(s.rows, s.cols, sp, seed), s.rows, s.cols, Encoding::Dense, ValueType::I4, 128);
+        CAPTURE(isa_name(isa));
+        CAPTURE(threads);
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        CAPTURE(sp);
+        CHECK(check_q8(backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
+      }
+  });
 }
 
 TEST_CASE("int8 activations: bitmap int4 groups without a zero code (other packers) keep the presence sums") {
@@ -372,40 +375,34 @@ TEST_CASE("int8 activations: 2:4 int4 rows (the one-token gather path) match the
   const Shape shapes[] = {{1, 128}, {4, 256}, {7, 1024}, {5, 576}, {300, 128}, {9, 5120}, {41, 2048},
                           {6, 1600}, {2, 64}, {3, 4}, {5, 100}};
   uint32_t seed = 9300;
-  for (cpu::Isa isa : cpu_isas())
-    for (int threads : {1, 2}) {
-      cpu::Options opt;
-      opt.isa = isa;
-      opt.n_threads = threads;
-      opt.linear_path = cpu::LinearPath::Fused;
-      auto backend = make_cpu_backend(opt);
-      for (const Shape& s : shapes)
-        for (uint32_t g : {128u, 64u}) {
-          ++seed;
-          const EncodedWeight ew = encode(two_of_four_weights(s.rows, s.cols, seed), s.rows, s.cols, Encoding::Bitmap, ValueType::I4, g);
-          CAPTURE(isa_name(isa));
-          CAPTURE(threads);
-          CAPTURE(s.rows);
-          CAPTURE(s.cols);
-          CAPTURE(g);
-          CHECK(is_two_of_four(ew.view()));
-          CHECK(check_q8(*backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
-          CHECK(check_q8(*backend, ew, 3, fused_chain(s.cols), seed, false) == 0);
-        }
-      // Not 2:4: the same count of values per row, one row's groups 1 + 3; and unstructured 50 %.
-      for (const Shape& s : {Shape{9, 512}, Shape{6, 1024}}) {
+  for_each_fused_backend([&](cpu::Isa isa, int threads, Backend& backend) {
+    for (const Shape& s : shapes)
+      for (uint32_t g : {128u, 64u}) {
         ++seed;
-        const EncodedWeight odd = encode(two_of_four_weights(s.rows, s.cols, seed, int64_t(s.rows / 2)), s.rows, s.cols,
-                                         Encoding::Bitmap, ValueType::I4, 128);
-        const EncodedWeight loose = encode(random_weights(s.rows, s.cols, 0.5, seed), s.rows, s.cols, Encoding::Bitmap, ValueType::I4, 128);
+        const EncodedWeight ew = encode(two_of_four_weights(s.rows, s.cols, seed), s.rows, s.cols, Encoding::Bitmap, ValueType::I4, g);
         CAPTURE(isa_name(isa));
+        CAPTURE(threads);
+        CAPTURE(s.rows);
         CAPTURE(s.cols);
-        CHECK(odd.enc.layout.nnz == s.rows * s.cols / 2);
-        CHECK_FALSE(is_two_of_four(odd.view()));
-        CHECK_FALSE(is_two_of_four(loose.view()));
-        CHECK(check_q8(*backend, odd, 1, fused_chain(s.cols), seed, false) == 0);
+        CAPTURE(g);
+        CHECK(is_two_of_four(ew.view()));
+        CHECK(check_q8(backend, ew, 1, fused_chain(s.cols), seed, seed % 2 == 0) == 0);
+        CHECK(check_q8(backend, ew, 3, fused_chain(s.cols), seed, false) == 0);
       }
+    // Not 2:4: the same count of values per row, one row's groups 1 + 3; and unstructured 50 %.
+    for (const Shape& s : {Shape{9, 512}, Shape{6, 1024}}) {
+      ++seed;
+      const EncodedWeight odd = encode(two_of_four_weights(s.rows, s.cols, seed, int64_t(s.rows / 2)), s.rows, s.cols,
+                                       Encoding::Bitmap, ValueType::I4, 128);
+      const EncodedWeight loose = encode(random_weights(s.rows, s.cols, 0.5, seed), s.rows, s.cols, Encoding::Bitmap, ValueType::I4, 128);
+      CAPTURE(isa_name(isa));
+      CAPTURE(s.cols);
+      CHECK(odd.enc.layout.nnz == s.rows * s.cols / 2);
+      CHECK_FALSE(is_two_of_four(odd.view()));
+      CHECK_FALSE(is_two_of_four(loose.view()));
+      CHECK(check_q8(backend, odd, 1, fused_chain(s.cols), seed, false) == 0);
     }
+  });
 }
 
 TEST_CASE("int8 activations: every token count and path computes the same function (prefill multiplies x̂ = d·q)") {
