@@ -752,7 +752,84 @@ void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
   }
 }
 
+// Decode (one token) on dense int4 with groups of 128 and an even width, as the AVX-512 kernel of
+// that name does (weight_kernels_avx512.cpp): the packed bytes of 64 columns (32) hold the even
+// columns in their low nibbles and the odd in their high ones, multiplied by x reordered once per
+// call into the same halves; vpmaddubsw pairs of both halves are added (at most 2·15·127·2 = 7620,
+// no saturation) before one vpmaddwd, whose lane j sums columns 8j..8j+7: activation block j/4 of
+// the word's two. No per-row unpack and presence pass. R rows at once (x and d loaded once).
+void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
+  const TensorLayout& L = w.layout;
+  const uint64_t cols = L.cols, gpr = L.groups_per_row, words = (cols + 63) / 64, row_bytes = cols / 2;
+  thread_local std::vector<int8_t> xs_buf;
+  thread_local std::vector<float> dv_buf, gp_buf;
+  xs_buf.resize(64 * words);
+  dv_buf.resize(8 * words);
+  gp_buf.resize(gpr);
+  int8_t* xs = xs_buf.data();
+  float* dv = dv_buf.data();
+  float* group_p = gp_buf.data();
+  for (uint64_t c = 0; c < 64 * words; ++c)  // q is zero past cols, up to q_stride = 64·words
+    xs[64 * (c / 64) + (c % 2) * 32 + (c % 64) / 2] = qx.q[c];
+  for (uint64_t wi = 0; wi < words; ++wi)
+    for (int j = 0; j < 8; ++j) dv[8 * wi + j] = qx.d[2 * wi + j / 4];
+  for (uint64_t g = 0; g < gpr; ++g) {  // P_g = Σ_{b∈g} d_b·Σ_b q: the dense min term's x side
+    float sum = 0.0f;
+    for (uint64_t b = 4 * g; b < std::min<uint64_t>(qx.d_stride, 4 * g + 4); ++b) sum += qx.d[b] * float(qx.sums[b]);
+    group_p[g] = sum;
+  }
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
+  const uint8_t* const values = w.values();
+  const uint16_t* const scales = w.group_scales();
+  const uint16_t* const mins = w.group_mins();
+  const uint64_t last_bytes = row_bytes - 32 * (words - 1);  // the last word's bytes (1..32)
+  auto rows_at = [&](auto rows_tag, uint64_t r) {
+    constexpr int R = decltype(rows_tag)::value;
+    const uint8_t* p[R];
+    __m256 acc[R];
+    for (int i = 0; i < R; ++i) {
+      p[i] = values + (r + i) * row_bytes;
+      acc[i] = _mm256_setzero_ps();
+    }
+    for (uint64_t g = 0; g < gpr; ++g) {
+      __m256 gq[R];
+      for (int i = 0; i < R; ++i) gq[i] = _mm256_setzero_ps();
+      for (uint64_t wi = 2 * g; wi < std::min(words, 2 * g + 2); ++wi) {
+        const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + 64 * wi));
+        const __m256i xo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + 64 * wi + 32));
+        const __m256 d = _mm256_loadu_ps(dv + 8 * wi);
+        for (int i = 0; i < R; ++i) {
+          __m256i v;
+          if (wi + 1 < words) {
+            prefetch(p[i] + 32 * wi + kPrefetchBytes);
+            v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[i] + 32 * wi));
+          } else {  // the row's last bytes only (the tensor's last row ends there)
+            alignas(32) uint8_t tail[32] = {};
+            std::memcpy(tail, p[i] + 32 * wi, last_bytes);
+            v = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
+          }
+          const __m256i lo = _mm256_and_si256(v, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+          const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+          gq[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones16)), d, gq[i]);
+        }
+      }
+      for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(gq[i], _mm256_set1_ps(half(scales[(r + i) * gpr + g])), acc[i]);
+    }
+    for (int i = 0; i < R; ++i) {
+      float m = 0.0f;
+      for (uint64_t g = 0; g < gpr; ++g) m += half(mins[(r + i) * gpr + g]) * group_p[g];
+      y[r + i] = hsum(acc[i]) + m;
+    }
+  };
+  uint64_t r = r0;
+  for (; r + 2 <= r1; r += 2) rows_at(std::integral_constant<int, 2>{}, r);
+  if (r < r1) rows_at(std::integral_constant<int, 1>{}, r);
+}
+
 void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
+  if (nt == 1 && w.layout.value_type == ValueType::I4 && w.layout.encoding == Encoding::Dense && w.layout.group_size == 128 &&
+      w.layout.cols % 2 == 0)
+    return dot_rows_q8_i4_dense128_1(w, r0, r1, qx, y);
   if (w.layout.value_type == ValueType::I8) return dot_rows_q8_vt<ValueType::I8>(w, r0, r1, qx, nt, y, ys);
   if (w.layout.group_size % kActBlock == 0) return dot_rows_q8_vt<ValueType::I4>(w, r0, r1, qx, nt, y, ys);
   return portable_dot_rows_q8(w, r0, r1, qx, nt, y, ys);
