@@ -42,6 +42,7 @@ struct ExpandTables {
   alignas(32) uint8_t bytes_top[256][32];   // int8: value byte rank_j -> byte 3 of lane j
   alignas(32) uint8_t halves_top[256][32];  // bf16: 16-bit value rank_j -> bytes 2-3 of lane j
   alignas(16) uint8_t halves[256][16];      // decode_u16: 16-bit value rank_j -> 16-bit lane j
+  uint64_t byte_ranks[256];                 // row_code_bytes: byte j <- byte rank_j, 0x80 (zero) if absent
   ExpandTables() {
     for (int m = 0; m < 256; ++m) {
       int rank = 0;
@@ -63,6 +64,7 @@ struct ExpandTables {
           hal[2] = uint8_t(2 * rank);
           hal[3] = uint8_t(2 * rank + 1);
         }
+        byte_ranks[m] = (byte_ranks[m] & ~(uint64_t(0xFF) << (8 * j))) | (uint64_t(present ? rank : 0x80) << (8 * j));
         rank += present;
       }
     }
@@ -667,69 +669,117 @@ void dense_dot(const float* a, size_t as, size_t n_rows, size_t k, const float* 
 // most 2·127·127 = 32258 and never saturates; int4 codes (≤ 15) go in as they are. Needs int4 group
 // sizes that are multiples of 32 (one group per block); others take the portable kernel.
 
-// The codes of row r as bytes at their columns (zero where absent and up to `padded`), and for int4
-// the presence bytes.
+// One row's codes an activation block (32 columns) at a time, as bytes at their columns (0 where
+// absent or past cols), and for int4 the presence bytes (1 or 0). Dense rows are laid out once per
+// row; bitmap rows place their stored codes 16 columns at a time by one vpshufb whose control is
+// two 8-column rank tables (the upper shifted by the lower's popcount; absent bytes keep 0x80,
+// which writes a zero), straight into the block's register; the same control over a vector of
+// ones gives the presence bytes. (A scalar loop per set bit into a row buffer made the default
+// int8-activation path 4-6x slower than --exact on bitmap files.)
 template <ValueType VT>
-void row_code_bytes(const TensorView& w, uint64_t r, uint64_t padded, uint8_t* codes, uint8_t* present) {
-  const TensorLayout& L = w.layout;
-  const uint8_t* values = w.values();
-  if (L.encoding == Encoding::Dense) {
-    if constexpr (VT == ValueType::I8) {
-      std::memcpy(codes, values + r * L.cols, L.cols);
+class RowCodes {
+ public:
+  RowCodes(const TensorView& w, uint64_t r, uint64_t padded) : L_(w.layout) {
+    const uint8_t* values = w.values();
+    thread_local std::vector<uint8_t> buf;
+    if (L_.encoding == Encoding::Dense) {
+      buf.resize(padded);
+      if constexpr (VT == ValueType::I8) std::memcpy(buf.data(), values + r * L_.cols, L_.cols);
+      else unpack_nibbles(values, r * L_.cols, L_.cols, buf.data());
+      std::memset(buf.data() + L_.cols, 0, padded - L_.cols);
+      dense_ = buf.data();
+      return;
+    }
+    const uint64_t v0 = bitmap_row_start(w, r), n = (r + 1 < L_.rows ? bitmap_row_start(w, r + 1) : L_.nnz) - v0;
+    if (VT == ValueType::I8 && v0 + n + 16 <= L_.nnz) {  // the 16-byte loads stay inside the values
+      src_ = values + v0;
     } else {
-      unpack_nibbles(values, r * L.cols, L.cols, codes);
-      std::memset(present, 1, L.cols);
-      std::memset(present + L.cols, 0, padded - L.cols);
+      buf.resize(n + 16);
+      if constexpr (VT == ValueType::I8) std::memcpy(buf.data(), values + v0, n);
+      else unpack_nibbles(values, v0, n, buf.data());
+      std::memset(buf.data() + n, 0, 16);
+      src_ = buf.data();
     }
-    std::memset(codes + L.cols, 0, padded - L.cols);
-    return;
+    words_ = w.data + L_.bitmap_offset + 8 * r * L_.words_per_row;
   }
-  std::memset(codes, 0, padded);
-  if constexpr (VT == ValueType::I4) std::memset(present, 0, padded);
-  uint64_t v = bitmap_row_start(w, r);
-  const uint8_t* words = w.data + L.bitmap_offset + 8 * r * L.words_per_row;
-  for (uint64_t i = 0; i < L.words_per_row; ++i) {
-    uint64_t word = load_u64(words + 8 * i);
-    if (i + 1 == L.words_per_row) word &= last_word_mask(L.cols);
-    while (word) {
-      const uint64_t c = 64 * i + uint64_t(__builtin_ctzll(word));
-      if constexpr (VT == ValueType::I8) {
-        codes[c] = values[v];
-      } else {
-        codes[c] = (v % 2 == 0) ? (values[v / 2] & 0x0F) : (values[v / 2] >> 4);
-        present[c] = 1;
+  // Block b's codes and (int4) presence; bitmap rows must be walked in order b = 0, 1, ...
+  void block(uint64_t b, __m256i& codes, __m256i& present) {
+    if (dense_) {
+      codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dense_ + 32 * b));
+      if constexpr (VT == ValueType::I4) {
+        const uint64_t left = L_.cols > 32 * b ? std::min<uint64_t>(32, L_.cols - 32 * b) : 0;
+        present = _mm256_and_si256(_mm256_cmpgt_epi8(_mm256_set1_epi8(char(left)), lane_bytes()), _mm256_set1_epi8(1));
       }
-      ++v;
-      word &= word - 1;
+      return;
+    }
+    const uint64_t wi = b / 2;
+    uint64_t word = wi < L_.words_per_row ? load_u64(words_ + 8 * wi) : 0;
+    if (wi + 1 == L_.words_per_row) word &= last_word_mask(L_.cols);
+    const uint32_t bits = uint32_t(word >> (32 * (b & 1)));
+    __m128i c_lo, c_hi;
+    const __m128i lo = place16(bits & 0xFFFF, c_lo), hi = place16(bits >> 16, c_hi);
+    codes = _mm256_set_m128i(hi, lo);
+    if constexpr (VT == ValueType::I4) {
+      const __m128i ones = _mm_set1_epi8(1);
+      present = _mm256_set_m128i(_mm_shuffle_epi8(ones, c_hi), _mm_shuffle_epi8(ones, c_lo));
     }
   }
-}
 
-template <ValueType VT>
-void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
+ private:
+  // The next stored codes placed at the 16 columns of mask m; ctl: the control used.
+  __m128i place16(uint32_t m, __m128i& ctl) {
+    const uint64_t* ranks = expand_tables().byte_ranks;
+    const unsigned m0 = m & 0xFF, m1 = m >> 8;
+    const uint64_t k0 = uint64_t(__builtin_popcount(m0));
+    ctl = _mm_set_epi64x(int64_t(ranks[m1] + k0 * 0x0101010101010101ULL), int64_t(ranks[m0]));
+    const __m128i got = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_)), ctl);
+    src_ += k0 + uint64_t(__builtin_popcount(m1));
+    return got;
+  }
+  // Dense int4 presence: byte c of the block is present iff c < cols − 32b (as 32 byte lanes).
+  static __m256i lane_bytes() {
+    return _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+                            26, 27, 28, 29, 30, 31);
+  }
+  const TensorLayout& L_;
+  const uint8_t* dense_ = nullptr;
+  const uint8_t* src_ = nullptr;
+  const uint8_t* words_ = nullptr;
+};
+
+// NT tokens, a compile-time count so that the accumulators stay in registers (with a runtime count
+// GCC kept them on the stack: a store and a reload on every block's chain).
+template <ValueType VT, size_t NT>
+void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y, size_t ys) {
+  constexpr size_t nt = NT;
   const TensorLayout& L = w.layout;
   const uint64_t padded = qx.q_stride, blocks = padded / kActBlock;
-  thread_local std::vector<uint8_t> codes_buf, present_buf;
-  codes_buf.resize(padded);
-  present_buf.resize(padded);
-  uint8_t* codes = codes_buf.data();
-  uint8_t* present = present_buf.data();
   const __m256i ones16 = _mm256_set1_epi16(1);
   for (uint64_t r = r0; r < r1; ++r) {
-    row_code_bytes<VT>(w, r, padded, codes, present);
-    __m256 acc[kMaxFusedTokens];
+    RowCodes<VT> row(w, r, padded);
+    __m256 acc[NT];
     for (size_t t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+    // int4: the block's group (group_size is a multiple of 32), its scale and min widened once a group.
+    const uint64_t blocks_per_group = VT == ValueType::I4 ? L.group_size / kActBlock : 1;
+    uint64_t g = 0, left_in_group = 0;
+    __m256 s = _mm256_setzero_ps(), m = _mm256_setzero_ps();
     for (uint64_t b = 0; b < blocks; ++b) {
-      const __m256i cw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + b * kActBlock));
-      __m256 s = _mm256_setzero_ps(), m = _mm256_setzero_ps();
-      __m256i pw = _mm256_setzero_si256(), aw = cw;
+      __m256i cw, pw = _mm256_setzero_si256();
+      row.block(b, cw, pw);
+      __m256i aw = cw;
       if constexpr (VT == ValueType::I4) {
-        const uint64_t p = r * L.groups_per_row + b * kActBlock / L.group_size;
-        if (b * kActBlock < L.cols) {
-          s = _mm256_set1_ps(half(w.group_scales()[p]));
-          m = _mm256_set1_ps(half(w.group_mins()[p]));
+        if (left_in_group == 0) {
+          left_in_group = blocks_per_group;
+          if (b * kActBlock < L.cols) {
+            const uint64_t p = r * L.groups_per_row + g;
+            s = _mm256_set1_ps(half(w.group_scales()[p]));
+            m = _mm256_set1_ps(half(w.group_mins()[p]));
+          } else {
+            s = m = _mm256_setzero_ps();
+          }
+          ++g;
         }
-        pw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(present + b * kActBlock));
+        --left_in_group;
       } else {
         aw = _mm256_abs_epi8(cw);
       }
@@ -824,6 +874,20 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
   uint64_t r = r0;
   for (; r + 2 <= r1; r += 2) rows_at(std::integral_constant<int, 2>{}, r);
   if (r < r1) rows_at(std::integral_constant<int, 1>{}, r);
+}
+
+template <ValueType VT>
+void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
+  switch (nt) {
+    case 1: return dot_rows_q8_nt<VT, 1>(w, r0, r1, qx, y, ys);
+    case 2: return dot_rows_q8_nt<VT, 2>(w, r0, r1, qx, y, ys);
+    case 3: return dot_rows_q8_nt<VT, 3>(w, r0, r1, qx, y, ys);
+    case 4: return dot_rows_q8_nt<VT, 4>(w, r0, r1, qx, y, ys);
+    case 5: return dot_rows_q8_nt<VT, 5>(w, r0, r1, qx, y, ys);
+    case 6: return dot_rows_q8_nt<VT, 6>(w, r0, r1, qx, y, ys);
+    case 7: return dot_rows_q8_nt<VT, 7>(w, r0, r1, qx, y, ys);
+    default: return dot_rows_q8_nt<VT, 8>(w, r0, r1, qx, y, ys);  // nt <= kMaxFusedTokens
+  }
 }
 
 void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
