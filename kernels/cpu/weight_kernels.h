@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "endor/format.h"
 #include "endor/kernels.h"
@@ -14,6 +15,21 @@ namespace endor::cpu::detail {
 
 // Fused kernels keep one accumulator per token in registers: at most this many tokens per call.
 inline constexpr size_t kMaxFusedTokens = 8;
+// f(std::integral_constant<int, NT>{}) for 1 <= nt <= kMaxFusedTokens: the token count of a fused
+// kernel as a compile-time constant, so that its accumulators stay in registers.
+template <typename F>
+void with_token_count(size_t nt, F&& f) {
+  switch (nt) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
 
 // ---- int8 activations (the default for int8/int4 weights; Options::exact turns them off) -------
 //
@@ -47,6 +63,17 @@ size_t quantized_bytes(size_t n_tokens, uint64_t cols);
 QuantizedX quantize_activations(const float* x, size_t x_stride, size_t n_tokens, uint64_t cols, void* storage);
 // x̂[t·x_stride + c] = d_b · q[c] (f32, one rounding): what the non-fused paths multiply instead.
 void dequantize_activations(const QuantizedX& qx, size_t n_tokens, uint64_t cols, float* out, size_t out_stride);
+// Dense int4: every column is present, so Σ_{c∈g} x̂_c = P_g = Σ_{b∈g} d_b·sums_b is the same for
+// every row of token xt, and a row adds Σ_g M_g·P_g once. Writes p[g] for the groups of L.
+inline void dense_group_sums(const QuantizedX& xt, const TensorLayout& L, float* p) {
+  for (uint64_t g = 0; g < L.groups_per_row; ++g) {
+    const uint64_t b0 = g * L.group_size / kActBlock;
+    const uint64_t b1 = (g + 1) * L.group_size / kActBlock < xt.d_stride ? (g + 1) * L.group_size / kActBlock : xt.d_stride;
+    float sum = 0.0f;
+    for (uint64_t b = b0; b < b1; ++b) sum += xt.d[b] * float(xt.sums[b]);
+    p[g] = sum;
+  }
+}
 // True for the value types the int8-activation kernels serve (int8, int4).
 inline bool int8_activation_weight(ValueType vt) { return vt == ValueType::I8 || vt == ValueType::I4; }
 

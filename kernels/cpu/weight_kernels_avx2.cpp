@@ -509,16 +509,7 @@ void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, s
 template <ValueType VT, GroupStep kStep>
 void dot_rows_vt(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, size_t nt, float* y,
                  size_t ys) {
-  switch (nt) {
-    case 1: return dot_rows_t<VT, kStep, 1>(w, r0, r1, x, xs, y, ys);
-    case 2: return dot_rows_t<VT, kStep, 2>(w, r0, r1, x, xs, y, ys);
-    case 3: return dot_rows_t<VT, kStep, 3>(w, r0, r1, x, xs, y, ys);
-    case 4: return dot_rows_t<VT, kStep, 4>(w, r0, r1, x, xs, y, ys);
-    case 5: return dot_rows_t<VT, kStep, 5>(w, r0, r1, x, xs, y, ys);
-    case 6: return dot_rows_t<VT, kStep, 6>(w, r0, r1, x, xs, y, ys);
-    case 7: return dot_rows_t<VT, kStep, 7>(w, r0, r1, x, xs, y, ys);
-    default: return dot_rows_t<VT, kStep, 8>(w, r0, r1, x, xs, y, ys);
-  }
+  with_token_count(nt, [&](auto n) { dot_rows_t<VT, kStep, decltype(n)::value>(w, r0, r1, x, xs, y, ys); });
 }
 
 void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, size_t nt, float* y,
@@ -749,7 +740,7 @@ class RowCodes {
 
 // NT tokens, a compile-time count so that the accumulators stay in registers (with a runtime count
 // GCC kept them on the stack: a store and a reload on every block's chain).
-template <ValueType VT, size_t NT>
+template <ValueType VT, int NT>
 void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y, size_t ys) {
   constexpr size_t nt = NT;
   const TensorLayout& L = w.layout;
@@ -823,11 +814,7 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
     xs[64 * (c / 64) + (c % 2) * 32 + (c % 64) / 2] = qx.q[c];
   for (uint64_t wi = 0; wi < words; ++wi)
     for (int j = 0; j < 8; ++j) dv[8 * wi + j] = qx.d[2 * wi + j / 4];
-  for (uint64_t g = 0; g < gpr; ++g) {  // P_g = Σ_{b∈g} d_b·Σ_b q: the dense min term's x side
-    float sum = 0.0f;
-    for (uint64_t b = 4 * g; b < std::min<uint64_t>(qx.d_stride, 4 * g + 4); ++b) sum += qx.d[b] * float(qx.sums[b]);
-    group_p[g] = sum;
-  }
+  dense_group_sums(qx, L, group_p);
   const __m256i lo4 = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
   const uint8_t* const values = w.values();
   const uint16_t* const scales = w.group_scales();
@@ -878,16 +865,7 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
 
 template <ValueType VT>
 void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
-  switch (nt) {
-    case 1: return dot_rows_q8_nt<VT, 1>(w, r0, r1, qx, y, ys);
-    case 2: return dot_rows_q8_nt<VT, 2>(w, r0, r1, qx, y, ys);
-    case 3: return dot_rows_q8_nt<VT, 3>(w, r0, r1, qx, y, ys);
-    case 4: return dot_rows_q8_nt<VT, 4>(w, r0, r1, qx, y, ys);
-    case 5: return dot_rows_q8_nt<VT, 5>(w, r0, r1, qx, y, ys);
-    case 6: return dot_rows_q8_nt<VT, 6>(w, r0, r1, qx, y, ys);
-    case 7: return dot_rows_q8_nt<VT, 7>(w, r0, r1, qx, y, ys);
-    default: return dot_rows_q8_nt<VT, 8>(w, r0, r1, qx, y, ys);  // nt <= kMaxFusedTokens
-  }
+  with_token_count(nt, [&](auto n) { dot_rows_q8_nt<VT, decltype(n)::value>(w, r0, r1, qx, y, ys); });
 }
 
 void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {

@@ -451,16 +451,7 @@ void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const XT* x, size
 template <ValueType VT, typename XT = float>
 void dot_rows_vt(const TensorView& w, uint64_t r0, uint64_t r1, const XT* x, size_t xs, size_t nt, float* y,
                  size_t ys) {
-  switch (nt) {
-    case 1: return dot_rows_t<VT, 1>(w, r0, r1, x, xs, y, ys);
-    case 2: return dot_rows_t<VT, 2>(w, r0, r1, x, xs, y, ys);
-    case 3: return dot_rows_t<VT, 3>(w, r0, r1, x, xs, y, ys);
-    case 4: return dot_rows_t<VT, 4>(w, r0, r1, x, xs, y, ys);
-    case 5: return dot_rows_t<VT, 5>(w, r0, r1, x, xs, y, ys);
-    case 6: return dot_rows_t<VT, 6>(w, r0, r1, x, xs, y, ys);
-    case 7: return dot_rows_t<VT, 7>(w, r0, r1, x, xs, y, ys);
-    default: return dot_rows_t<VT, 8>(w, r0, r1, x, xs, y, ys);
-  }
+  with_token_count(nt, [&](auto n) { dot_rows_t<VT, decltype(n)::value>(w, r0, r1, x, xs, y, ys); });
 }
 
 void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, size_t nt, float* y,
@@ -587,15 +578,14 @@ inline void int8_starts(const QuantizedX& xt, uint64_t words, int32_t* start) {
     _mm512_store_si512(start + wi * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s));
   }
 }
-// Dense int4: every column is present, so Σ_{c∈g} x̂_c = P_g = Σ_{b∈g} d_b·sums_b is the same for
-// every row, and a row adds Σ_g M_g·P_g once.
-inline void dense_group_sums(const QuantizedX& xt, const TensorLayout& L, float* p) {
-  for (uint64_t g = 0; g < L.groups_per_row; ++g) {
-    const uint64_t b0 = g * L.group_size / kActBlock, b1 = std::min<uint64_t>(xt.d_stride, (g + 1) * L.group_size / kActBlock);
-    float sum = 0.0f;
-    for (uint64_t b = b0; b < b1; ++b) sum += xt.d[b] * float(xt.sums[b]);
-    p[g] = sum;
+// v + Σ_g M_g·P_g over a row's gpr groups (mins m, dense_group_sums p), in the lanes a reduction
+// sums anyway.
+inline __m512 plus_min_term(__m512 v, const float* m, const float* p, uint64_t gpr) {
+  for (uint64_t g = 0; g < gpr; g += 16) {
+    const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, gpr - g)));
+    v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, m + g), _mm512_maskz_loadu_ps(k, p + g), v);
   }
+  return v;
 }
 
 // int4 groups with an exact zero code: M = −z·S for an integer z in [0, 15] (endor::int4_grid's
@@ -750,12 +740,7 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
     for (uint64_t u = 0; u + 1 < units; ++u) unit(u, std::false_type{});
     unit(units - 1, std::true_type{});
     for (int i = 0; i < R; ++i) {
-      __m512 v = acc[i];
-      for (uint64_t g = 0; g < gpr; g += 16) {  // Σ_g M_g·P_g
-        const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, gpr - g)));
-        v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, m[i] + g), _mm512_maskz_loadu_ps(k, group_p + g), v);
-      }
-      y[r + i] = _mm512_reduce_add_ps(v);
+      y[r + i] = _mm512_reduce_add_ps(plus_min_term(acc[i], m[i], group_p, gpr));
     }
   };
   for (; c0 < r1; c0 += kChunkRows) {
@@ -880,8 +865,9 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
         const __m512 d = _mm512_load_ps(dv + 16 * wi);
         for (int i = 0; i < R; ++i) {
           if constexpr (kBitmap) {
-            // The mask through a general register (one load for popcnt and kmov): 0.034-0.035 against
-            // 0.038-0.040 ns a weight loaded twice (5632x2048, one core, bench_kernels --stream).
+            // Mask and popcount written from one 64-bit value (GCC still folds both loads into the two
+            // instructions, but schedules the loop differently): 0.034-0.035 against 0.038-0.041 ns a
+            // weight with mask64_load (5632x2048, one core, bench_kernels --stream, rounds alternating).
             const uint64_t bw = load_u64(bits[i] + 8 * wi);
             const __mmask64 k = _cvtu64_mask64(bw);
             __m512i codes;
@@ -922,11 +908,7 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       if (whole < gpr) group(whole, whole * WPG, wpr - whole * WPG);
       for (int i = 0; i < R; ++i) {
         __m512 v = _mm512_add_ps(acc_q[i], acc_p[i]);
-        if (!kPresence)  // Σ_g M_g·P_g, in the lanes the reduction sums anyway
-          for (uint64_t g = 0; g < gpr; g += 16) {
-            const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, gpr - g)));
-            v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, m[i] + g), _mm512_maskz_loadu_ps(k, group_p + g), v);
-          }
+        if (!kPresence) v = plus_min_term(v, m[i], group_p, gpr);
         y[r + i] = _mm512_reduce_add_ps(v);
       }
     };
@@ -1186,16 +1168,7 @@ void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
       default: break;
     }
   }
-  switch (nt) {
-    case 1: return dot_rows_q8_t<VT, 1>(w, r0, r1, qx, y, ys);
-    case 2: return dot_rows_q8_t<VT, 2>(w, r0, r1, qx, y, ys);
-    case 3: return dot_rows_q8_t<VT, 3>(w, r0, r1, qx, y, ys);
-    case 4: return dot_rows_q8_t<VT, 4>(w, r0, r1, qx, y, ys);
-    case 5: return dot_rows_q8_t<VT, 5>(w, r0, r1, qx, y, ys);
-    case 6: return dot_rows_q8_t<VT, 6>(w, r0, r1, qx, y, ys);
-    case 7: return dot_rows_q8_t<VT, 7>(w, r0, r1, qx, y, ys);
-    default: return dot_rows_q8_t<VT, 8>(w, r0, r1, qx, y, ys);
-  }
+  with_token_count(nt, [&](auto n) { dot_rows_q8_t<VT, decltype(n)::value>(w, r0, r1, qx, y, ys); });
 }
 
 void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
