@@ -32,6 +32,26 @@ constexpr uint64_t value_bytes(ValueType vt) {
 
 inline __m512 half_to_ps(__m256i h) { return _mm512_cvtph_ps(h); }
 inline __m512 bfloat_to_ps(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)); }
+// A zeroed register the compiler cannot see is zero. On Zen 4 a zero-masked vpexpandb/w waits for
+// its destination register's previous value (same register: ~5 cycles an expand; eight registers
+// in turn, or a zero idiom first: ~1.5), so expands merge into one of these instead ({z} form
+// semantics, the zero idiom breaking the dependency).
+inline __m512i fresh_zero512() {
+  __m512i z;
+  asm("vpxord %x0, %x0, %x0" : "=v"(z));
+  return z;
+}
+inline __m256i fresh_zero256() {
+  __m256i z;
+  asm("vpxord %x0, %x0, %x0" : "=v"(z));
+  return z;
+}
+// Expand-loads with the {z} form's result (lanes without a mask bit 0), merged into a fresh zero.
+inline __m512i expandload_epi8(__mmask64 k, const void* p) { return _mm512_mask_expandloadu_epi8(fresh_zero512(), k, p); }
+inline __m256i expandload_epi16(__mmask16 k, const void* p) { return _mm256_mask_expandloadu_epi16(fresh_zero256(), k, p); }
+inline __m512 expandload_ps(__mmask16 k, const float* p) {
+  return _mm512_mask_expandloadu_ps(_mm512_castsi512_ps(fresh_zero512()), k, p);
+}
 inline __mmask16 lanes16(uint64_t bits, int i) { return __mmask16(bits >> (16 * i)); }
 inline uint64_t first_bits(uint64_t n) { return n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1; }
 
@@ -237,7 +257,7 @@ inline void expand_word(const uint8_t* wp, uint64_t bits, const uint8_t* p, __m5
   if constexpr (VT == ValueType::F32) {
     const float* f = reinterpret_cast<const float*>(p);
     for (int i = 0; i < 4; ++i) {
-      w[i] = _mm512_maskz_expandloadu_ps(mask16_at(wp ? wp + 2 * i : nullptr, bits >> (16 * i)), f);
+      w[i] = expandload_ps(mask16_at(wp ? wp + 2 * i : nullptr, bits >> (16 * i)), f);
       f += _mm_popcnt_u32(uint32_t(bits >> (16 * i)) & 0xFFFF);
     }
   } else {
@@ -246,7 +266,7 @@ inline void expand_word(const uint8_t* wp, uint64_t bits, const uint8_t* p, __m5
     // their upper-half extracts cost 20 % more on Zen 4 (bench_kernels --rows, f16 @ 50 %: 50 ->
     // 42 ns a 576-wide row), where 512-bit shuffles are two 256-bit ones anyway.
     for (int i = 0; i < 4; ++i) {
-      const __m256i h = _mm256_maskz_expandloadu_epi16(mask16_at(wp ? wp + 2 * i : nullptr, bits >> (16 * i)), p);
+      const __m256i h = expandload_epi16(mask16_at(wp ? wp + 2 * i : nullptr, bits >> (16 * i)), p);
       w[i] = VT == ValueType::F16 ? half_to_ps(h) : bfloat_to_ps(h);
       p += 2 * _mm_popcnt_u32(uint32_t(bits >> (16 * i)) & 0xFFFF);
     }
@@ -343,7 +363,7 @@ __attribute__((always_inline)) inline void dot_bitmap_word(const uint8_t* wp, ui
   __m512 wv[4];
   if constexpr (strided(VT)) {
     if constexpr (VT == ValueType::I4) grp.next_word();
-    byte_word<VT>(_mm512_maskz_expandloadu_epi8(mask64_at(wp, bits), p), grp, wv);
+    byte_word<VT>(expandload_epi8(mask64_at(wp, bits), p), grp, wv);
     acc.add(wv, c0, 64);  // strided x: whole, zero-padded words
   } else {
     expand_word<VT>(wp, bits, p, wv);
@@ -534,7 +554,7 @@ __attribute__((always_inline)) inline void for_each_code_word(const TensorView& 
         if ((wi & 7) == 0) prefetch_l2(words + 8 * wi + kPrefetchL2Bytes / 8);
         if constexpr (VT != ValueType::I4) prefetch_l2(p + kPrefetchL2Bytes);
         const __mmask64 k = mask64_at(last ? nullptr : words + 8 * wi, bits);
-        f(wi, _mm512_maskz_expandloadu_epi8(k, p), k);
+        f(wi, expandload_epi8(k, p), k);
         p += _mm_popcnt_u64(bits);
       }
     }
@@ -872,7 +892,7 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
             const __mmask64 k = _cvtu64_mask64(bw);
             __m512i codes;
             if constexpr (kZ) codes = _mm512_mask_expandloadu_epi8(zv[i], k, p[i]);
-            else codes = _mm512_maskz_expandloadu_epi8(k, p[i]);
+            else codes = expandload_epi8(k, p[i]);
             p[i] += _mm_popcnt_u64(bw);
             gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
             if constexpr (kPresence) {
@@ -1012,7 +1032,7 @@ void dot_rows_q8_i8_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       for (int i = 0; i < R; ++i) {
         __m512i codes;
         if (bitmap) {
-          codes = _mm512_maskz_expandloadu_epi8(mask64_load(bits[i] + 8 * wi), p[i]);
+          codes = expandload_epi8(mask64_load(bits[i] + 8 * wi), p[i]);
           p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
           if ((wi & 7) == 0) prefetch_l2(bits[i] + 8 * wi + kPrefetchL2Bytes / 8);
         } else {
