@@ -6,6 +6,7 @@ format with a llama.cpp format and are the median of the per-round ratios (both 
 same round). "of floor" = tok/s / (median read probe of the run / bytes read per token); llama.cpp's
 bytes per token are taken as its file size (the tied SmolLM2 embedding is read whole as the head;
 for an untied model this overstates its bytes by the embedding table, ~6 % on the 1 B shape).
+A last line checks issue 15's targets (TARGETS) on the run's median ratios.
 Usage: table.py RESULTS.jsonl N THREADS BUSY LLAMA_COMMIT
 """
 import json
@@ -17,6 +18,8 @@ PAIRS = [("F16", "dense"), ("F16", "f16_50"), ("Q8_0", "int8_50"), ("Q4_0", "int
 ENDOR_NAME = {"dense": "dense f16", "f16_50": "f16 @ 50 %", "int8_50": "int8 @ 50 %", "int4_50": "int4 @ 50 %",
               "int4_50_qhead": "int4 @ 50 % + int8 head",
               "int4_qhead": "int4 dense + int8 head", "int4_24_qhead": "int4 2:4 + int8 head"}
+# Issue 15's "done when": (Endor config, ratio to reach, the one model it applies to or None for all).
+TARGETS = [("int4_50", 1.2, None), ("f16_50", 1.4, "1b"), ("dense", 1.0, None)]
 
 
 def main():
@@ -36,6 +39,7 @@ def main():
     print("| model | llama.cpp | tok/s (range) | of floor | Endor | tok/s (range) | of floor | Endor / llama.cpp (per-round median, range) |")
     print("|---|---|---:|---:|---|---:|---:|---:|")
     models = sorted({k[0] for k in by}, key=lambda m: (m != "smollm2", m))
+    ratio_of = {}  # (model, Endor config) -> median per-round ratio
     for m in models:
         for lq, ec in PAIRS:
             L, E = by.get((m, "llama", lq)), by.get((m, "endor", ec))
@@ -50,8 +54,19 @@ def main():
             em, elo, ehi, ef = stats(E)
             ratios = [float(E[r]["tps"]) / float(L[r]["tps"]) for r in E if r in L and float(L[r]["tps"]) > 0]
             rm = statistics.median(ratios) if ratios else 0
+            ratio_of[(m, ec)] = rm
             print(f"| {m} | {lq} | {lm:.1f} ({llo:.1f}-{lhi:.1f}) | {lf:.2f} | {ENDOR_NAME.get(ec, ec)} | "
                   f"{em:.1f} ({elo:.1f}-{ehi:.1f}) | {ef:.2f} | **{rm:.2f}x** ({min(ratios, default=0):.2f}-{max(ratios, default=0):.2f}) |")
+    # Issue 15's targets, checked on this run's medians (the same thresholds apply with one core busy).
+    checks = []
+    for ec, target, only in TARGETS:
+        for m in models:
+            if (only is None or m == only) and (m, ec) in ratio_of:
+                r = ratio_of[(m, ec)]
+                checks.append(f"{m} {ENDOR_NAME[ec]} {r:.2f}x (>= {target:.1f}x: {'met' if r >= target else 'not met'})")
+    if checks:
+        print()
+        print("Targets (issue 15): " + "; ".join(checks))
 
 
 if __name__ == "__main__":
