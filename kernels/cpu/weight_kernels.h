@@ -3,6 +3,7 @@
 // Row ranges are the unit of parallel work: callers split rows across OpenMP threads.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -68,7 +69,7 @@ void dequantize_activations(const QuantizedX& qx, size_t n_tokens, uint64_t cols
 inline void dense_group_sums(const QuantizedX& xt, const TensorLayout& L, float* p) {
   for (uint64_t g = 0; g < L.groups_per_row; ++g) {
     const uint64_t b0 = g * L.group_size / kActBlock;
-    const uint64_t b1 = (g + 1) * L.group_size / kActBlock < xt.d_stride ? (g + 1) * L.group_size / kActBlock : xt.d_stride;
+    const uint64_t b1 = std::min<uint64_t>(xt.d_stride, (g + 1) * L.group_size / kActBlock);
     float sum = 0.0f;
     for (uint64_t b = b0; b < b1; ++b) sum += xt.d[b] * float(xt.sums[b]);
     p[g] = sum;

@@ -35,7 +35,8 @@ inline __m512 bfloat_to_ps(__m256i b) { return _mm512_castsi512_ps(_mm512_slli_e
 // A zeroed register the compiler cannot see is zero. On Zen 4 a zero-masked vpexpandb/w waits for
 // its destination register's previous value (same register: ~5 cycles an expand; eight registers
 // in turn, or a zero idiom first: ~1.5), so expands merge into one of these instead ({z} form
-// semantics, the zero idiom breaking the dependency).
+// semantics). GCC may run the zero idiom once and copy its register before each expand; either way
+// the expand's destination is written from a zero that is ready, not by the previous expand.
 inline __m512i fresh_zero512() {
   __m512i z;
   asm("vpxord %x0, %x0, %x0" : "=v"(z));
@@ -51,6 +52,14 @@ inline __m512i expandload_epi8(__mmask64 k, const void* p) { return _mm512_mask_
 inline __m256i expandload_epi16(__mmask16 k, const void* p) { return _mm256_mask_expandloadu_epi16(fresh_zero256(), k, p); }
 inline __m512 expandload_ps(__mmask16 k, const float* p) {
   return _mm512_mask_expandloadu_ps(_mm512_castsi512_ps(fresh_zero512()), k, p);
+}
+// out[i] = f32 of the f16 h[i], i < n (a group table's scales or mins, widened once per chunk of rows).
+// Not inlined: it runs once a chunk, and inlined it cost the int4 kernels around it 3-5 % a row
+// (bench_kernels --rows, alternating builds), by the compiler's choices for their loops.
+__attribute__((noinline)) void widen_halves(const uint16_t* h, uint64_t n, float* out) {
+  uint64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+  if (i < n) _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(__mmask16((1u << (n - i)) - 1), h + i)));
 }
 inline __mmask16 lanes16(uint64_t bits, int i) { return __mmask16(bits >> (16 * i)); }
 inline uint64_t first_bits(uint64_t n) { return n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1; }
@@ -765,18 +774,8 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
   };
   for (; c0 < r1; c0 += kChunkRows) {
     const uint64_t c1 = std::min(r1, c0 + kChunkRows), n = (c1 - c0) * gpr;
-    const uint16_t* sc = w.group_scales() + c0 * gpr;
-    const uint16_t* mn = w.group_mins() + c0 * gpr;
-    uint64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      _mm512_storeu_ps(sm + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + i))));
-      _mm512_storeu_ps(mins + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn + i))));
-    }
-    if (i < n) {
-      const __mmask16 k = __mmask16(first_bits(n - i));
-      _mm512_storeu_ps(sm + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, sc + i)));
-      _mm512_storeu_ps(mins + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mn + i)));
-    }
+    widen_halves(w.group_scales() + c0 * gpr, n, sm);
+    widen_halves(w.group_mins() + c0 * gpr, n, mins);
     uint64_t r = c0;
     for (; r + 4 <= c1; r += 4) rows_at(std::integral_constant<int, 4>{}, r);
     for (; r < c1; ++r) rows_at(std::integral_constant<int, 1>{}, r);
@@ -850,13 +849,8 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
     const uint8_t* const base = unpacked - (k_a & ~uint64_t(1));  // code k at base[k]
     {
       const uint64_t n = (rb - ra) * gpr;
-      const uint16_t* sc = w.group_scales() + ra * gpr;
-      const uint16_t* mn = w.group_mins() + ra * gpr;
-      for (uint64_t i = 0; i < n; i += 16) {
-        const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, n - i)));
-        _mm512_storeu_ps(sm + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, sc + i)));
-        _mm512_storeu_ps(mins + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mn + i)));
-      }
+      widen_halves(w.group_scales() + ra * gpr, n, sm);
+      widen_halves(w.group_mins() + ra * gpr, n, mins);
       run_z = kBitmap && !two_of_four && zero_codes(sm, mins, n, zero_code);  // the 2:4 path reads no z
     }
     // Rows r..r+n-1 of the run: code streams, bitmap rows, widened scales and mins, zero codes.
