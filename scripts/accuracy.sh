@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates bench/ACCURACY.md (the one command for the whole report):
+# Regenerates the samples/kjv-llama and 1.1B sections of bench/ACCURACY.md (between its kjv markers):
 #  1. samples/kjv-llama packed dense, and with magnitude / Wanda / SparseGPT at 50 % unstructured
 #     and 2:4, each without quantization, int8 and int4 (group 128): held-out perplexity
 #     (endor-infer --perplexity heldout.txt --ctx 256), file size, ratio to dense, packing time and
@@ -89,5 +89,18 @@ if [ "${ACCURACY_1B:-1}" != 0 ]; then
 fi
 
 # ---- the report -------------------------------------------------------------------------------
-python3 "$root/scripts/accuracy_report.py" "$work" >"$out"
-echo "wrote $out" >&2
+# Only this script's part of the file (between its kjv markers) is replaced: the SmolLM2 section
+# (scripts/accuracy_smollm2.sh) and the hand-written sections stay; without the markers it is appended.
+python3 "$root/scripts/accuracy_report.py" "$work" >"$work/kjv.md"
+python3 - "$work/kjv.md" "$out" <<'PY'
+import os, sys
+block = open(sys.argv[1]).read().rstrip("\n")
+md = open(sys.argv[2]).read() if os.path.exists(sys.argv[2]) else "# Accuracy and cost of the pruning methods\n"
+begin, end = "<!-- kjv:begin -->", "<!-- kjv:end -->"
+if begin in md and end in md:
+    md = md[:md.index(begin)] + block + md[md.index(end) + len(end):]
+else:
+    md = md.rstrip("\n") + "\n\n" + block + "\n"
+open(sys.argv[2], "w").write(md)
+PY
+echo "updated $out (its kjv section)" >&2
