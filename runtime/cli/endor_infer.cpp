@@ -29,6 +29,7 @@
 #include "endor/runtime.h"
 #include "endor/tokenizer.h"
 #include "chat_command.h"
+#include "placement_options.h"
 #include "tokenizer_commands.h"
 #include "usage_error.h"
 
@@ -79,56 +80,8 @@ void print_stats(const endor::Backend& backend, const endor::Model& model,
   }
 }
 
-// Tiered offloading of this run: the placement (from the manifest or --gpu-mem/--cpu-mem) and, when
-// blocks stream (or on CUDA, for its timings), the provider the model loads its weights through.
-struct Offload {
-  endor::Placement placement;
-  std::unique_ptr<endor::StreamingWeights> weights;  // null: every group read in place (CPU)
-};
-
-std::optional<uint64_t> size_option(const cxxopts::ParseResult& args, const char* name) {
-  if (!args.count(name)) return std::nullopt;
-  try {
-    return endor::parse_memory_size(args[name].as<std::string>(), std::string("--") + name);
-  } catch (const endor::Error& e) {
-    throw UsageError(e.what());
-  }
-}
-
-// kv_capacity / max_tokens: the KV cache rows of all sequences held at once and the rows of the
-// largest forward call of this run (fixed needs).
-Offload setup_offload(const endor::ContainerReader& container, endor::Backend& backend,
-                      const cxxopts::ParseResult& args, size_t kv_capacity, size_t max_tokens,
-                      endor::KvDtype kv_dtype) {
-  const bool cuda = endor::is_cuda_device(backend);
-  const endor::Manifest& m = container.manifest();
-  const endor::ModelConfig config = endor::parse_model_config(m.config, container.path());
-  endor::PlacementRequest request;
-  request.groups = endor::group_demands(m);
-  request.gpu_budget = size_option(args, "gpu-mem");
-  request.cpu_budget = size_option(args, "cpu-mem");
-  request.prefetch = args["prefetch"].as<uint32_t>();
-  request.cuda = cuda;
-  request.device_fixed_bytes = endor::device_fixed_bytes(config, m, kv_capacity,
-                                                         std::min<size_t>(max_tokens, config.max_positions), cuda);
-  if (cuda) request.device_capacity = endor::device_free_bytes(backend);
-  else
-    request.host_kv_bytes = uint64_t(2) * config.n_layers * kv_capacity * config.n_kv_heads * config.head_dim *
-                            endor::kv_value_bytes(kv_dtype);
-  Offload o;
-  try {
-    o.placement = endor::place_groups(request);
-  } catch (const endor::Error& e) {
-    throw endor::Error(container.path() + ": " + e.what());  // budgets that cannot hold this model
-  }
-  if (cuda || o.placement.streams()) {
-    endor::StreamingOptions options;
-    options.prefetch = request.prefetch;
-    options.disk_io = *endor::parse_disk_io(args["disk-io"].as<std::string>());
-    o.weights = endor::make_streaming_weights(container, backend, o.placement, options);
-  }
-  return o;
-}
+using endor::cli::Offload;
+using endor::cli::setup_offload;
 
 // The --stats offload table: placement, then per decode token the bytes moved per tier, copy and
 // disk-read time with achieved bandwidth, compute and stall time. The last line
@@ -429,22 +382,6 @@ int run(int argc, char** argv) {
     ("top-p", "keep the smallest set of tokens with probability mass >= P (1 = off)",
      cxxopts::value<float>())
     ("seed", "random seed (default: random)", cxxopts::value<uint64_t>())
-    ("threads", "CPU threads (0 = all)", cxxopts::value<int>()->default_value("0"))
-    ("exact", "CPU: multiply every weight by the f32 activations exactly (default: int8/int4 weights take "
-              "activations quantized to int8 per 32 values, dense f16/bf16 ones and bitmap ones over 4096 "
-              "columns wide activations rounded to f16; bench/ACCURACY.md has the cost)")
-    ("kv-dtype", "KV cache storage: f32, or f16 (half the memory; CPU device only; attention widens the "
-                 "cached values back to f32)", cxxopts::value<std::string>()->default_value("f32"))
-    ("device", "cpu, cuda or auto (cuda when this build and machine have it)",
-     cxxopts::value<std::string>()->default_value("auto"))
-    ("gpu-mem", "GPU memory budget, e.g. 3G: decoder blocks that do not fit stream from host memory "
-                "(overrides the container's tiers)", cxxopts::value<std::string>())
-    ("cpu-mem", "host memory budget for offloaded blocks, e.g. 16G: blocks past it stream from disk "
-                "(on the CPU device: blocks read in place)", cxxopts::value<std::string>())
-    ("prefetch", "offloaded blocks in flight ahead of the computing one",
-     cxxopts::value<uint32_t>()->default_value("2"))
-    ("disk-io", "how disk-tier blocks are read: auto, direct (O_DIRECT, buffered where refused), buffered, "
-                "cufile", cxxopts::value<std::string>()->default_value("auto"))
     ("plan", "before running, measure disk/copy bandwidth and kernel times and print the predicted time per "
              "step and per token of this placement and batch (with --stats: predicted vs measured)")
     ("dump-logits", "write the prompt's logits [tokens, vocab] as float32 .npy",
@@ -452,6 +389,7 @@ int run(int argc, char** argv) {
     ("stats", "print prefill/decode speed, time per layer, bytes read per token and the offload table "
               "(placement, bytes moved, bandwidth, compute and stall time per token) to stderr")
     ("h,help", "show this help");
+  endor::cli::add_placement_options(options);
   options.parse_positional({"file"});
   cxxopts::ParseResult args = options.parse(argc, argv);
   if (args.count("help")) {
@@ -474,13 +412,7 @@ int run(int argc, char** argv) {
   if (batched && args.count("dump-logits")) throw UsageError("--dump-logits goes with -p or --ids, not --prompts");
   if (args.count("ctx") && !measure && !chat) throw UsageError("--ctx goes with --perplexity or --chat");
   if (args.count("ctx") && args["ctx"].as<size_t>() < 2) throw UsageError("--ctx must be at least 2 tokens");
-  if (args["threads"].as<int>() < 0) throw UsageError("--threads must be >= 0");
-  if (args["prefetch"].as<uint32_t>() < 1 || args["prefetch"].as<uint32_t>() > 64)
-    throw UsageError("--prefetch must be in [1, 64]");
-  if (!endor::parse_disk_io(args["disk-io"].as<std::string>()))
-    throw UsageError("--disk-io must be auto, direct, buffered or cufile");
-  size_option(args, "gpu-mem");  // usage errors before anything is opened
-  size_option(args, "cpu-mem");
+  endor::cli::check_placement_options(args);
   std::vector<int32_t> prompt;
   if (args.count("ids")) prompt = parse_ids(args["ids"].as<std::string>());
   BatchRun br;
@@ -512,16 +444,9 @@ int run(int argc, char** argv) {
   }
   std::optional<endor::cli::ChatSetup> chat_setup;
   if (chat) chat_setup = endor::cli::load_chat_setup(*container, *tokenizer);
-  std::unique_ptr<endor::Backend> backend =
-      endor::make_backend(args["device"].as<std::string>(), args["threads"].as<int>(), args.count("exact") > 0);
-  if (args.count("gpu-mem") && !endor::is_cuda_device(*backend))
-    throw endor::Error("--gpu-mem needs the CUDA device, but this run uses " + backend->name());
-  const endor::KvDtype kv_dtype = endor::parse_kv_dtype(args["kv-dtype"].as<std::string>());
-  if (kv_dtype == endor::KvDtype::F16 && !backend->supports_f16_kv())
-    throw endor::Error("--kv-dtype f16: the " + backend->name() + " backend has no f16 KV cache (use --device cpu)");
-  std::string no_cufile;
-  if (args["disk-io"].as<std::string>() == "cufile" && !endor::cufile_available(&no_cufile))
-    throw endor::Error("--disk-io cufile: " + no_cufile);
+  endor::cli::Compute compute = endor::cli::open_compute(args);
+  std::unique_ptr<endor::Backend>& backend = compute.backend;
+  const endor::KvDtype kv_dtype = compute.kv_dtype;
 
   // The KV cache and the largest call of this run size the placement's fixed needs.
   const std::string prompt_text = args.count("prompt") ? args["prompt"].as<std::string>() : "";

@@ -1,0 +1,292 @@
+// OpenAI's routes over cpp-httplib (serve_http.h).
+#include "endor/serve_http.h"
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <mutex>
+#include <random>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+namespace endor::serve {
+
+using nlohmann::json;
+
+namespace {
+
+// Compares in time that depends on the lengths only, not on where the strings differ.
+bool equal_constant_time(const std::string& a, const std::string& b) {
+  const size_t n = std::max(a.size(), b.size());
+  unsigned diff = a.size() != b.size();
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= unsigned(x ^ y);
+  }
+  return diff == 0;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(error_body(e), "application/json");
+}
+
+std::string route_name(const std::string& path) {
+  for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+    if (path == r) return r;
+  return "other";
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpOptions options;
+  httplib::Server server;
+  int port = 0;
+  std::mutex ready_mutex;
+  std::optional<ServedModel> model;  // set once, when ready
+  RequestCounters counters;
+  std::atomic<uint64_t> next_id{1};
+  std::mt19937_64 seeds{std::random_device{}()};
+  std::mutex seeds_mutex;
+
+  const ServedModel* ready() {
+    std::lock_guard<std::mutex> lock(ready_mutex);
+    return model ? &*model : nullptr;
+  }
+
+  void routes();
+  void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  JobSpec job_spec(const ServedModel& m, const GenerationRequest& r);
+};
+
+// The prompt's ids and the sampling of one request; throws ApiError(400) for what cannot run.
+JobSpec HttpServer::Impl::job_spec(const ServedModel& m, const GenerationRequest& r) {
+  JobSpec spec;
+  const size_t ctx = m.scheduler->options().ctx;
+  if (r.endpoint == Endpoint::Chat) {
+    if (!m.chat_template) throw ApiError(400, m.chat_error, "", "no_chat_template");
+    std::string text;
+    try {
+      text = m.chat_template->render_chat(r.messages, /*add_generation_prompt=*/true, m.bos_token, m.eos_token);
+    } catch (const ChatTemplateError& e) {
+      throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "", "", "messages");
+    }
+    // The template writes the special tokens itself, as apply_chat_template does (endor-infer --chat).
+    spec.prompt = m.tokenizer->encode(text, /*add_special_tokens=*/false);
+    spec.stop_ids = m.chat_stop_ids;
+  } else if (r.prompt_is_ids) {
+    for (int32_t id : r.prompt_ids)
+      if (id < 0 || uint32_t(id) >= m.vocab)
+        throw ApiError(400, "token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                std::to_string(m.vocab) + " tokens", "", "", "prompt");
+    spec.prompt = r.prompt_ids;
+  } else {
+    spec.prompt = m.tokenizer->encode(r.prompt_text, /*add_special_tokens=*/true);  // as endor-infer -p
+  }
+  if (spec.prompt.empty()) throw ApiError(400, "the prompt has no tokens", "", "", r.endpoint == Endpoint::Chat ? "messages" : "prompt");
+  if (spec.prompt.size() > ctx)
+    throw ApiError(400, "the prompt has " + std::to_string(spec.prompt.size()) + " tokens, more than the context of " +
+                            std::to_string(ctx) + " tokens (--ctx)", "", "context_length_exceeded",
+                   r.endpoint == Endpoint::Chat ? "messages" : "prompt");
+  // Chats run to the end of their turn (or the context) unless told; completions 16 tokens, as OpenAI.
+  spec.max_tokens = r.max_tokens ? *r.max_tokens : r.endpoint == Endpoint::Chat ? ctx - spec.prompt.size() + 1 : 16;
+  spec.sampling = m.defaults;
+  if (r.temperature) spec.sampling.temperature = *r.temperature;
+  if (r.top_p) spec.sampling.top_p = *r.top_p;
+  if (r.top_k) spec.sampling.top_k = *r.top_k;
+  if (r.seed) {
+    spec.sampling.seed = *r.seed;
+  } else {
+    std::lock_guard<std::mutex> lock(seeds_mutex);
+    spec.sampling.seed = seeds();
+  }
+  spec.stop = r.stop;
+  return spec;
+}
+
+void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  const ServedModel* m = ready();
+  if (!m) throw ApiError(503, "the model is loading", "", "loading");
+  const GenerationRequest r = endpoint == Endpoint::Chat ? parse_chat_request(req.body) : parse_completion_request(req.body);
+  JobSpec spec = job_spec(*m, r);
+  const size_t n_prompt = spec.prompt.size();
+  std::shared_ptr<Job> job = m->scheduler->submit(std::move(spec));
+  const bool chat = endpoint == Endpoint::Chat;
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+  const int64_t created = int64_t(std::time(nullptr));
+  const std::string model_id = m->id;
+  auto usage = [n_prompt](size_t n) {
+    return json{{"prompt_tokens", n_prompt}, {"completion_tokens", n}, {"total_tokens", n_prompt + n}};
+  };
+
+  if (!r.stream) {
+    std::string text;
+    Job::Update u;
+    for (;;) {
+      u = job->take(std::chrono::milliseconds(500));
+      text += u.text;
+      if (u.finish) break;
+    }
+    if (u.error) throw *u.error;
+    json choice = {{"index", 0}, {"finish_reason", *u.finish}, {"logprobs", nullptr}};
+    if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else choice["text"] = text;
+    const json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
+                       {"model", model_id}, {"choices", json::array({choice})}, {"usage", usage(u.n_generated)}};
+    res.set_content(dump(body), "application/json");
+    return;
+  }
+
+  // Server-sent events: a chunk per step that produced text, a last one with the finish reason,
+  // the usage when asked, then [DONE]. A failed write means the client left: the slot is freed.
+  const bool include_usage = r.include_usage;
+  auto chunk = [=](const std::string& text, const std::optional<std::string>& finish, bool role) {
+    json choice = {{"index", 0}, {"finish_reason", finish ? json(*finish) : json(nullptr)}, {"logprobs", nullptr}};
+    if (chat) {
+      json delta = json::object();
+      if (role) delta["role"] = "assistant";
+      if (!text.empty() || role) delta["content"] = text;
+      choice["delta"] = delta;
+    } else {
+      choice["text"] = text;
+    }
+    return "data: " + dump({{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                            {"created", created}, {"model", model_id}, {"choices", json::array({choice})}}) + "\n\n";
+  };
+  auto started = std::make_shared<bool>(false);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [=](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+        if (!*started) {
+          *started = true;
+          if (chat && !write(chunk("", std::nullopt, true))) {
+            job->cancel();
+            return false;
+          }
+        }
+        const Job::Update u = job->take(std::chrono::milliseconds(250));
+        if (!u.text.empty() && !write(chunk(u.text, std::nullopt, false))) {
+          job->cancel();
+          return false;
+        }
+        if (!u.finish) return true;
+        if (u.error) {
+          write("data: " + error_body(*u.error) + "\n\n");
+        } else {
+          write(chunk("", u.finish, false));
+          if (include_usage)
+            write("data: " + dump({{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                                    {"created", created}, {"model", model_id}, {"choices", json::array()},
+                                    {"usage", usage(u.n_generated)}}) + "\n\n");
+        }
+        write("data: [DONE]\n\n");
+        sink.done();
+        return true;
+      },
+      [job](bool) { job->cancel(); });  // ended for any reason: nothing more is read from the job
+}
+
+void HttpServer::Impl::routes() {
+  server.set_payload_max_length(options.body_limit_bytes);
+  server.set_read_timeout(options.timeout_s, 0);
+  server.set_write_timeout(options.timeout_s, 0);
+  server.set_keep_alive_timeout(5);
+  server.set_tcp_nodelay(true);
+  const size_t threads = options.threads;
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (equal_constant_time(req.get_header_value("Authorization"), "Bearer " + options.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Every 4xx/5xx without a body of its own (no route, body too large, bad request line) gets one.
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message;
+    if (res.status == 404) message = "no route " + req.method + " " + req.path.substr(0, 200);
+    else if (res.status == 413) message = "the request body is larger than the server's limit";
+    else if (res.status == 400) message = "malformed HTTP request";
+    else message = "HTTP status " + std::to_string(res.status);
+    send_error(res, ApiError(res.status, message));
+  });
+  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, e.what(), "server_error"));
+    } catch (...) {
+      send_error(res, ApiError(500, "unknown error", "server_error"));
+    }
+  });
+  server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    counters.count(route_name(req.path), res.status);
+  });
+
+  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (!ready()) throw ApiError(503, "the model is loading", "", "loading");
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const ServedModel* m = ready();
+    if (!m) throw ApiError(503, "the model is loading", "", "loading");
+    const json body = {{"object", "list"},
+                       {"data", json::array({{{"id", m->id}, {"object", "model"}, {"created", 0}, {"owned_by", "endor"}}})}};
+    res.set_content(dump(body), "application/json");
+  });
+  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    generate(req, res, Endpoint::Chat);
+  });
+  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    generate(req, res, Endpoint::Completion);
+  });
+  if (options.metrics)
+    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      const ServedModel* m = ready();
+      const SchedulerMetrics s = m ? m->scheduler->metrics() : SchedulerMetrics{};
+      res.set_content(render_prometheus(counters, s), "text/plain; version=0.0.4");
+    });
+}
+
+HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::bind() {
+  const HttpOptions& o = impl_->options;
+  if (o.port == 0) {
+    impl_->port = impl_->server.bind_to_any_port(o.host);
+    if (impl_->port <= 0) throw Error("cannot listen on " + o.host + " (any port)");
+  } else {
+    if (!impl_->server.bind_to_port(o.host, o.port))
+      throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) + " (in use, or not an address here)");
+    impl_->port = o.port;
+  }
+}
+
+int HttpServer::port() const { return impl_->port; }
+
+void HttpServer::listen() { impl_->server.listen_after_bind(); }
+
+void HttpServer::set_ready(const ServedModel& model) {
+  std::lock_guard<std::mutex> lock(impl_->ready_mutex);
+  impl_->model = model;
+}
+
+void HttpServer::stop() { impl_->server.stop(); }
+
+}  // namespace endor::serve
