@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cleanup.h"
+#include "endor/export.h"
 #include "endor/gguf.h"
 #include "endor/packer.h"
 #include "progress.h"
@@ -389,6 +390,64 @@ int run_compare(int argc, char** argv) {
     write_file_atomic(json, compare_to_json(rep).dump(2) + "\n", on_temp);
     write_file_atomic(svg, render_compare_svg(rep), on_temp);
     std::cout << "\nwrote " << csv << ", " << json << ", " << svg << "\n";
+    return 0;
+  });
+}
+
+int run_export(int argc, char** argv) {
+  return guarded("export", [&] {
+    cxxopts::Options opts(
+        "endor-pack export",
+        "Write a .endor container out for other tools:\n"
+        "  hf                  a Hugging Face folder (config, tokenizer, chat template, model.safetensors)\n"
+        "                      with every weight decoded; loads in transformers\n"
+        "  compressed-tensors  that folder with the int8/int4 decoder Linears kept packed on Endor's grid\n"
+        "                      (pack-quantized); loads in vLLM and transformers\n"
+        "  gguf                one F16/BF16/F32 GGUF file (llama, mistral, qwen2) for llama.cpp\n"
+        "Pruned weights leave as explicit zeros. Written values equal the container's decoded values\n"
+        "(int8/int4 tensors in their source dtype when exact there, else f32) unless --dtype is given.\n"
+        "OUT must not exist; it is written under a temporary name and renamed when complete.");
+    opts.positional_help("FILE.endor --to hf|compressed-tensors|gguf -o OUT");
+    opts.add_options()
+      ("file", "container", cxxopts::value<std::string>())
+      ("to", "hf, compressed-tensors or gguf", cxxopts::value<std::string>())
+      ("o,output", "output folder (hf, compressed-tensors) or .gguf file", cxxopts::value<std::string>())
+      ("dtype", "f16, bf16 or f32 for every float tensor written (rounding to nearest even; default: exact)", cxxopts::value<std::string>())
+      ("max-shard-size", "safetensors shard limit, e.g. 5G (hf, compressed-tensors)", cxxopts::value<std::string>()->default_value("5G"))
+      ("h,help", "show this help");
+    opts.parse_positional({"file"});
+    const cxxopts::ParseResult r = opts.parse(argc, argv);
+    if (r.count("help")) {
+      std::cout << opts.help();
+      return 0;
+    }
+    if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+    const std::string file = positional(r, "file", "FILE (a .endor container)");
+    if (!r.count("to")) throw UsageError("missing --to hf|compressed-tensors|gguf");
+    ExportOptions o;
+    o.tool_version = ENDOR_VERSION;
+    const std::optional<ExportTarget> target = parse_export_target(r["to"].as<std::string>());
+    if (!target) throw UsageError("--to must be hf, compressed-tensors or gguf, got '" + r["to"].as<std::string>() + "'");
+    o.target = *target;
+    if (!r.count("output")) throw UsageError("missing -o OUT");
+    const std::string out = r["output"].as<std::string>();
+    if (r.count("dtype")) {
+      const std::string d = r["dtype"].as<std::string>();
+      if (d == "f16") o.dtype = ValueType::F16;
+      else if (d == "bf16") o.dtype = ValueType::BF16;
+      else if (d == "f32") o.dtype = ValueType::F32;
+      else throw UsageError("--dtype must be f16, bf16 or f32, got '" + d + "'");
+    }
+    if (r.count("max-shard-size") && o.target == ExportTarget::Gguf)
+      throw UsageError("--max-shard-size applies to hf and compressed-tensors, not gguf");
+    o.max_shard_bytes = parse_size_option(r, "max-shard-size");
+    if (o.max_shard_bytes == 0) throw UsageError("--max-shard-size must be positive");
+    const auto t0 = std::chrono::steady_clock::now();
+    const ExportSummary s = export_container(file, out, o, track_temp_file);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const std::string& n : s.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+    std::printf("wrote %s (%s): %s, %llu tensors (%llu int8/int4 kept packed) in %.1f s\n", out.c_str(), to_string(o.target),
+                gib(s.bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.quantized_tensors, secs);
     return 0;
   });
 }

@@ -8,5 +8,6 @@ int run_convert(int argc, char** argv);
 int run_prune(int argc, char** argv);
 int run_inspect(int argc, char** argv);
 int run_compare(int argc, char** argv);
+int run_export(int argc, char** argv);
 
 }  // namespace endor::cli

@@ -19,6 +19,7 @@ const char kUsage[] =
     "  prune   SRC -o OUT.endor --sparsity S [...]       magnitude pruning (+ int8/int4)\n"
     "  inspect FILE [--json] [--verify]                  tensors, encodings, sizes, tiers\n"
     "  compare SRC|FILE [--zstd-levels 1,3,19] [...]     Endor vs zstd: sizes and decode speed\n"
+    "  export  FILE --to hf|compressed-tensors|gguf -o OUT  back to transformers, vLLM or llama.cpp\n"
     "\n"
     "SRC is a Hugging Face checkpoint folder (config.json + *.safetensors) or a GGUF file\n"
     "(llama/qwen2; F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors, dequantized; default --dtype f16).\n";
@@ -45,7 +46,8 @@ int main(int argc, char** argv) {
   if (cmd == "prune") return endor::cli::run_prune(argc - 1, argv + 1);
   if (cmd == "inspect") return endor::cli::run_inspect(argc - 1, argv + 1);
   if (cmd == "compare") return endor::cli::run_compare(argc - 1, argv + 1);
-  std::fprintf(stderr, "error: unknown command '%s' (convert, prune, inspect, compare; see endor-pack --help)\n",
+  if (cmd == "export") return endor::cli::run_export(argc - 1, argv + 1);
+  std::fprintf(stderr, "error: unknown command '%s' (convert, prune, inspect, compare, export; see endor-pack --help)\n",
                cmd.c_str());
   return 2;
 }

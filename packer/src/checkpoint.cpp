@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "compressed_tensors_source.h"
 #include "detail.h"
 #include "endor/gguf.h"
 #include "endor/packer.h"
@@ -90,6 +91,10 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
   if (!is_regular_file(config_path)) fail(dir, "no config.json in this folder (not a Hugging Face checkpoint?)");
   ck->config_ = read_json_file(config_path, 16u << 20);
   ck->shape_ = read_model_shape(ck->config_, config_path);
+  // compressed-tensors (pack-quantized): its Linears are read dequantized, so the config that
+  // goes into the container no longer describes a quantization.
+  ck->compressed_ = CompressedTensorsSource::from_config(ck->config_, config_path);
+  if (ck->compressed_) ck->config_.erase("quantization_config");
   const std::string gen_path = dir + "/generation_config.json";
   if (is_regular_file(gen_path)) {
     ck->generation_config_ = read_json_file(gen_path, 16u << 20);
@@ -132,6 +137,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
         const auto w = weight_map.find(e.name);
         if (w == weight_map.end() || w->second != shard_names[s]) continue;  // the index decides
       }
+      if (ck->compressed_ && ck->compressed_->take(e, *ck->shards_.back(), s)) continue;
       const std::string name = canonical_tensor_name(ms.family, e.name);
       if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) {
         ck->dropped_.push_back(e.name + " (rotary buffer; the runtime recomputes it)");
@@ -162,7 +168,27 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
       ck->tensors_.push_back(std::move(t));
     }
   }
+  if (ck->compressed_)
+    for (const std::unique_ptr<PackedLinear>& L : ck->compressed_->finish(dir)) {
+      CheckpointTensor t;
+      t.name = canonical_tensor_name(ms.family, L->module + ".weight");
+      t.source_name = L->module + ".weight_packed";
+      t.dtype = SafetensorsDType::F32;  // (q − zp)·scale is exact in f32
+      t.source_type = "I32";
+      t.shape = {L->rows, L->cols};
+      t.shard = L->shard;
+      t.packed = L.get();
+      t.direct = false;
+      t.stored_bytes = L->stored_bytes();
+      t.role = classify_tensor(t.name, t.shape);
+      if (by_name.count(t.name)) fail(dir, "tensor '" + t.name + "' is both packed and stored as floats");
+      by_name[t.name] = ck->tensors_.size();
+      ck->tensors_.push_back(std::move(t));
+    }
   for (const auto& [tensor, file] : weight_map) {
+    if (ck->compressed_ && (tensor.find(".weight_packed") != std::string::npos || tensor.find(".weight_scale") != std::string::npos ||
+                            tensor.find(".weight_zero_point") != std::string::npos || tensor.find(".weight_shape") != std::string::npos))
+      continue;  // checked by the compressed-tensors reader
     const std::string name = canonical_tensor_name(ms.family, tensor);
     bool found = by_name.count(name) > 0;
     for (uint32_t s = 0; s < shard_names.size() && !found; ++s)
@@ -283,6 +309,7 @@ std::vector<std::string> Checkpoint::input_paths() const {
 }
 
 const uint8_t* Checkpoint::bytes(const CheckpointTensor& t) const {
+  if (t.packed) return t.packed->packed_file->data(*t.packed->packed);
   if (t.gguf) return gguf_->data(*t.gguf->info);
   return shards_.at(t.shard)->data(*t.entry);
 }
@@ -290,6 +317,10 @@ const uint8_t* Checkpoint::bytes(const CheckpointTensor& t) const {
 void Checkpoint::read_rows_f32(const CheckpointTensor& t, uint64_t row_begin, uint64_t row_end, float* out) const {
   if (row_begin > row_end || row_end > t.rows()) throw Error("read_rows_f32: rows out of range for " + t.name);
   const uint64_t cols = t.cols();
+  if (t.packed) {
+    t.packed->read_rows(row_begin, row_end, out);
+    return;
+  }
   if (!t.gguf) {
     convert_to_f32(t.dtype, bytes(t) + row_begin * cols * dtype_bytes(t.dtype), (row_end - row_begin) * cols, out);
     return;
@@ -309,6 +340,7 @@ void Checkpoint::read_rows_f32(const CheckpointTensor& t, uint64_t row_begin, ui
 }
 
 void Checkpoint::release(const CheckpointTensor& t) const {
+  if (t.packed) return;  // its parts are small beside a float copy; the mapping stays
   if (t.gguf) {
     gguf_->release(*t.gguf->info);
     return;

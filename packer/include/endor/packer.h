@@ -112,6 +112,8 @@ std::string canonical_tensor_name(ModelFamily, const std::string& source_name);
 
 class GgufFile;
 struct GgufModelTensor;
+class CompressedTensorsSource;
+struct PackedLinear;
 
 struct CheckpointTensor {
   std::string name;                                 // canonical name
@@ -124,6 +126,7 @@ struct CheckpointTensor {
   uint32_t shard = 0;                               // index into Checkpoint's shard files
   const SafetensorsEntry* entry = nullptr;          // safetensors source
   const GgufModelTensor* gguf = nullptr;            // GGUF source
+  const PackedLinear* packed = nullptr;             // a compressed-tensors pack-quantized Linear (F32, dequantized)
   // Checkpoint::bytes() holds the values in `dtype`, row-major in Hugging Face layout (false
   // for a quantized or row-permuted GGUF tensor: read it with read_rows_f32).
   bool direct = true;
@@ -175,6 +178,7 @@ class Checkpoint {
   void check_and_order(const std::string& config_where);
   std::string dir_;
   std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<CompressedTensorsSource> compressed_;  // a compressed-tensors folder's packed Linears
   std::unique_ptr<std::vector<GgufModelTensor>> gguf_tensors_;
   nlohmann::json config_, generation_config_;
   ModelShape shape_;

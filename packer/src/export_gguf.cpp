@@ -1,0 +1,371 @@
+// GGUF v3 for llama.cpp: llama (Mistral as llama) and qwen2, F16/BF16/F32 tensors under llama.cpp's
+// names, `{arch}.*` hyperparameters from config.json and `tokenizer.ggml.*` from the container's
+// byte-level BPE tokenizer.json. The inverse of gguf_model.cpp / gguf_tokenizer.cpp: what this
+// writes, `endor-pack convert` reads back to the same weights (tests/cli/test_export.cpp).
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "detail.h"
+#include "endor/gguf.h"
+#include "export_detail.h"
+
+namespace endor::export_detail {
+
+using packer_detail::fail;
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kAlignment = 32;  // GGUF's default general.alignment
+
+GgufValue gv_string(const std::string& s) {
+  GgufValue v;
+  v.type = GgufValueType::String;
+  v.str = s;
+  return v;
+}
+GgufValue gv_u32(uint64_t x) {
+  GgufValue v;
+  v.type = GgufValueType::U32;
+  v.u = x;
+  return v;
+}
+GgufValue gv_f32(double x) {
+  GgufValue v;
+  v.type = GgufValueType::F32;
+  v.f = double(float(x));
+  return v;
+}
+GgufValue gv_bool(bool b) {
+  GgufValue v;
+  v.type = GgufValueType::Bool;
+  v.u = b;
+  return v;
+}
+GgufValue gv_array(GgufValueType element, std::vector<GgufValue> items) {
+  GgufValue v;
+  v.type = GgufValueType::Array;
+  v.element_type = element;
+  v.array = std::move(items);
+  return v;
+}
+
+// Little-endian serialization of GGUF values.
+struct Bytes {
+  std::vector<uint8_t> b;
+  template <class T>
+  void pod(T x) {
+    const size_t at = b.size();
+    b.resize(at + sizeof x);
+    std::memcpy(&b[at], &x, sizeof x);
+  }
+  void str(const std::string& s) {
+    pod<uint64_t>(s.size());
+    b.insert(b.end(), s.begin(), s.end());
+  }
+  void value(const GgufValue& v, GgufValueType type) {
+    switch (type) {
+      case GgufValueType::U32: pod<uint32_t>(uint32_t(v.u)); break;
+      case GgufValueType::I32: pod<int32_t>(int32_t(v.i)); break;
+      case GgufValueType::F32: pod<float>(float(v.f)); break;
+      case GgufValueType::Bool: pod<uint8_t>(v.u ? 1 : 0); break;
+      case GgufValueType::String: str(v.str); break;
+      case GgufValueType::Array:
+        pod<uint32_t>(uint32_t(v.element_type));
+        pod<uint64_t>(v.array.size());
+        for (const GgufValue& e : v.array) value(e, v.element_type);
+        break;
+      default: throw Error("gguf writer: value type not written by the exporter");
+    }
+  }
+};
+
+// Hugging Face block tensor -> llama.cpp name part (the importer's table, read backwards).
+const std::map<std::string, std::string>& block_names() {
+  static const std::map<std::string, std::string> m = {
+      {"input_layernorm", "attn_norm"},  {"post_attention_layernorm", "ffn_norm"}, {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},    {"self_attn.v_proj", "attn_v"},           {"self_attn.o_proj", "attn_output"},
+      {"mlp.gate_proj", "ffn_gate"},     {"mlp.up_proj", "ffn_up"},                {"mlp.down_proj", "ffn_down"},
+  };
+  return m;
+}
+
+struct GgufTensor {
+  const TensorInfo* info = nullptr;
+  std::string name;
+  GgmlType type = GgmlType::F32;
+  ValueType value_type = ValueType::F32;
+  uint32_t permute_heads = 0;  // llama q/k: rows to llama.cpp's rotary order
+  uint64_t n_bytes = 0, offset = 0;
+};
+
+std::string gguf_name(const ExportJob& job, const TensorInfo& t, const std::string& arch) {
+  if (t.name == "model.embed_tokens.weight") return "token_embd.weight";
+  if (t.name == "model.norm.weight") return "output_norm.weight";
+  if (t.name == "lm_head.weight") return "output.weight";
+  const std::string prefix = "model.layers.";
+  if (t.name.rfind(prefix, 0) == 0) {
+    const size_t dot = t.name.find('.', prefix.size());
+    const size_t last = t.name.rfind('.');
+    if (dot != std::string::npos && last > dot) {
+      const std::string layer = t.name.substr(prefix.size(), dot - prefix.size());
+      const std::string part = t.name.substr(dot + 1, last - dot - 1), kind = t.name.substr(last + 1);
+      const auto it = block_names().find(part);
+      const bool bias_ok = arch == "qwen2" && (it != block_names().end()) &&
+                           (it->second == "attn_q" || it->second == "attn_k" || it->second == "attn_v");
+      if (it != block_names().end() && (kind == "weight" || (kind == "bias" && bias_ok)))
+        return "blk." + layer + "." + it->second + "." + kind;
+    }
+  }
+  fail(job.where(t), "has no llama.cpp counterpart in a " + arch + " GGUF (not exported)");
+}
+
+uint64_t config_id(const json& c, const char* key) {
+  const auto it = c.find(key);
+  if (it == c.end()) return UINT64_MAX;
+  if (it->is_number_unsigned()) return it->get<uint64_t>();
+  if (it->is_array() && !it->empty() && (*it)[0].is_number_unsigned()) return (*it)[0].get<uint64_t>();
+  return UINT64_MAX;
+}
+
+double config_real(const json& c, const char* key, double fallback) {
+  const auto it = c.find(key);
+  return it != c.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+json parse_container_json(const ExportJob& job, const std::string& name) {
+  const std::optional<std::string_view> bytes = job.reader.file(name);
+  if (!bytes) return nullptr;
+  try {
+    return json::parse(*bytes);
+  } catch (const json::exception&) {
+    fail(job.where(), "the container's " + name + " is not valid JSON");
+  }
+}
+
+// tokenizer.ggml.* from tokenizer.json (+ tokenizer_config.json, chat_template.jinja).
+std::vector<std::pair<std::string, GgufValue>> tokenizer_metadata(const ExportJob& job, const json& config) {
+  const std::string where = job.where();
+  const json tok = parse_container_json(job, "tokenizer.json");
+  if (tok.is_null()) fail(where, "holds no tokenizer.json; a GGUF needs its tokenizer");
+  const json tcfg = parse_container_json(job, "tokenizer_config.json");
+  const json& model = tok.contains("model") ? tok["model"] : json();
+  const bool byte_level = tok.contains("decoder") && tok["decoder"].is_object() && tok["decoder"].value("type", "") == "ByteLevel";
+  if (!model.is_object() || model.value("type", "") != "BPE" || !byte_level || !model.contains("vocab") || !model["vocab"].is_object())
+    fail(where, "tokenizer.json is not a byte-level BPE tokenizer; only those are exported to GGUF (tokenizer.ggml.model gpt2)");
+
+  const uint64_t n = job.shape.vocab;
+  std::vector<std::string> tokens(n);
+  std::vector<int32_t> types(n, 0);
+  auto place = [&](uint64_t id, const std::string& text, int32_t type) {
+    if (id >= n) fail(where, "tokenizer.json has token id " + std::to_string(id) + " past vocab_size " + std::to_string(n));
+    tokens[id] = text;
+    types[id] = type;
+  };
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+    if (!it.value().is_number_unsigned()) fail(where, "tokenizer.json vocab entry '" + packer_detail::printable(it.key()) + "' has no id");
+    place(it.value().get<uint64_t>(), it.key(), 1);
+  }
+  if (tok.contains("added_tokens") && tok["added_tokens"].is_array())
+    for (const json& a : tok["added_tokens"]) {
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() || !a.contains("content") || !a["content"].is_string())
+        fail(where, "tokenizer.json has a malformed added_tokens entry");
+      place(a["id"].get<uint64_t>(), a["content"].get<std::string>(), a.value("special", false) ? 3 : 4);
+    }
+  for (uint64_t i = 0; i < n; ++i)
+    if (types[i] == 0) {  // ids the tokenizer leaves unused (an embedding padded past the vocabulary)
+      tokens[i] = "[PAD" + std::to_string(i) + "]";
+      types[i] = 5;
+    }
+  std::vector<GgufValue> merges;
+  if (model.contains("merges") && model["merges"].is_array())
+    for (const json& mg : model["merges"]) {
+      if (mg.is_string()) merges.push_back(gv_string(mg.get<std::string>()));
+      else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string())
+        merges.push_back(gv_string(mg[0].get<std::string>() + " " + mg[1].get<std::string>()));
+      else fail(where, "tokenizer.json has a malformed merge");
+    }
+
+  // BOS/EOS added around a sequence: the TemplateProcessing post-processor, or tokenizer_config.
+  bool add_bos = false, add_eos = false;
+  const json& post = tok.contains("post_processor") ? tok["post_processor"] : json();
+  if (post.is_object() && post.value("type", "") == "TemplateProcessing" && post.contains("single") && post["single"].is_array() &&
+      !post["single"].empty()) {
+    add_bos = post["single"].front().contains("SpecialToken");
+    add_eos = post["single"].back().contains("SpecialToken");
+  }
+  if (tcfg.is_object() && tcfg.contains("add_bos_token") && tcfg["add_bos_token"].is_boolean()) add_bos = tcfg["add_bos_token"].get<bool>();
+  if (tcfg.is_object() && tcfg.contains("add_eos_token") && tcfg["add_eos_token"].is_boolean()) add_eos = tcfg["add_eos_token"].get<bool>();
+
+  std::vector<std::pair<std::string, GgufValue>> kv;
+  kv.push_back({"tokenizer.ggml.model", gv_string("gpt2")});
+  kv.push_back({"tokenizer.ggml.pre", gv_string("")});  // chosen below
+  std::vector<GgufValue> tv, ty;
+  for (uint64_t i = 0; i < n; ++i) {
+    tv.push_back(gv_string(tokens[i]));
+    GgufValue t;
+    t.type = GgufValueType::I32;
+    t.i = types[i];
+    ty.push_back(t);
+  }
+  kv.push_back({"tokenizer.ggml.tokens", gv_array(GgufValueType::String, std::move(tv))});
+  kv.push_back({"tokenizer.ggml.token_type", gv_array(GgufValueType::I32, std::move(ty))});
+  kv.push_back({"tokenizer.ggml.merges", gv_array(GgufValueType::String, std::move(merges))});
+  const json& gen = job.reader.manifest().generation_config;
+  for (const auto& [key, hf] : {std::pair<const char*, const char*>{"tokenizer.ggml.bos_token_id", "bos_token_id"},
+                                {"tokenizer.ggml.eos_token_id", "eos_token_id"},
+                                {"tokenizer.ggml.padding_token_id", "pad_token_id"}}) {
+    uint64_t id = config_id(config, hf);
+    if (id == UINT64_MAX && gen.is_object()) id = config_id(gen, hf);
+    if (id != UINT64_MAX && id < n) kv.push_back({key, gv_u32(id)});
+  }
+  kv.push_back({"tokenizer.ggml.add_bos_token", gv_bool(add_bos)});
+  kv.push_back({"tokenizer.ggml.add_eos_token", gv_bool(add_eos)});
+  std::string chat;
+  if (tcfg.is_object() && tcfg.contains("chat_template") && tcfg["chat_template"].is_string()) chat = tcfg["chat_template"].get<std::string>();
+  if (chat.empty())
+    if (const auto jinja = job.reader.file("chat_template.jinja")) chat = std::string(*jinja);
+  if (!chat.empty()) kv.push_back({"tokenizer.chat_template", gv_string(chat)});
+
+  // tokenizer.ggml.pre: the llama.cpp pre-tokenizer whose tokenizer.json (as the importer builds
+  // it from that name) has this pre-tokenizer and normalizer, so GGUF and container split alike.
+  GgufHeader h;
+  for (const auto& [k, v] : kv) h.metadata[k] = v;
+  const json want_pre = tok.value("pre_tokenizer", json()), want_norm = tok.value("normalizer", json());
+  for (const char* pre : {"smollm", "gpt-2", "llama-bpe", "qwen2"}) {
+    h.metadata["tokenizer.ggml.pre"] = gv_string(pre);
+    const json got = gguf_tokenizer_json(h, where);
+    if (got["pre_tokenizer"] == want_pre && got["normalizer"] == want_norm) {
+      kv[1].second = gv_string(pre);
+      return kv;
+    }
+  }
+  fail(where, "tokenizer.json's pre-tokenizer is none of those llama.cpp names that Endor knows (smollm, gpt-2, llama-bpe, qwen2): " +
+                  packer_detail::printable(want_pre.dump()));
+}
+
+}  // namespace
+
+void export_gguf(ExportJob& job) {
+  const Manifest& m = job.reader.manifest();
+  const json& c = m.config;
+  const ModelShape& s = job.shape;
+  if (s.family != ModelFamily::Llama)
+    fail(job.where(), "architecture '" + s.model_type + "' has no llama.cpp counterpart that Endor writes (gguf: llama, mistral, qwen2; "
+                      "export --to hf or compressed-tensors instead)");
+  const std::string arch = s.model_type == "qwen2" ? "qwen2" : "llama";
+  const std::string a = arch + ".";
+  std::vector<std::pair<std::string, GgufValue>> kv;
+  kv.push_back({"general.architecture", gv_string(arch)});
+  std::string name = "model";
+  if (m.provenance.is_object() && m.provenance.contains("source") && m.provenance["source"].is_string())
+    name = m.provenance["source"].get<std::string>();
+  kv.push_back({"general.name", gv_string(name)});
+  kv.push_back({a + "context_length", gv_u32(s.max_positions ? s.max_positions : 4096)});
+  kv.push_back({a + "embedding_length", gv_u32(s.hidden)});
+  kv.push_back({a + "block_count", gv_u32(s.layers)});
+  kv.push_back({a + "feed_forward_length", gv_u32(s.intermediate)});
+  kv.push_back({a + "attention.head_count", gv_u32(s.heads)});
+  kv.push_back({a + "attention.head_count_kv", gv_u32(s.kv_heads)});
+  kv.push_back({a + "rope.dimension_count", gv_u32(s.head_dim)});
+  if (s.head_dim * s.heads != s.hidden) {
+    kv.push_back({a + "attention.key_length", gv_u32(s.head_dim)});
+    kv.push_back({a + "attention.value_length", gv_u32(s.head_dim)});
+  }
+  kv.push_back({a + "rope.freq_base", gv_f32(config_real(c, "rope_theta", arch == "qwen2" ? 1000000.0 : 10000.0))});
+  kv.push_back({a + "attention.layer_norm_rms_epsilon", gv_f32(config_real(c, "rms_norm_eps", 1e-6))});
+  kv.push_back({a + "vocab_size", gv_u32(s.vocab)});
+  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
+    const json& rs = c["rope_scaling"];
+    const std::string type = rs.value("rope_type", rs.value("type", std::string()));
+    if (type == "linear") {
+      kv.push_back({a + "rope.scaling.type", gv_string("linear")});
+      kv.push_back({a + "rope.scaling.factor", gv_f32(config_real(rs, "factor", 1.0))});
+    } else if (type != "default") {
+      fail(job.where(), "rope_scaling '" + packer_detail::printable(type) + "' is not exported to GGUF (only linear)");
+    }
+  }
+  if (c.contains("sliding_window") && c["sliding_window"].is_number() &&
+      !(c.contains("use_sliding_window") && c["use_sliding_window"] == false))
+    job.summary.notes.push_back("sliding_window " + c["sliding_window"].dump() + " is not carried: llama.cpp's " + arch +
+                                " attends to the whole context");
+
+  // Tensors, in container order, with their llama.cpp names and types.
+  std::vector<GgufTensor> tensors;
+  uint64_t offset = 0, widened = 0;
+  int n_f16 = 0, n_bf16 = 0;
+  for (const TensorInfo& t : m.tensors) {
+    GgufTensor g;
+    g.info = &t;
+    g.name = gguf_name(job, t, arch);
+    if (t.shape.size() > 4) fail(job.where(t), "has more than 4 dimensions");
+    if (t.shape.size() == 1) {
+      g.value_type = ValueType::F32;  // llama.cpp keeps norms and biases in f32
+    } else if (t.value_type == ValueType::I4 || t.value_type == ValueType::I8) {
+      const std::vector<float> w = decode_tensor(job.reader, t);
+      g.value_type = float_type_for(t, &w, job.options.dtype);
+      widened += !job.options.dtype && g.value_type == ValueType::F32 && t.source_dtype != "F32";
+    } else {
+      g.value_type = float_type_for(t, nullptr, job.options.dtype);
+    }
+    g.type = g.value_type == ValueType::F16 ? GgmlType::F16 : g.value_type == ValueType::BF16 ? GgmlType::BF16 : GgmlType::F32;
+    n_f16 += t.shape.size() == 2 && g.type == GgmlType::F16;
+    n_bf16 += t.shape.size() == 2 && g.type == GgmlType::BF16;
+    if (arch == "llama" && (g.name.find(".attn_q.weight") != std::string::npos || g.name.find(".attn_k.weight") != std::string::npos)) {
+      g.permute_heads = uint32_t(g.name.find(".attn_q.") != std::string::npos ? s.heads : s.kv_heads);
+      if (t.shape.size() != 2 || t.shape[0] % (2 * g.permute_heads) != 0)
+        fail(job.where(t), "rows are not 2 x a multiple of its heads; llama.cpp's rotary order cannot be applied");
+    }
+    g.n_bytes = t.numel() * (value_bits(g.value_type) / 8);
+    g.offset = offset;
+    offset += (g.n_bytes + kAlignment - 1) / kAlignment * kAlignment;
+    tensors.push_back(g);
+  }
+  if (widened)
+    job.summary.notes.push_back(std::to_string(widened) + " int8/int4 matrices written as F32: their decoded values are not exact in "
+                                "the source dtype (--dtype f16 rounds them)");
+  kv.push_back({"general.file_type", gv_u32(n_f16 ? 1 : n_bf16 ? 32 : 0)});  // llama_ftype: MOSTLY_F16, MOSTLY_BF16, ALL_F32
+  for (auto& e : tokenizer_metadata(job, c)) kv.push_back(std::move(e));
+
+  Bytes head;
+  head.b = {'G', 'G', 'U', 'F'};
+  head.pod<uint32_t>(3);
+  head.pod<uint64_t>(tensors.size());
+  head.pod<uint64_t>(kv.size());
+  for (const auto& [k, v] : kv) {
+    head.str(k);
+    head.pod<uint32_t>(uint32_t(v.type));
+    head.value(v, v.type);
+  }
+  for (const GgufTensor& g : tensors) {
+    head.str(g.name);
+    head.pod<uint32_t>(uint32_t(g.info->shape.size()));
+    for (auto d = g.info->shape.rbegin(); d != g.info->shape.rend(); ++d) head.pod<uint64_t>(*d);  // ne[0] = columns
+    head.pod<uint32_t>(uint32_t(g.type));
+    head.pod<uint64_t>(g.offset);
+  }
+  while (head.b.size() % kAlignment) head.b.push_back(0);
+
+  OutputFile f(job, job.work);
+  f.write(head.b.data(), head.b.size());
+  uint64_t at = 0;
+  for (const GgufTensor& g : tensors) {
+    f.zeros(g.offset - at);
+    const TensorInfo& t = *g.info;
+    const std::vector<float> w = decode_tensor(job.reader, t);
+    std::vector<uint8_t> out(g.n_bytes);
+    const uint64_t rows = t.shape.size() >= 2 ? t.shape[0] : 1, cols = t.numel() / rows, row_bytes = cols * (value_bits(g.value_type) / 8);
+    for (uint64_t r = 0; r < rows; ++r) {
+      const uint64_t dst = g.permute_heads ? gguf_row_of_hf_row(r, rows, g.permute_heads) : r;
+      encode_floats(g.value_type, w.data() + r * cols, cols, out.data() + dst * row_bytes);
+    }
+    f.write(out.data(), out.size());
+    at = g.offset + g.n_bytes;
+  }
+  f.close();
+  job.summary.bytes = f.bytes_written();
+  job.summary.tensors = tensors.size();
+}
+
+}  // namespace endor::export_detail
