@@ -1,6 +1,7 @@
 // The pruning library against the reference implementations, via the committed fixtures
-// (tools/make_pruning_fixtures.py: wanda's WrappedGPT / prune_wanda / prune_magnitude and
-// sparsegpt's add_batch / fasterprune, re-implemented in torch, f32, CPU).
+// (tools/make_pruning_fixtures.py: wanda's WrappedGPT / prune_wanda / prune_magnitude,
+// sparsegpt's add_batch / fasterprune and gptq's fasterquant with static groups, re-implemented
+// in torch, f32, CPU).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -295,5 +296,191 @@ TEST_CASE("SparseGPT from our own Hessian still matches fasterprune") {
     CHECK(cmp.max_abs_diff <= tol);
     MESSAGE(name << " (own Hessian, rel diff " << h_rel << "): max|dW| " << cmp.max_abs_diff << " (tol " << tol
                  << "), diverged rows " << cmp.diverged_rows);
+  }
+}
+
+// ---- GPTQ: sparsegpt_prune without pruning, static groups, act-order on and off ------------------
+
+namespace {
+
+SparseGptOptions gptq_options_of(const json& c) {
+  SparseGptOptions opt;
+  opt.target = SparsityTarget::unstructured(0.0);
+  opt.block_size = c.value("block_size", 128);
+  opt.percdamp = c.value("percdamp", 0.01f);
+  opt.act_order = c.value("act_order", false);
+  opt.static_groups = true;  // the fixtures are fasterquant(static_groups=True)
+  const std::string q = c["quant"];
+  opt.quant.scheme = q == "int8" ? QuantScheme::Int8Row : q == "int4" ? QuantScheme::Int4Group : QuantScheme::Int4Coded;
+  if (q != "int8") opt.quant.group_size = c["group_size"];
+  return opt;
+}
+
+struct GptqReference {  // one fasterquant fixture case
+  size_t rows = 0, n_in = 0, group = 0, groups_per_row = 0;
+  QuantScheme scheme = QuantScheme::None;
+  std::vector<float> prequant, row_scales, hinv_diag;
+  std::vector<int32_t> perm;  // processing order: perm[k] = original column of the k-th column quantized
+  std::vector<uint8_t> int4_codes, param_codes;
+  std::vector<int8_t> int8_codes;
+  std::vector<uint16_t> group_scales, group_mins, super_scales;
+  double loss = 0;
+
+  GptqReference(const json& c, size_t n_in_) : rows(c["rows"]), n_in(n_in_), scheme(gptq_options_of(c).quant.scheme) {
+    const std::string p = "gptq_" + c["name"].get<std::string>() + "_";
+    prequant = fixtures::load<float>(p + "prequant");
+    hinv_diag = fixtures::load<float>(p + "hinv_diag");
+    perm = fixtures::load<int32_t>(p + "perm");
+    loss = fixtures::load<double>(p + "loss").at(0);
+    if (scheme == QuantScheme::Int8Row) {
+      row_scales = fixtures::load<float>(p + "row_scales");
+      int8_codes = fixtures::load<int8_t>(p + "codes");
+      return;
+    }
+    group = c["group_size"];
+    groups_per_row = (n_in + group - 1) / group;
+    int4_codes = fixtures::load<uint8_t>(p + "codes");
+    if (scheme == QuantScheme::Int4Group) {
+      group_scales = fixtures::load<uint16_t>(p + "group_scales");
+      group_mins = fixtures::load<uint16_t>(p + "group_mins");
+    } else {
+      super_scales = fixtures::load<uint16_t>(p + "super_scales");
+      param_codes = fixtures::load<uint8_t>(p + "param_codes");
+    }
+  }
+  // The reference's decoded step and offset of element (r, col): value = code·step + offset.
+  std::pair<float, float> grid(size_t r, size_t col) const {
+    if (scheme == QuantScheme::Int8Row) return {row_scales[r], 0.0f};
+    const size_t p = r * groups_per_row + col / group;
+    if (scheme == QuantScheme::Int4Group) return {endor::f16_to_f32(group_scales[p]), endor::f16_to_f32(group_mins[p])};
+    const size_t b = p / endor::kInt4kSuperGroups;  // SPEC.md §6.7
+    return {endor::f16_to_f32(super_scales[2 * b]) * float(param_codes[2 * p]),
+            -(endor::f16_to_f32(super_scales[2 * b + 1]) * float(param_codes[2 * p + 1]))};
+  }
+  int code(size_t i) const { return scheme == QuantScheme::Int8Row ? int8_codes[i] : int4_codes[i]; }
+};
+
+int code_of(const SparseGptResult& res, size_t i) {
+  return res.scheme == QuantScheme::Int8Row ? res.int8_codes[i] : res.int4_codes[i];
+}
+
+// As compare() above, with the reference's processing order: a row is compared column by column
+// in the order fasterquant quantized it, up to its first differing code, which must be a near-tie
+// (the reference's code argument (w − offset)/step within 2·tol/step of a rounding boundary, the
+// codes one apart). The static parameters are compared beforehand (they must be identical).
+// A dead input sorts where gptq.py puts it (H_jj set to 1 first) in the reference's order and
+// last in ours (H_jj = 0); its row and column of H⁻¹'s factor are zero off the diagonal, so where
+// it is quantized changes nothing but rounding.
+struct GptqComparison {
+  size_t diverged_rows = 0;
+  std::vector<std::string> non_ties;
+  double max_abs_diff = 0;        // |w − w_ref| over each row's columns before divergence
+  double max_tie_distance = 0;    // largest |arg − boundary| (code units) among the divergences
+};
+
+GptqComparison compare_gptq(const GptqReference& ref, const std::vector<float>& w, const SparseGptResult& res,
+                            double tol) {
+  GptqComparison out;
+  for (size_t r = 0; r < ref.rows; ++r) {
+    for (size_t k = 0; k < ref.n_in; ++k) {
+      const size_t col = size_t(ref.perm[k]), i = r * ref.n_in + col;
+      const auto [step, offset] = ref.grid(r, col);
+      if (code_of(res, i) != ref.code(i)) {
+        ++out.diverged_rows;
+        const double dist = nearest_half_distance((double(ref.prequant[i]) - offset) / step);
+        out.max_tie_distance = std::max(out.max_tie_distance, dist);
+        if (std::abs(code_of(res, i) - ref.code(i)) != 1 || dist > 2 * tol / step)
+          out.non_ties.push_back("row " + std::to_string(r) + " col " + std::to_string(col) + " (step " +
+                                 std::to_string(k) + "): code " + std::to_string(code_of(res, i)) + " vs " +
+                                 std::to_string(ref.code(i)) + ", " + std::to_string(dist) + " code units from a tie");
+        break;
+      }
+      const float want = float(ref.code(i)) * step + offset;  // q·step is exact: one rounding
+      out.max_abs_diff = std::max(out.max_abs_diff, double(std::fabs(w[i] - want)));
+    }
+  }
+  return out;
+}
+
+// h: the Hessian given to sparsegpt_prune; h_layer: the reference's (for κ); h_rel: their relative
+// difference (0 for the reference's own), which widens the tolerance as in the SparseGPT case.
+void check_gptq_case(const json& c, const std::vector<float>& h, const std::vector<float>& h_layer, double h_rel,
+                     bool own_hessian) {
+  const std::string name = c["name"];
+  const fixtures::Layer l = fixtures::layer(c["layer"]);
+  const GptqReference ref(c, l.n_in);
+  const SparseGptOptions opt = gptq_options_of(c);
+  std::vector<float> w(l.w.begin(), l.w.begin() + long(ref.rows * l.n_in));
+  const SparseGptResult res = sparsegpt_prune(w.data(), ref.rows, l.n_in, h.data(), opt);
+  REQUIRE(res.scheme == opt.quant.scheme);
+  for (uint8_t m : res.mask) REQUIRE(m == 0);  // nothing pruned
+  // The static parameters come from the input W (dead inputs zeroed) by the same f32 operations.
+  if (opt.quant.scheme == QuantScheme::Int8Row) CHECK(res.row_scales == ref.row_scales);
+  if (opt.quant.scheme == QuantScheme::Int4Group) {
+    CHECK(res.group_scales_f16 == ref.group_scales);
+    CHECK(res.group_mins_f16 == ref.group_mins);
+  }
+  if (opt.quant.scheme == QuantScheme::Int4Coded) {
+    CHECK(res.super_scales_f16 == ref.super_scales);
+    CHECK(res.param_codes == ref.param_codes);
+  }
+  double scale = max_abs(ref.prequant);
+  for (float x : w) scale = std::max(scale, double(std::fabs(x)));
+  const double tol = kappa_bound(h_layer, l.n_in, opt.percdamp) * (kU + h_rel) * scale;
+  const GptqComparison cmp = compare_gptq(ref, w, res, tol);
+  std::ostringstream non_ties;
+  for (const auto& s : cmp.non_ties) non_ties << s << "; ";
+  CHECK_MESSAGE(cmp.non_ties.empty(), "divergences that are not near-ties: " << non_ties.str());
+  CHECK(cmp.diverged_rows <= std::max<size_t>(1, ref.rows / 10));
+  CHECK(cmp.max_abs_diff == 0.0);  // same codes on the same parameters: the same values
+  // The loss Σ (w − q)²/d² / 2 is continuous in the rounding errors; without divergence it must
+  // agree to first order: |Δ| <= Σ (2|w − q|·tol + tol²)/d² + 2·κ·u·loss (d's relative error).
+  double loss_bound = 2 * kappa_bound(h_layer, l.n_in, opt.percdamp) * (kU + h_rel) * ref.loss;
+  for (size_t r = 0; r < ref.rows; ++r)
+    for (size_t k = 0; k < l.n_in; ++k) {
+      const size_t i = r * l.n_in + size_t(ref.perm[k]);
+      const auto [step, offset] = ref.grid(r, size_t(ref.perm[k]));
+      const double e = std::fabs(double(ref.prequant[i]) - (float(ref.code(i)) * step + offset));
+      loss_bound += (2 * e * tol + tol * tol) / (double(ref.hinv_diag[k]) * ref.hinv_diag[k]) / 2;
+    }
+  const double loss_diff = std::fabs(res.loss - ref.loss);
+  if (cmp.diverged_rows == 0) CHECK(loss_diff <= loss_bound);
+  const std::string source = own_hessian ? " (own Hessian, rel diff " + std::to_string(h_rel) + ")" : "";
+  MESSAGE("gptq " << name << source << ": codes identical in "
+                  << ref.rows - cmp.diverged_rows << "/" << ref.rows << " rows; divergences at most "
+                  << cmp.max_tie_distance << " code units from a tie (bound 2·tol/step, tol " << tol
+                  << "); loss " << res.loss << " vs " << ref.loss << " (|d| " << loss_diff << ", bound " << loss_bound
+                  << ")");
+}
+
+}  // namespace
+
+// GPTQ = sparsegpt_prune with SparsityTarget::unstructured(0) and static groups, against
+// gptq.py fasterquant(static_groups=True, actorder) with Endor's quantizers (zero-code int4,
+// int4k's coded grid with mse_clip off, int8 per row). Same tolerance argument as SparseGPT's.
+// Measured on this machine (2026-11-27, "AMD EPYC", 2 cores): every code of every case identical (no
+// diverged row), loss within 1.3e-6 relative of the reference's (bound 0.05-1.4 relative: κ_bound is loose).
+TEST_CASE("GPTQ matches fasterquant (static groups, act-order) given the reference Hessian") {
+  for (const auto& c : fixtures::cases()["gptq"]) {
+    const std::string name = c["name"];
+    CAPTURE(name);
+    const fixtures::Layer l = fixtures::layer(c["layer"]);
+    check_gptq_case(c, l.h, l.h, 0.0, false);
+  }
+}
+
+TEST_CASE("GPTQ from our own Hessian still matches fasterquant") {
+  for (const auto& c : fixtures::cases()["gptq"]) {
+    const std::string name = c["name"];
+    CAPTURE(name);
+    const fixtures::Layer l = fixtures::layer(c["layer"]);
+    HessianAccumulator acc(l.n_in);
+    feed(acc, l);
+    double diff_sq = 0, ref_sq = 0;
+    for (size_t i = 0; i < l.h.size(); ++i) {
+      diff_sq += std::pow(double(acc.hessian()[i]) - l.h[i], 2);
+      ref_sq += std::pow(double(l.h[i]), 2);
+    }
+    check_gptq_case(c, acc.hessian(), l.h, std::sqrt(double(l.n_in) * diff_sq / ref_sq), true);
   }
 }
