@@ -22,7 +22,8 @@ HEADER_BYTES = 128
 ALIGNMENT = 4096
 INDEX_BLOCK_COLS = 4096
 MAX_MANIFEST_BYTES = 64 << 20
-VALUE_BITS = {"f16": 16, "bf16": 16, "f32": 32, "int8": 8, "int4": 4}
+VALUE_BITS = {"f16": 16, "bf16": 16, "f32": 32, "int8": 8, "int4": 4, "int4k": 4}
+INT4K_SUPER = 8  # parameters per int4k super-block (SPEC.md §6.7)
 
 try:
     import xxhash  # optional
@@ -48,20 +49,24 @@ def layout(shape, encoding, dtype, group_size, nnz):
         raise FormatError("dense tensor needs nnz == numel")
     if encoding == "bitmap" and (nnz > numel or nnz > 2**32 - 1):
         raise FormatError("nnz out of range")
-    if (dtype == "int4") != (group_size >= 1):
-        raise FormatError("group_size must be >= 1 for int4 and 0 otherwise")
+    if (dtype in ("int4", "int4k")) != (group_size >= 1):
+        raise FormatError("group_size must be >= 1 for int4/int4k and 0 otherwise")
     L = {"rows": rows, "cols": cols, "nnz": nnz, "group_size": group_size}
     sections = []
     if encoding == "bitmap":
         L["words_per_row"] = -(-cols // 64)
         L["blocks_per_row"] = -(-cols // INDEX_BLOCK_COLS)
         sections += [("bitmap", rows * L["words_per_row"] * 8), ("index", rows * L["blocks_per_row"] * 4)]
-    sections.append(("values", -(-nnz // 2) if dtype == "int4" else nnz * VALUE_BITS[dtype] // 8))
+    sections.append(("values", -(-nnz // 2) if VALUE_BITS[dtype] == 4 else nnz * VALUE_BITS[dtype] // 8))
     if dtype == "int8":
         sections.append(("scales", rows * 4))
     if dtype == "int4":
         L["groups_per_row"] = -(-cols // group_size)
         sections += [("scales", rows * L["groups_per_row"] * 2), ("mins", rows * L["groups_per_row"] * 2)]
+    if dtype == "int4k":
+        L["groups_per_row"] = -(-cols // group_size)
+        L["n_super"] = -(-(rows * L["groups_per_row"]) // INT4K_SUPER)
+        sections += [("scales", L["n_super"] * 4), ("mins", L["n_super"] * 12)]
     cursor, total = 0, 0
     for name, n in sections:
         offset = align16(cursor)
@@ -168,14 +173,24 @@ class EndorFile:
             q = section("values", "i1", nnz).astype(np.float32)
             scale = section("scales", "<f4", rows)
             vals = q * scale[r_idx]
-        elif dtype == "int4":
+        elif dtype in ("int4", "int4k"):
             packed = section("values", "u1", -(-nnz // 2))
             codes = np.empty(packed.size * 2, dtype=np.uint8)
             codes[0::2] = packed & 0x0F  # even value: low nibble
             codes[1::2] = packed >> 4
             gpr = L["groups_per_row"]
-            scale = section("scales", "<f2", rows * gpr).astype(np.float32).reshape(rows, gpr)
-            mins = section("mins", "<f2", rows * gpr).astype(np.float32).reshape(rows, gpr)
+            if dtype == "int4":
+                scale = section("scales", "<f2", rows * gpr).astype(np.float32).reshape(rows, gpr)
+                mins = section("mins", "<f2", rows * gpr).astype(np.float32).reshape(rows, gpr)
+            else:  # int4k: per super-block f16 (d, dmin) and 16 six-bit codes, LSB first
+                ns = L["n_super"]
+                dd = section("scales", "<f2", 2 * ns).astype(np.float32).reshape(ns, 2)
+                raw = section("mins", "u1", 12 * ns).reshape(ns, 12)
+                bits = np.unpackbits(raw, axis=1, bitorder="little").reshape(ns, 16, 6)
+                codes6 = (bits * (1 << np.arange(6, dtype=np.uint8))).sum(axis=2).astype(np.float32)  # [ns, 16]
+                sc = (dd[:, :1] * codes6[:, :8]).reshape(-1)[: rows * gpr]   # exact in f32
+                mn = -(dd[:, 1:] * codes6[:, 8:]).reshape(-1)[: rows * gpr]
+                scale, mins = sc.reshape(rows, gpr), mn.reshape(rows, gpr)
             g_idx = c_idx // L["group_size"]
             vals = codes[:nnz].astype(np.float32) * scale[r_idx, g_idx] + mins[r_idx, g_idx]
         else:

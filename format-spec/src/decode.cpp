@@ -38,9 +38,9 @@ float stored_value(const TensorView& t, uint64_t v, uint64_t r, uint64_t c) {
       const uint8_t byte = values[v / 2];
       const uint32_t q = (v % 2 == 0) ? (byte & 0x0F) : (byte >> 4);  // even value: low nibble
       const uint64_t p = r * L.groups_per_row + c / L.group_size;
-      const float s = f16_to_f32(detail::load_u16(t.data + L.scales_offset + 2 * p));
-      const float m = f16_to_f32(detail::load_u16(t.data + L.mins_offset + 2 * p));
-      // q·s is exact in binary32 (4-bit × 11-bit significands), so with or without a fused
+      float s, m;  // §6.7: int4k's S = d·sc and M = −(dmin·mc) are exact in binary32 too
+      int4_params_f32(t, p, 1, &s, &m);
+      // q·s is exact in binary32 (4-bit × 11-bit, or × 17-bit for int4k, significands), so with or without a fused
       // multiply-add the result is the single rounding of q·s + m.
       return float(q) * s + m;
     }

@@ -43,6 +43,11 @@ inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 inline void store_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 inline void store_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
+// int4k.cpp: writes the (d, dmin) pairs and packed six-bit codes of every super-block of a
+// Coded6 layout (param_codes: (sc, mc) per parameter, row-major).
+void store_int4k_params(const TensorLayout& L, const uint16_t* super_scales, const uint8_t* param_codes,
+                        uint8_t* base);
+
 // 16 lowercase hex digits, the manifest spelling of a checksum.
 inline std::string hex16(uint64_t v) {
   static const char digits[] = "0123456789abcdef";

@@ -68,6 +68,10 @@ static float int8_row_scale(const float* row, uint64_t cols, bool bitmap, uint64
 }
 
 EncodedTensor encode_tensor(const float* x, const std::vector<uint64_t>& shape, const EncodeOptions& opt) {
+  if (opt.value_type == ValueType::I4 && opt.int4_params == Int4Params::Coded6)
+    return encode_int4k(x, shape, opt.encoding, opt.group_size);
+  if (opt.int4_params != Int4Params::F16)
+    throw Error(std::string("coded int4 parameters requested for ") + to_string(opt.value_type));
   const bool bitmap = opt.encoding == Encoding::Bitmap;
   const uint32_t group_size = opt.value_type == ValueType::I4 ? opt.group_size : 0;
   const uint64_t numel = element_count(shape);

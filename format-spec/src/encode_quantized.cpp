@@ -29,8 +29,12 @@ EncodedTensor encode_quantized(const std::vector<uint64_t>& shape, Encoding enco
   if (!int8 && !int4)
     detail::fail(kFn, std::string("value type must be int8 or int4, got ") + to_string(q.value_type));
   if (int8 && (!q.int8_codes || !q.row_scales)) detail::fail(kFn, "int8 needs codes and row scales");
-  if (int4 && (!q.int4_codes || !q.group_scales || !q.group_mins))
+  const bool coded = int4 && q.int4_params == Int4Params::Coded6;
+  if (int4 && !coded && (!q.int4_codes || !q.group_scales || !q.group_mins))
     detail::fail(kFn, "int4 needs codes, group scales and group mins");
+  if (coded && (!q.int4_codes || !q.super_scales || !q.param_codes))
+    detail::fail(kFn, "int4k needs codes, super-block scales and parameter codes");
+  if (!int4 && q.int4_params != Int4Params::F16) detail::fail(kFn, "coded parameters are for int4 only");
   if (int4 && q.group_size == 0) detail::fail(kFn, "int4 group_size must be at least 1");
   const bool bitmap = encoding == Encoding::Bitmap;
   const uint64_t numel = element_count(shape);
@@ -40,7 +44,7 @@ EncodedTensor encode_quantized(const std::vector<uint64_t>& shape, Encoding enco
     for (uint64_t i = 0; i < numel; ++i) nnz += q.present[i] != 0;
   }
   EncodedTensor out;
-  out.layout = compute_layout(shape, encoding, q.value_type, int4 ? q.group_size : 0, nnz);
+  out.layout = compute_layout(shape, encoding, q.value_type, int4 ? q.group_size : 0, nnz, q.int4_params);
   const TensorLayout& L = out.layout;
   auto present = [&](uint64_t i) { return !q.present || q.present[i] != 0; };
   if (!bitmap && int4 && q.present)
@@ -51,6 +55,16 @@ EncodedTensor encode_quantized(const std::vector<uint64_t>& shape, Encoding enco
 
   out.bytes.assign(L.total_bytes, 0);
   uint8_t* base = out.bytes.data();
+  if (coded) {
+    for (uint64_t b = 0; b < 2 * L.n_super; ++b)
+      if (!f16_finite(q.super_scales[b]))
+        detail::fail(kFn, "int4k super-block " + std::to_string(b / 2) + " has a scale that is not a finite f16");
+    for (uint64_t p = 0; p < 2 * L.rows * L.groups_per_row; ++p)
+      if (q.param_codes[p] > kInt4kCodeMax)
+        detail::fail(kFn, "int4k parameter code " + std::to_string(q.param_codes[p]) + " of parameter " +
+                              std::to_string(p / 2) + " (codes are in [0, 63])");
+    detail::store_int4k_params(L, q.super_scales, q.param_codes, base);
+  }
   uint8_t* values = base + L.values_offset;
   uint64_t v = 0;  // index of the next stored value (row-major over present elements)
   for (uint64_t r = 0; r < L.rows; ++r) {
@@ -79,7 +93,7 @@ EncodedTensor encode_quantized(const std::vector<uint64_t>& shape, Encoding enco
         values[v++] = uint8_t(code);
       }
     } else {
-      for (uint64_t g = 0; g < L.groups_per_row; ++g) {
+      for (uint64_t g = 0; g < L.groups_per_row && !coded; ++g) {
         const uint64_t p = r * L.groups_per_row + g;
         if (!f16_finite(q.group_scales[p]) || !f16_finite(q.group_mins[p]))
           detail::fail(kFn, "int4 scale or min of row " + std::to_string(r) + ", group " + std::to_string(g) +

@@ -10,7 +10,7 @@ using detail::checked_add;
 using detail::checked_mul;
 
 TensorLayout compute_layout(const std::vector<uint64_t>& shape, Encoding encoding, ValueType value_type,
-                            uint32_t group_size, uint64_t nnz) {
+                            uint32_t group_size, uint64_t nnz, Int4Params int4_params) {
   TensorLayout L;
   L.encoding = encoding;
   L.value_type = value_type;
@@ -36,8 +36,11 @@ TensorLayout compute_layout(const std::vector<uint64_t>& shape, Encoding encodin
   if (value_type == ValueType::I4) {
     if (group_size == 0) throw Error("int4 needs group_size >= 1");
     L.groups_per_row = ceil_div(L.cols, group_size);
+    L.int4_params = int4_params;
   } else if (group_size != 0) {
     throw Error(std::string("group_size must be 0 for ") + to_string(value_type));
+  } else if (int4_params != Int4Params::F16) {
+    throw Error(std::string("coded int4 parameters given for ") + to_string(value_type));
   }
 
   if (encoding == Encoding::Dense) {
@@ -74,8 +77,14 @@ TensorLayout compute_layout(const std::vector<uint64_t>& shape, Encoding encodin
     place(L.scales_offset, L.scales_bytes, checked_mul(L.rows, 4, "scales size"));
   } else if (value_type == ValueType::I4) {
     const uint64_t n_params = checked_mul(L.rows, L.groups_per_row, "int4 parameter count");
-    place(L.scales_offset, L.scales_bytes, checked_mul(n_params, 2, "scales size"));
-    place(L.mins_offset, L.mins_bytes, checked_mul(n_params, 2, "mins size"));
+    if (int4_params == Int4Params::Coded6) {  // §6.7: (d, dmin) f16 pairs, then 12 code bytes, per super-block
+      L.n_super = ceil_div(n_params, kInt4kSuperGroups);
+      place(L.scales_offset, L.scales_bytes, checked_mul(L.n_super, 4, "super-block scales size"));
+      place(L.mins_offset, L.mins_bytes, checked_mul(L.n_super, kInt4kCodeBytes, "int4k codes size"));
+    } else {
+      place(L.scales_offset, L.scales_bytes, checked_mul(n_params, 2, "scales size"));
+      place(L.mins_offset, L.mins_bytes, checked_mul(n_params, 2, "mins size"));
+    }
   }
   return L;
 }

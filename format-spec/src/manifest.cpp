@@ -49,7 +49,7 @@ json Manifest::to_json() const {
               {"size", t.size},
               {"shape", t.shape},
               {"encoding", to_string(t.encoding)},
-              {"dtype", to_string(t.value_type)},
+              {"dtype", dtype_string(t.value_type, t.int4_params)},
               {"nnz", t.nnz},
               {"source_dtype", t.source_dtype}};
     if (t.value_type == ValueType::I4) j["group_size"] = t.group_size;
@@ -235,15 +235,19 @@ Manifest Manifest::from_json(const json& root, const Header& header, const std::
     // A codec this build does not know is refused by name (SPEC.md §8: new codecs are new strings).
     if (auto e = parse_encoding(encoding)) info.encoding = *e;
     else p.fail(what + ": unsupported encoding '" + encoding + "' (this build reads dense, bitmap)");
-    if (auto v = parse_value_type(dtype)) info.value_type = *v;
-    else p.fail(what + ": unsupported dtype '" + dtype + "' (this build reads f16, bf16, f32, int8, int4)");
+    if (auto v = parse_dtype(dtype)) {
+      info.value_type = v->value_type;
+      info.int4_params = v->int4_params;
+    } else {
+      p.fail(what + ": unsupported dtype '" + dtype + "' (this build reads f16, bf16, f32, int8, int4, int4k)");
+    }
     info.nnz = p.u64(p.member(t, key, "nnz"), key + ".nnz");
     if (auto it = t.find("group_size"); it != t.end()) info.group_size = p.u32(*it, key + ".group_size");
     if (auto it = t.find("source_dtype"); it != t.end()) info.source_dtype = p.string(*it, key + ".source_dtype");
 
     TensorLayout layout;
     try {
-      layout = compute_layout(info.shape, info.encoding, info.value_type, info.group_size, info.nnz);
+      layout = compute_layout(info.shape, info.encoding, info.value_type, info.group_size, info.nnz, info.int4_params);
     } catch (const Error& e) {
       p.fail(what + ": " + e.what());
     }

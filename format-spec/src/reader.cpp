@@ -113,7 +113,7 @@ ContainerReader::~ContainerReader() {
 TensorView ContainerReader::tensor(const TensorInfo& info) const {
   TensorView v;
   v.info = &info;
-  v.layout = compute_layout(info.shape, info.encoding, info.value_type, info.group_size, info.nnz);
+  v.layout = compute_layout(info.shape, info.encoding, info.value_type, info.group_size, info.nnz, info.int4_params);
   v.data = base_ + info.offset;
   return v;
 }

@@ -52,6 +52,16 @@ std::optional<Tier> parse_tier(std::string_view s) {
   return std::nullopt;
 }
 
+const char* dtype_string(ValueType t, Int4Params params) {
+  return t == ValueType::I4 && params == Int4Params::Coded6 ? "int4k" : to_string(t);
+}
+
+std::optional<DtypeSpelling> parse_dtype(std::string_view s) {
+  if (s == "int4k") return DtypeSpelling{ValueType::I4, Int4Params::Coded6};
+  if (auto v = parse_value_type(s)) return DtypeSpelling{*v, Int4Params::F16};
+  return std::nullopt;
+}
+
 uint32_t value_bits(ValueType t) {
   switch (t) {
     case ValueType::F16: return 16;

@@ -84,7 +84,7 @@ void ContainerWriter::add_tensor(const TensorInfo& meta, const uint8_t* bytes, u
   if (manifest_.find_tensor(meta.name)) fail(path_, "duplicate tensor name '" + meta.name + "'");
   TensorLayout layout;
   try {
-    layout = compute_layout(meta.shape, meta.encoding, meta.value_type, meta.group_size, meta.nnz);
+    layout = compute_layout(meta.shape, meta.encoding, meta.value_type, meta.group_size, meta.nnz, meta.int4_params);
   } catch (const Error& e) {
     fail(what, e.what());
   }
@@ -141,6 +141,10 @@ void ContainerWriter::commit(const nlohmann::json& config, const nlohmann::json&
   manifest_.config = config;
   manifest_.generation_config = generation_config;
   manifest_.provenance = provenance;
+  // SPEC.md §8: the lowest minor version whose features the file uses (1.1: dtype "int4k").
+  bool coded = false;
+  for (const TensorInfo& t : manifest_.tensors) coded = coded || t.int4_params == Int4Params::Coded6;
+  manifest_.version_minor = coded ? 1 : 0;
 
   std::string text;
   try {
@@ -152,6 +156,7 @@ void ContainerWriter::commit(const nlohmann::json& config, const nlohmann::json&
     fail(path_, "manifest of " + std::to_string(text.size()) + " bytes exceeds the 64 MiB limit");
 
   Header h;
+  h.version_minor = manifest_.version_minor;
   h.data_offset = kGroupAlignment;
   h.data_bytes = cursor_ - kGroupAlignment;
   h.manifest_offset = cursor_;

@@ -154,11 +154,22 @@ struct GroupParams {
   uint64_t next = 0;          // first column of group g + 1
   float gs = 0.0f, gm = 0.0f; // group g's scale and min (kPerLane)
 
+  std::vector<float> coded;  // int4k (SPEC.md §6.7): the row's scales, then its mins, as f32
+  uint64_t gpr = 0;
+
   GroupParams(const TensorView& w, uint64_t r)
       : scales(w.group_scales() + r * w.layout.groups_per_row),
         mins(w.group_mins() + r * w.layout.groups_per_row),
         group_size(w.layout.group_size),
-        cols(w.layout.cols) {}
+        cols(w.layout.cols),
+        gpr(w.layout.groups_per_row) {
+    if (w.layout.int4_params == Int4Params::Coded6 && gpr > 0) {
+      coded.resize(2 * gpr);
+      int4_params_f32(w, r * gpr, gpr, coded.data(), coded.data() + gpr);
+    }
+  }
+  inline float scale_of(uint64_t g) const { return coded.empty() ? half(scales[g]) : coded[g]; }
+  inline float min_of(uint64_t g) const { return coded.empty() ? half(mins[g]) : coded[gpr + g]; }
 
   // Columns only grow along a row, so the group index advances without a division (a 64-bit
   // div per group costs as much as the rest of the group's work).
@@ -169,8 +180,8 @@ struct GroupParams {
           ++g;
           next += group_size;
         } while (c0 >= next);
-        s = _mm256_set1_ps(half(scales[g]));
-        m = _mm256_set1_ps(half(mins[g]));
+        s = _mm256_set1_ps(scale_of(g));
+        m = _mm256_set1_ps(min_of(g));
       }
     } else {
       alignas(32) float sv[8], mv[8];
@@ -181,8 +192,8 @@ struct GroupParams {
             ++g;
             next += group_size;
           } while (c >= next);
-          gs = half(scales[g]);
-          gm = half(mins[g]);
+          gs = scale_of(g);
+          gm = min_of(g);
         }
         sv[j] = gs;
         mv[j] = gm;
@@ -279,7 +290,7 @@ struct RowDecoder {
       const uint8_t byte = values[v / 2];
       const float q = float((v % 2 == 0) ? (byte & 0x0Fu) : (byte >> 4));
       const uint64_t g = c / group.group_size;
-      return q * half(group.scales[g]) + half(group.mins[g]);
+      return q * group.scale_of(g) + group.min_of(g);
     }
   }
 };
@@ -763,8 +774,10 @@ void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
           left_in_group = blocks_per_group;
           if (b * kActBlock < L.cols) {
             const uint64_t p = r * L.groups_per_row + g;
-            s = _mm256_set1_ps(half(w.group_scales()[p]));
-            m = _mm256_set1_ps(half(w.group_mins()[p]));
+            float sf, mf;
+            int4_params_f32(w, p, 1, &sf, &mf);  // f16 or int4k parameters
+            s = _mm256_set1_ps(sf);
+            m = _mm256_set1_ps(mf);
           } else {
             s = m = _mm256_setzero_ps();
           }
@@ -817,16 +830,22 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
   dense_group_sums(qx, L, group_p);
   const __m256i lo4 = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
   const uint8_t* const values = w.values();
-  const uint16_t* const scales = w.group_scales();
-  const uint16_t* const mins = w.group_mins();
+  thread_local std::vector<float> params_buf;  // rows_at's rows' scales and mins as f32
+  params_buf.resize(4 * gpr);
+  float* const params = params_buf.data();
   const uint64_t last_bytes = row_bytes - 32 * (words - 1);  // the last word's bytes (1..32)
   auto rows_at = [&](auto rows_tag, uint64_t r) {
     constexpr int R = decltype(rows_tag)::value;
     const uint8_t* p[R];
     __m256 acc[R];
+    const float* scales[R];
+    const float* mins[R];
     for (int i = 0; i < R; ++i) {
       p[i] = values + (r + i) * row_bytes;
       acc[i] = _mm256_setzero_ps();
+      scales[i] = params + 2 * i * gpr;
+      mins[i] = scales[i] + gpr;
+      int4_params_f32(w, (r + i) * gpr, gpr, params + 2 * i * gpr, params + (2 * i + 1) * gpr);
     }
     for (uint64_t g = 0; g < gpr; ++g) {
       __m256 gq[R];
@@ -850,11 +869,11 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
           gq[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones16)), d, gq[i]);
         }
       }
-      for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(gq[i], _mm256_set1_ps(half(scales[(r + i) * gpr + g])), acc[i]);
+      for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(gq[i], _mm256_set1_ps(scales[i][g]), acc[i]);
     }
     for (int i = 0; i < R; ++i) {
       float m = 0.0f;
-      for (uint64_t g = 0; g < gpr; ++g) m += half(mins[(r + i) * gpr + g]) * group_p[g];
+      for (uint64_t g = 0; g < gpr; ++g) m += mins[i][g] * group_p[g];
       y[r + i] = hsum(acc[i]) + m;
     }
   };

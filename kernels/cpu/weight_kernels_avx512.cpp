@@ -61,6 +61,13 @@ __attribute__((noinline)) void widen_halves(const uint16_t* h, uint64_t n, float
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
   if (i < n) _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(__mmask16((1u << (n - i)) - 1), h + i)));
 }
+// The f32 scales and mins of int4 parameters [p0, p0 + n): f16 widened, or int4k's codes expanded
+// (SPEC.md §6.7, the format library's scalar expansion: one parameter per 32 or more weights).
+__attribute__((noinline)) void widen_params(const TensorView& w, uint64_t p0, uint64_t n, float* scales, float* mins) {
+  if (w.layout.int4_params == Int4Params::Coded6) return int4_params_f32(w, p0, n, scales, mins);
+  widen_halves(w.group_scales() + p0, n, scales);
+  widen_halves(w.group_mins() + p0, n, mins);
+}
 inline __mmask16 lanes16(uint64_t bits, int i) { return __mmask16(bits >> (16 * i)); }
 inline uint64_t first_bits(uint64_t n) { return n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1; }
 
@@ -175,13 +182,7 @@ struct Groups {
   // row (taken once per call: thread_local storage costs a call per access in a shared library).
   __attribute__((always_inline)) Groups(const TensorView& w, uint64_t r, float* buf) : words_per_group(w.layout.group_size / 64) {
     const uint64_t gpr = w.layout.groups_per_row, padded = padded_groups(w);
-    const uint16_t* scales = w.group_scales() + r * gpr;
-    const uint16_t* mins = w.group_mins() + r * gpr;
-    for (uint64_t i = 0; i < gpr; i += 16) {
-      const __mmask16 k = __mmask16(first_bits(std::min<uint64_t>(16, gpr - i)));
-      _mm512_store_ps(buf + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, scales + i)));
-      _mm512_store_ps(buf + padded + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, mins + i)));
-    }
+    widen_params(w, r * gpr, gpr, buf, buf + padded);
     s = buf;
     m = buf + padded;
   }
@@ -774,8 +775,7 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
   };
   for (; c0 < r1; c0 += kChunkRows) {
     const uint64_t c1 = std::min(r1, c0 + kChunkRows), n = (c1 - c0) * gpr;
-    widen_halves(w.group_scales() + c0 * gpr, n, sm);
-    widen_halves(w.group_mins() + c0 * gpr, n, mins);
+    widen_params(w, c0 * gpr, n, sm, mins);
     uint64_t r = c0;
     for (; r + 4 <= c1; r += 4) rows_at(std::integral_constant<int, 4>{}, r);
     for (; r < c1; ++r) rows_at(std::integral_constant<int, 1>{}, r);
@@ -849,8 +849,7 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
     const uint8_t* const base = unpacked - (k_a & ~uint64_t(1));  // code k at base[k]
     {
       const uint64_t n = (rb - ra) * gpr;
-      widen_halves(w.group_scales() + ra * gpr, n, sm);
-      widen_halves(w.group_mins() + ra * gpr, n, mins);
+      widen_params(w, ra * gpr, n, sm, mins);
       run_z = kBitmap && !two_of_four && zero_codes(sm, mins, n, zero_code);  // the 2:4 path reads no z
     }
     // Rows r..r+n-1 of the run: code streams, bitmap rows, widened scales and mins, zero codes.

@@ -39,8 +39,7 @@ class RowValues {
  private:
   void load_group(uint64_t g) {
     const uint64_t p = r_ * w_.layout.groups_per_row + g;
-    scale_ = half_to_f32(load_u16(w_.data + w_.layout.scales_offset + 2 * p));
-    min_ = half_to_f32(load_u16(w_.data + w_.layout.mins_offset + 2 * p));
+    int4_params_f32(w_, p, 1, &scale_, &min_);  // f16 or int4k (SPEC.md §6.7) parameters
     group_begin_ = g * w_.layout.group_size;
     group_end_ = group_begin_ + w_.layout.group_size;
   }
@@ -234,8 +233,8 @@ void portable_dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const Q
               sp += present[c] * xt.q[c];
             }
             const uint64_t p = r * L.groups_per_row + g;
-            const float scale = half_to_f32(load_u16(w.data + L.scales_offset + 2 * p));
-            const float min = half_to_f32(load_u16(w.data + L.mins_offset + 2 * p));
+            float scale, min;
+            int4_params_f32(w, p, 1, &scale, &min);
             block += scale * float(sq) + min * float(sp);
             g0 = g1;
           }

@@ -82,7 +82,7 @@ void check_weight(const TensorView& v) {
     throw Error("cuda backend: " + what + " has more than 2^31-1 column blocks");
   TensorLayout expect;
   try {
-    expect = compute_layout({L.rows, L.cols}, L.encoding, L.value_type, L.group_size, L.nnz);
+    expect = compute_layout({L.rows, L.cols}, L.encoding, L.value_type, L.group_size, L.nnz, L.int4_params);
   } catch (const Error& e) {
     throw Error("cuda backend: " + what + " has an invalid layout: " + e.what());
   }

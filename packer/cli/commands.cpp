@@ -74,13 +74,16 @@ void add_dtype_and_budget_options(cxxopts::Options& o) {
 void add_prune_options(cxxopts::Options& o) {
   o.add_options("Pruning")
     ("sparsity", "fraction of each pruned Linear to zero, in [0, 1); 0 keeps existing zeros", cxxopts::value<std::string>())
-    ("method", "magnitude, wanda or sparsegpt (these two need --calib)", cxxopts::value<std::string>()->default_value("magnitude"))
+    ("method", "magnitude, wanda, sparsegpt, or gptq (quantization only, no pruning); all but magnitude need --calib", cxxopts::value<std::string>()->default_value("magnitude"))
     ("pattern", "unstructured or N:M (zero N of every M consecutive inputs, e.g. 2:4)", cxxopts::value<std::string>()->default_value("unstructured"))
     ("sparsity-ramp", "wanda|sparsegpt, unstructured: block sparsity rises linearly from S-D (first block) to S+D (last), mean S", cxxopts::value<std::string>())
     ("scope", "row (the int(in*S) smallest |w| of each row) or matrix (one threshold)", cxxopts::value<std::string>()->default_value("row"))
-    ("quant", "none, int8 (per row) or int4 (per group) for the pruned Linears (sparsegpt: jointly, with error compensation; magnitude, wanda: after pruning)", cxxopts::value<std::string>()->default_value("none"))
-    ("quant-head", "none, int8 or int4 for the token embedding and the lm_head (one matrix when tied), never pruned; int4 uses --group-size", cxxopts::value<std::string>()->default_value("none"))
-    ("group-size", "int4 group: consecutive input columns sharing a scale and min", cxxopts::value<uint32_t>()->default_value("128"))
+    ("quant", "none, int8 (per row), int4 (per group, f16 scale and zero-code min) or int4k (per group, six-bit scale and float-min codes under f16 super-block scales: 4.5 bits a weight at groups of 32) for the pruned Linears (sparsegpt, gptq: with error compensation; magnitude, wanda: after pruning)", cxxopts::value<std::string>()->default_value("none"))
+    ("quant-head", "none, int8, int4 or int4k for the token embedding and the lm_head (one matrix when tied), never pruned; int4/int4k use --group-size", cxxopts::value<std::string>()->default_value("none"))
+    ("group-size", "int4/int4k group: consecutive input columns sharing a scale and min (default 128 for int4, 32 for int4k)", cxxopts::value<uint32_t>())
+    ("int8", "regex (ECMAScript) of Linears quantized int8 instead of --quant (mixed precision, e.g. 'v_proj|down_proj')", cxxopts::value<std::string>())
+    ("act-order", "sparsegpt, gptq: quantize columns in order of decreasing Hessian diagonal (GPTQ's act-order)")
+    ("clip", "sparsegpt, gptq with int4/int4k: mse (search each group's range for the least Hessian-weighted error) or none ([min, max])", cxxopts::value<std::string>()->default_value("mse"))
     ("skip", "regex (ECMAScript, searched in the canonical tensor name) of Linears to leave unpruned and unquantized", cxxopts::value<std::string>())
     ("calib", "calibration text (UTF-8 file) for --method wanda|sparsegpt", cxxopts::value<std::string>())
     ("calib-samples", "calibration windows drawn from --calib", cxxopts::value<uint64_t>()->default_value("128"))
@@ -89,7 +92,7 @@ void add_prune_options(cxxopts::Options& o) {
 }
 
 bool any_prune_option_given(const cxxopts::ParseResult& r) {
-  for (const char* k : {"sparsity", "sparsity-ramp", "method", "pattern", "scope", "quant", "quant-head", "group-size", "skip", "calib", "dtype",
+  for (const char* k : {"sparsity", "sparsity-ramp", "method", "pattern", "scope", "quant", "quant-head", "group-size", "skip", "calib", "dtype", "int8", "act-order", "clip",
                         "calib-samples", "calib-seqlen", "seed"})
     if (r.count(k)) return true;
   return false;
@@ -114,8 +117,8 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
 
   PruneSpec& p = o.prune;
   p.method = r["method"].as<std::string>();
-  if (p.method != "magnitude" && p.method != "wanda" && p.method != "sparsegpt")
-    throw UsageError("--method must be magnitude, wanda or sparsegpt, got '" + p.method + "'");
+  if (p.method != "magnitude" && p.method != "wanda" && p.method != "sparsegpt" && p.method != "gptq")
+    throw UsageError("--method must be magnitude, wanda, sparsegpt or gptq, got '" + p.method + "'");
 #ifndef ENDOR_PACK_CALIBRATION
   if (p.method != "magnitude")
     throw Error("--method " + p.method + " needs calibration support, which this build lacks (runtime, tokenizer or LAPACK missing)");
@@ -123,7 +126,7 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
   if (p.method == "magnitude") {
     for (const char* k : {"calib", "calib-samples", "calib-seqlen", "seed"})
       if (r.count(k))
-        throw UsageError(std::string("--") + k + " is for --method wanda|sparsegpt; magnitude pruning needs no data");
+        throw UsageError(std::string("--") + k + " is for --method wanda|sparsegpt|gptq; magnitude pruning needs no data");
   } else if (!r.count("calib")) {
     throw UsageError("--method " + p.method + " needs --calib TEXT_FILE (calibration text)");
   }
@@ -146,9 +149,11 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
       throw UsageError("--sparsity " + r["sparsity"].as<std::string>() + " contradicts --pattern " + pattern + " (" +
                        std::to_string(double(p.n) / double(p.m)) + ")");
     if (!p.structured()) p.sparsity = s;
-  } else if (require_sparsity && !p.structured()) {
+  } else if (require_sparsity && !p.structured() && p.method != "gptq") {
     throw UsageError("prune needs --sparsity S (or --pattern N:M)");
   }
+  if (p.method == "gptq" && (p.structured() || p.sparsity > 0.0))
+    throw UsageError("--method gptq quantizes without pruning; use --method sparsegpt to prune with GPTQ's error feedback");
   if (r.count("sparsity-ramp")) {
     const double d = parse_fraction(r["sparsity-ramp"].as<std::string>(), "--sparsity-ramp");
     if (p.method == "magnitude") throw UsageError("--sparsity-ramp needs --method wanda|sparsegpt");
@@ -167,14 +172,38 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
   if (quant == "none") o.quant = Quantization::None;
   else if (quant == "int8") o.quant = Quantization::Int8;
   else if (quant == "int4") o.quant = Quantization::Int4;
-  else throw UsageError("--quant must be none, int8 or int4, got '" + quant + "'");
+  else if (quant == "int4k") o.quant = Quantization::Int4k;
+  else throw UsageError("--quant must be none, int8, int4 or int4k, got '" + quant + "'");
+  if (p.method == "gptq" && o.quant == Quantization::None)
+    throw UsageError("--method gptq needs --quant int8, int4 or int4k");
   const std::string quant_head = r["quant-head"].as<std::string>();
   if (quant_head == "none") o.quant_head = Quantization::None;
   else if (quant_head == "int8") o.quant_head = Quantization::Int8;
   else if (quant_head == "int4") o.quant_head = Quantization::Int4;
-  else throw UsageError("--quant-head must be none, int8 or int4, got '" + quant_head + "'");
-  o.group_size = r["group-size"].as<uint32_t>();
+  else if (quant_head == "int4k") o.quant_head = Quantization::Int4k;
+  else throw UsageError("--quant-head must be none, int8, int4 or int4k, got '" + quant_head + "'");
+  const bool k_grid = o.quant == Quantization::Int4k || (o.quant != Quantization::Int4 && o.quant_head == Quantization::Int4k);
+  o.group_size = r.count("group-size") ? r["group-size"].as<uint32_t>() : (k_grid ? 32 : kDefaultGroupSize);
   if (o.group_size == 0) throw UsageError("--group-size must be at least 1");
+  if (r.count("int8")) {
+    if (o.quant == Quantization::None) throw UsageError("--int8 chooses int8 for some Linears of --quant; give --quant");
+    o.int8_regex = r["int8"].as<std::string>();
+    try {
+      std::regex re(o.int8_regex);
+    } catch (const std::regex_error& e) {
+      throw UsageError("--int8 is not a valid regex: '" + o.int8_regex + "'");
+    }
+  }
+  const bool calibrated_quant = p.method == "sparsegpt" || p.method == "gptq";
+  if (r.count("act-order")) {
+    if (!calibrated_quant) throw UsageError("--act-order is for --method sparsegpt|gptq");
+    if (p.structured()) throw UsageError("--act-order does not combine with --pattern N:M");
+    o.act_order = true;
+  }
+  const std::string clip = r["clip"].as<std::string>();
+  if (clip != "mse" && clip != "none") throw UsageError("--clip must be mse or none, got '" + clip + "'");
+  if (r.count("clip") && !calibrated_quant) throw UsageError("--clip is for --method sparsegpt|gptq");
+  o.mse_clip = clip == "mse";
   if (r.count("skip")) {
     o.skip_regex = r["skip"].as<std::string>();
     try {

@@ -135,14 +135,16 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
   const uint32_t group_size = tr.value_type == ValueType::I4 ? o.group_size : 0;
   if (wanda) {
     pruning::wanda_prune(w, rows, cols, wanda->scaler_row().data(), target);
-    return encode_for_pack(w, shape, tr.value_type, group_size);
+    return encode_for_pack(w, shape, tr.value_type, group_size, tr.int4_params);
   }
   pruning::SparseGptOptions so;
   so.target = target;
+  so.act_order = o.act_order;
+  so.quant.mse_clip = o.mse_clip;
   if (spec.structured() && so.block_size % spec.m != 0) so.block_size = spec.m * std::max<size_t>(1, 128 / spec.m);
   if (tr.value_type == ValueType::I8) so.quant.scheme = pruning::QuantScheme::Int8Row;
   if (tr.value_type == ValueType::I4) {
-    so.quant.scheme = pruning::QuantScheme::Int4Group;
+    so.quant.scheme = tr.int4_params == Int4Params::Coded6 ? pruning::QuantScheme::Int4Coded : pruning::QuantScheme::Int4Group;
     so.quant.group_size = group_size;
   }
   const pruning::SparseGptResult res = pruning::sparsegpt_prune(w, rows, cols, hessian->hessian().data(), so);
@@ -160,10 +162,19 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
   } else {
     q.group_size = res.group_size;
     q.int4_codes = res.int4_codes.data();
-    q.group_scales = res.group_scales_f16.data();
-    q.group_mins = res.group_mins_f16.data();
+    if (res.scheme == pruning::QuantScheme::Int4Coded) {
+      q.int4_params = Int4Params::Coded6;
+      q.super_scales = res.super_scales_f16.data();
+      q.param_codes = res.param_codes.data();
+    } else {
+      q.group_scales = res.group_scales_f16.data();
+      q.group_mins = res.group_mins_f16.data();
+    }
   }
-  return encode_quantized(shape, choose_encoding(shape, tr.value_type, group_size, nnz), q);
+  // Without pruning (gptq) every element is present: dense, whatever the checkpoint's own zeros.
+  const Encoding enc = nnz == present.size() ? Encoding::Dense : choose_encoding(shape, tr.value_type, group_size, nnz);
+  if (enc == Encoding::Dense) q.present = nullptr;
+  return encode_quantized(shape, enc, q);
 }
 
 }  // namespace
@@ -171,9 +182,12 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
 PackSummary pack_calibrated(const std::string& source_dir, const std::string& output_path,
                             const PackOptions& o, const CalibrationOptions& co, const PackCallbacks& cb) {
   const PruneSpec& spec = o.prune;
-  const bool wanda = spec.method == "wanda";
-  if (!wanda && spec.method != "sparsegpt")
-    throw Error("calibrated pruning needs --method wanda or sparsegpt, got '" + spec.method + "'");
+  const bool wanda = spec.method == "wanda", gptq = spec.method == "gptq";
+  if (!wanda && !gptq && spec.method != "sparsegpt")
+    throw Error("calibrated pruning needs --method wanda, sparsegpt or gptq, got '" + spec.method + "'");
+  if (gptq && (spec.structured() || spec.sparsity > 0.0))
+    throw Error("--method gptq quantizes without pruning; for pruning with GPTQ's error feedback use --method sparsegpt");
+  if (gptq && o.quant == Quantization::None) throw Error("--method gptq needs --quant int8, int4 or int4k");
   if (!spec.active()) throw Error("calibrated pruning needs --sparsity S > 0 or --pattern N:M");
   if (spec.structured() && (spec.n == 0 || spec.n >= spec.m))
     throw Error("N:M pattern needs 0 < N < M");
@@ -253,6 +267,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const pruning::SparsityTarget target =
         spec.structured() ? pruning::SparsityTarget::n_of_m(spec.n, spec.m)
+        : gptq            ? pruning::SparsityTarget::unstructured(0.0)
                           : pruning::SparsityTarget::unstructured(spec.block_sparsity(l, c.n_layers));
     // The Linears this block prunes, with their treatment (value type; --skip leaves some out).
     std::map<std::string, TensorTreatment> treatments;
@@ -310,6 +325,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
       p.info.encoding = p.enc.layout.encoding;
       p.info.value_type = p.enc.layout.value_type;
       p.info.group_size = p.enc.layout.group_size;
+      p.info.int4_params = p.enc.layout.int4_params;
       p.info.nnz = p.enc.layout.nnz;
       // The pruned re-run uses the weights exactly as stored (as the references re-run their
       // fp16 model after writing the pruned weights back into it).

@@ -129,7 +129,7 @@ CompareRow measure(const TensorInfo& info, const TensorView& v, const CompareOpt
   row.name = info.name;
   row.linear = classify_tensor(info.name, info.shape).prunable;
   row.encoding = to_string(info.encoding);
-  row.value_type = to_string(info.value_type);
+  row.value_type = dtype_string(info.value_type, info.int4_params);
   row.numel = info.numel();
   row.endor_bytes = v.layout.total_bytes;
   const std::vector<uint8_t> dense = dense_blob(v, info, o.n_threads);
@@ -221,7 +221,7 @@ CompareReport compare_sizes(const std::string& input, const PackOptions& po, con
       PreparedTensor p = prepare_tensor(*ck, t, tr, pruner.get(), po);
       TensorView v;
       v.info = &p.info;
-      v.layout = compute_layout(p.info.shape, p.info.encoding, p.info.value_type, p.info.group_size, p.info.nnz);
+      v.layout = compute_layout(p.info.shape, p.info.encoding, p.info.value_type, p.info.group_size, p.info.nnz, p.info.int4_params);
       AlignedBytes blob(p.n_bytes);
       std::memcpy(blob.p, p.data, p.n_bytes);
       v.data = blob.p;

@@ -183,8 +183,15 @@ namespace packer_detail {
 void validate_options(const PackOptions& o) {
   if (o.dtype && *o.dtype != ValueType::F16 && *o.dtype != ValueType::BF16 && *o.dtype != ValueType::F32)
     throw Error(std::string("--dtype must be f16, bf16 or f32, got ") + to_string(*o.dtype));
-  if ((o.quant == Quantization::Int4 || o.quant_head == Quantization::Int4) && o.group_size == 0)
-    throw Error("--group-size must be at least 1");
+  const auto is_int4 = [](Quantization q) { return q == Quantization::Int4 || q == Quantization::Int4k; };
+  if ((is_int4(o.quant) || is_int4(o.quant_head)) && o.group_size == 0) throw Error("--group-size must be at least 1");
+  if (!o.int8_regex.empty()) {
+    try {
+      std::regex re(o.int8_regex);
+    } catch (const std::regex_error& e) {
+      throw Error("invalid --int8 regex '" + o.int8_regex + "': " + e.what());
+    }
+  }
   if (!o.skip_regex.empty()) {
     try {
       std::regex re(o.skip_regex);
@@ -216,6 +223,7 @@ const char* to_string(Quantization q) {
     case Quantization::None: return "none";
     case Quantization::Int8: return "int8";
     case Quantization::Int4: return "int4";
+    case Quantization::Int4k: return "int4k";
   }
   return "?";
 }
@@ -237,11 +245,18 @@ TensorTreatment plan_treatment(const CheckpointTensor& t, const PackOptions& o) 
   if (in_scope && !o.skip_regex.empty()) in_scope = !std::regex_search(t.name, std::regex(o.skip_regex));
   tr.prune = in_scope && o.prune.active();
   tr.quantize = in_scope && o.quant != Quantization::None;
-  if (tr.quantize) tr.value_type = o.quant == Quantization::Int8 ? ValueType::I8 : ValueType::I4;
+  auto set_quant = [&](Quantization q) {
+    tr.value_type = q == Quantization::Int8 ? ValueType::I8 : ValueType::I4;
+    tr.int4_params = q == Quantization::Int4k ? Int4Params::Coded6 : Int4Params::F16;
+  };
+  if (tr.quantize) {
+    const bool to_int8 = !o.int8_regex.empty() && std::regex_search(t.name, std::regex(o.int8_regex));
+    set_quant(to_int8 ? Quantization::Int8 : o.quant);
+  }
   if (o.quant_head != Quantization::None && is_head_matrix(t)) {
     tr.prune = false;
     tr.quantize = true;
-    tr.value_type = o.quant_head == Quantization::Int8 ? ValueType::I8 : ValueType::I4;
+    set_quant(o.quant_head);
   }
   return tr;
 }
@@ -265,7 +280,8 @@ Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType vt, uint3
   return bitmap.total_bytes < dense.total_bytes ? Encoding::Bitmap : Encoding::Dense;
 }
 
-EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, ValueType vt, uint32_t group_size) {
+EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, ValueType vt, uint32_t group_size,
+                              Int4Params int4_params) {
   uint64_t numel = 1;
   for (uint64_t d : shape) numel *= d;
   uint64_t nnz = 0;
@@ -275,6 +291,7 @@ EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape
   eo.encoding = choose_encoding(shape, vt, group_size, nnz);
   eo.value_type = vt;
   eo.group_size = vt == ValueType::I4 ? group_size : kDefaultGroupSize;
+  eo.int4_params = vt == ValueType::I4 ? int4_params : Int4Params::F16;
   return encode_tensor(w, shape, eo);
 }
 
@@ -285,6 +302,7 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
   p.info.shape = t.shape;
   p.info.value_type = tr.value_type;
   p.info.group_size = tr.value_type == ValueType::I4 ? o.group_size : 0;
+  p.info.int4_params = tr.value_type == ValueType::I4 ? tr.int4_params : Int4Params::F16;
   p.info.source_dtype = t.source_type;
   const std::string where = ck.dir() + ": tensor '" + t.source_name + "'";
   try {
@@ -308,7 +326,8 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
     if (encoded) {
       const TensorLayout& L = encoded->layout;
       if (L.rows * L.cols != t.numel() || L.rows != t.rows() || L.value_type != tr.value_type ||
-          L.group_size != p.info.group_size || encoded->bytes.size() != L.total_bytes)
+          L.group_size != p.info.group_size || L.int4_params != p.info.int4_params ||
+          encoded->bytes.size() != L.total_bytes)
         throw Error(std::string("the precomputed encoding does not match the tensor (") + to_string(L.value_type) +
                     " " + std::to_string(L.rows) + "x" + std::to_string(L.cols) + ", expected " +
                     to_string(tr.value_type) + " " + std::to_string(t.rows()) + "x" + std::to_string(t.cols()) + ")");
@@ -319,7 +338,7 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
         if (!pruner) throw Error("no pruner given");
         pruner->prune(t.name, w.data(), t.rows(), t.cols());
       }
-      encoded = encode_for_pack(w.data(), t.shape, tr.value_type, p.info.group_size);
+      encoded = encode_for_pack(w.data(), t.shape, tr.value_type, p.info.group_size, p.info.int4_params);
     }
     EncodedTensor& enc = *encoded;
     p.info.encoding = enc.layout.encoding;
@@ -349,8 +368,13 @@ nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&
   p["scope"] = o.prune.structured() ? "n:m" : (o.prune.scope == PruneScope::Row ? "row" : "matrix");
   p["quant"] = to_string(o.quant);
   p["quant_head"] = to_string(o.quant_head);
-  p["group_size"] = o.quant == Quantization::Int4 || o.quant_head == Quantization::Int4 ? nlohmann::json(o.group_size)
-                                                                                       : nlohmann::json(nullptr);
+  const auto is_int4 = [](Quantization q) { return q == Quantization::Int4 || q == Quantization::Int4k; };
+  p["group_size"] = is_int4(o.quant) || is_int4(o.quant_head) ? nlohmann::json(o.group_size) : nlohmann::json(nullptr);
+  if (!o.int8_regex.empty()) p["int8_tensors"] = o.int8_regex;
+  if (o.prune.method == "sparsegpt" || o.prune.method == "gptq") {
+    p["act_order"] = o.act_order;
+    p["mse_clip"] = o.mse_clip;
+  }
   p["dtype"] = o.dtype ? to_string(*o.dtype) : "source";
   p["skip"] = o.skip_regex.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.skip_regex);
   p["calibration"] = nullptr;

@@ -42,7 +42,7 @@ json tensor_json(const TensorSpec& t, const std::vector<float>& input, const Enc
   std::vector<float> decoded(e.layout.rows * e.layout.cols);
   decode_rows_f32(view, 0, e.layout.rows, decoded.data());
   json j = {{"name", t.name},      {"shape", t.shape},
-            {"encoding", to_string(e.layout.encoding)}, {"dtype", to_string(e.layout.value_type)},
+            {"encoding", to_string(e.layout.encoding)}, {"dtype", dtype_string(e.layout.value_type, e.layout.int4_params)},
             {"group_size", e.layout.group_size}, {"nnz", e.layout.nnz},
             {"size", e.bytes.size()}};
   // nlohmann prints doubles with round-trip precision; every f32 is exactly a double.
@@ -74,6 +74,7 @@ void write_vector(const std::string& dir, const Vector& v) {
       meta.encoding = e.layout.encoding;
       meta.value_type = e.layout.value_type;
       meta.group_size = e.layout.group_size;
+      meta.int4_params = e.layout.int4_params;
       meta.nnz = e.layout.nnz;
       meta.source_dtype = "F32";
       w.add_tensor(meta, e.bytes.data(), e.bytes.size());
@@ -177,6 +178,21 @@ int main(int argc, char** argv) {
        "dense int4 [3,7], group_size 4: 21 codes, the last byte holds one code in its low nibble",
        {{{"w", {3, 7}, {Encoding::Dense, ValueType::I4, 4},
           [](uint64_t, uint64_t, uint64_t i) { return irregular(i, 32); }}}},
+       {}},
+      {"dense-int4k",
+       "dense int4k [5,12], group_size 4: 15 groups, two super-blocks (8 and 7 groups: the last one's eighth "
+       "scale and min codes unused, 0); a super-block spans rows 0-2; an all-positive group (min code 0); codes of "
+       "the scale and min halves packed 4 to 3 bytes",
+       {{{"w", {5, 12}, {Encoding::Dense, ValueType::I4, 4, Int4Params::Coded6},
+          [](uint64_t r, uint64_t c, uint64_t i) { return r == 3 && c < 4 ? float(c + 1) / 8 : irregular(i, 32); }}}},
+       {}},
+      {"bitmap-int4k",
+       "bitmap int4k [3,20], group_size 8: 9 groups (the last of 4 columns), an empty group (scale and min codes 0)",
+       {{{"w", {3, 20}, {Encoding::Bitmap, ValueType::I4, 8, Int4Params::Coded6},
+          [&](uint64_t r, uint64_t c, uint64_t i) {
+            if (r == 2 && c >= 8 && c < 16) return 0.0f;  // empty group
+            return half(r, c) ? 0.0f : irregular(i, 16);
+          }}}},
        {}},
   };
   try {

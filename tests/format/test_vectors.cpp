@@ -11,7 +11,8 @@ using nlohmann::json;
 
 namespace {
 const char* const kVectors[] = {"dense-f16",  "bitmap-f16", "bitmap-bf16",    "bitmap-f32",
-                                "bitmap-int8", "dense-int8", "bitmap-int4-g4", "dense-int4"};
+                                "bitmap-int8", "dense-int8", "bitmap-int4-g4", "dense-int4",
+                                "dense-int4k", "bitmap-int4k"};
 const std::string kDir = std::string(ENDOR_SOURCE_DIR) + "/format-spec/test-vectors/";
 }  // namespace
 
@@ -36,7 +37,7 @@ TEST_CASE("committed test vectors decode to their expected values and re-encode 
       REQUIRE(view.has_value());
       CHECK(view->info->shape == t["shape"].get<std::vector<uint64_t>>());
       CHECK(to_string(view->layout.encoding) == t["encoding"]);
-      CHECK(to_string(view->layout.value_type) == t["dtype"]);
+      CHECK(dtype_string(view->layout.value_type, view->layout.int4_params) == t["dtype"]);
       CHECK(view->layout.nnz == t["nnz"]);
       CHECK(view->layout.total_bytes == t["size"]);
 
@@ -51,7 +52,8 @@ TEST_CASE("committed test vectors decode to their expected values and re-encode 
 
       std::vector<float> input;
       for (const json& x : t["input"]) input.push_back(float(x.get<double>()));
-      EncodeOptions opt{view->layout.encoding, view->layout.value_type, t["group_size"].get<uint32_t>()};
+      EncodeOptions opt{view->layout.encoding, view->layout.value_type, t["group_size"].get<uint32_t>(),
+                        view->layout.int4_params};
       const EncodedTensor e = encode_tensor(input.data(), view->info->shape, opt);
       REQUIRE(e.bytes.size() == view->layout.total_bytes);
       CHECK(std::memcmp(e.bytes.data(), view->data, e.bytes.size()) == 0);

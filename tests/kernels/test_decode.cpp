@@ -48,10 +48,12 @@ TEST_CASE("decode_f32 is bit-identical to decode_rows_f32") {
           for (double sp : kSparsities) {
               ++seed;
               const uint32_t g = kGroupSizes[seed % std::size(kGroupSizes)];  // every size, across cases
-              const EncodedWeight ew = encode(random_weights(s.rows, s.cols, sp, seed), s.rows, s.cols, enc, vt, g);
+              const Int4Params ip = (seed / 2) % 2 ? Int4Params::Coded6 : Int4Params::F16;  // int4k: every other
+              const EncodedWeight ew = encode(random_weights(s.rows, s.cols, sp, seed), s.rows, s.cols, enc, vt, g, ip);
               const TensorView v = ew.view();
               std::vector<float> got(s.rows * s.cols, 777.0f);
               cpu::decode_f32(v, got.data(), 2, isa);
+              CAPTURE(int(ip));
               CAPTURE(int(isa));
               CAPTURE(to_string(enc));
               CAPTURE(to_string(vt));

@@ -113,7 +113,9 @@ Reference reference_q8(const TensorView& v, const QuantX& qx, size_t n_tokens) {
         const double d = qx.d[t * qx.blocks + c / kBlock], q = qx.q[t * L.cols + c];
         if (int4) {
           const uint64_t p = r * L.groups_per_row + c / L.group_size;
-          const double s = f16(v.group_scales()[p]), m = f16(v.group_mins()[p]);
+          float sf, mf;
+          int4_params_f32(v, p, 1, &sf, &mf);  // f16 or int4k parameters
+          const double s = sf, m = mf;
           y += d * (s * code[c] * q + m * present[c] * q);
           // A group with a zero code (m = −z·s, integer z) may be summed as dense: an absent
           // element as code z, whose z·s·q and m·q cancel in the exact sum but are rounded.
@@ -213,7 +215,9 @@ TEST_CASE("int8 activations: fused kernels match the quantized reference on ever
       const uint32_t g = groups[seed % std::size(groups)];
       const size_t T = 1 + seed % 8;
       const auto w = random_weights(s.rows, s.cols, sp, seed);
-      const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+      const Int4Params ip = (seed / 2) % 2 ? Int4Params::Coded6 : Int4Params::F16;  // int4k every other int4 case
+      const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g, ip);
+      CAPTURE(int(ip));
       CAPTURE(isa_name(isa));
       CAPTURE(to_string(enc));
       CAPTURE(to_string(vt));
@@ -268,7 +272,9 @@ TEST_CASE("int8 activations: one-token kernels (several rows at once) on every r
       ++seed;
       const uint32_t g = groups[seed % std::size(groups)];
       const auto w = random_weights(s.rows, s.cols, sp, seed);
-      const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+      const Int4Params ip = (seed / 2) % 2 ? Int4Params::Coded6 : Int4Params::F16;  // int4k every other int4 case
+      const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g, ip);
+      CAPTURE(int(ip));
       CAPTURE(isa_name(isa));
       CAPTURE(threads);
       CAPTURE(to_string(enc));
@@ -295,7 +301,10 @@ TEST_CASE("int8 activations: dense int4 in groups of 128 (the one-token even/odd
     for (const Shape& s : shapes)
       for (double sp : {0.0, 0.5}) {
         ++seed;
-        const EncodedWeight ew = encode(random_weights(s.rows, s.cols, sp, seed), s.rows, s.cols, Encoding::Dense, ValueType::I4, 128);
+        const Int4Params ip = seed % 2 ? Int4Params::Coded6 : Int4Params::F16;
+        const EncodedWeight ew =
+            encode(random_weights(s.rows, s.cols, sp, seed), s.rows, s.cols, Encoding::Dense, ValueType::I4, 128, ip);
+        CAPTURE(int(ip));
         CAPTURE(isa_name(isa));
         CAPTURE(threads);
         CAPTURE(s.rows);

@@ -100,7 +100,9 @@ TEST_CASE("linear matches the reference on every encoding, value type, instructi
               const size_t T = kTokenCounts[counter % std::size(kTokenCounts)];
               const uint32_t g = kGroupSizes[counter % std::size(kGroupSizes)];
               const auto w = random_weights(s.rows, s.cols, sp, ++seed);
-              const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+              const Int4Params ip = (counter / 2) % 2 ? Int4Params::Coded6 : Int4Params::F16;  // int4k: every other
+              const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g, ip);
+              CAPTURE(int(ip));
               CAPTURE(isa_name(isa));
               CAPTURE(path_name(path));
               CAPTURE(to_string(enc));

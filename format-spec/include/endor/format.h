@@ -28,7 +28,7 @@ class Error : public std::runtime_error {
 // ---- constants of format v1 (SPEC.md §1-§3) ----------------------------------------------
 inline constexpr char kMagic[8] = {'\x89', 'E', 'N', 'D', 'O', 'R', '\r', '\n'};
 inline constexpr uint16_t kVersionMajor = 1;
-inline constexpr uint16_t kVersionMinor = 0;
+inline constexpr uint16_t kVersionMinor = 1;  // the newest this build writes (1.1: int4k)
 inline constexpr uint32_t kHeaderBytes = 128;
 inline constexpr uint32_t kGroupAlignment = 4096;   // every group starts on this boundary
 inline constexpr uint32_t kTensorAlignment = 64;    // every tensor/file blob inside a group
@@ -42,6 +42,15 @@ inline constexpr size_t kMaxRank = 8;               // tensor shapes have 1..kMa
 enum class ValueType : uint8_t { F16, BF16, F32, I8, I4 };
 enum class Encoding : uint8_t { Dense, Bitmap };
 enum class Tier : uint8_t { Gpu, Cpu, Disk };
+// How an int4 tensor stores its per-(row, group) scale S and min M (SPEC.md §6.7):
+//   F16    dtype "int4":  S and M as f16, one pair per (row, group);
+//   Coded6 dtype "int4k": 6-bit codes under f16 super-block scales, 8 consecutive (row, group)
+//          parameters (row-major) to a super-block: S = d·sc, M = −dmin·mc, 12 bits a group
+//          instead of 32 (at groups of 32: 4.5 bits a weight instead of 5).
+enum class Int4Params : uint8_t { F16, Coded6 };
+inline constexpr uint32_t kInt4kSuperGroups = 8;  // parameters per int4k super-block
+inline constexpr uint32_t kInt4kCodeBytes = 12;   // 16 six-bit codes of one super-block
+inline constexpr uint32_t kInt4kCodeMax = 63;
 
 const char* to_string(ValueType);
 const char* to_string(Encoding);
@@ -52,6 +61,13 @@ std::optional<Encoding> parse_encoding(std::string_view);
 std::optional<Tier> parse_tier(std::string_view);
 // Bits one stored value occupies (16, 16, 32, 8, 4).
 uint32_t value_bits(ValueType);
+// The manifest's dtype string of a value type ("int4k" for int4 with Coded6 parameters), and back.
+const char* dtype_string(ValueType, Int4Params);
+struct DtypeSpelling {
+  ValueType value_type;
+  Int4Params int4_params;
+};
+std::optional<DtypeSpelling> parse_dtype(std::string_view);
 
 // ---- scalar conversions (round to nearest even; NaN preserved) ------------------------------
 float f16_to_f32(uint16_t h);
@@ -87,6 +103,7 @@ struct TensorLayout {
   uint64_t rows = 0, cols = 0;
   uint64_t nnz = 0;               // stored values (dense: rows·cols)
   uint32_t group_size = 0;        // int4 only; 0 otherwise
+  Int4Params int4_params = Int4Params::F16;  // int4 only
   uint64_t words_per_row = 0;     // bitmap: ceil(cols/64) 64-bit words per row (rows padded)
   uint64_t blocks_per_row = 0;    // bitmap: ceil(cols/4096) index entries per row
   uint64_t groups_per_row = 0;    // int4: ceil(cols/group_size)
@@ -94,14 +111,17 @@ struct TensorLayout {
   uint64_t bitmap_offset = 0, bitmap_bytes = 0;  // u64 words, bit c%64 of word c/64 = column c
   uint64_t index_offset = 0, index_bytes = 0;    // u32 per (row, block): values before it
   uint64_t values_offset = 0, values_bytes = 0;  // nnz values in row-major order of set bits
-  uint64_t scales_offset = 0, scales_bytes = 0;  // int8: f32 per row; int4: f16 per (row, group)
-  uint64_t mins_offset = 0, mins_bytes = 0;      // int4: f16 min per (row, group)
+  // int8: f32 per row; int4: f16 per (row, group); int4k: f16 (d, dmin) per super-block
+  uint64_t scales_offset = 0, scales_bytes = 0;
+  // int4: f16 min per (row, group); int4k: 12 bytes of six-bit codes per super-block
+  uint64_t mins_offset = 0, mins_bytes = 0;
+  uint64_t n_super = 0;                          // int4k: ceil(rows·groups_per_row / 8)
   uint64_t total_bytes = 0;
 };
 // Throws endor::Error on overflow or inconsistent arguments (e.g. nnz > numel, group_size 0 for
 // int4 or != 0 otherwise, bitmap with nnz >= 2^32, shape rank outside 1..kMaxRank, a 0 dim).
 TensorLayout compute_layout(const std::vector<uint64_t>& shape, Encoding, ValueType,
-                            uint32_t group_size, uint64_t nnz);
+                            uint32_t group_size, uint64_t nnz, Int4Params = Int4Params::F16);
 
 // ---- manifest (SPEC.md §4) ---------------------------------------------------------------
 struct TensorInfo {
@@ -110,6 +130,7 @@ struct TensorInfo {
   Encoding encoding = Encoding::Dense;
   ValueType value_type = ValueType::F32;
   uint32_t group_size = 0;       // int4 only
+  Int4Params int4_params = Int4Params::F16;  // int4 only ("int4k" in the manifest when Coded6)
   uint64_t nnz = 0;
   std::string source_dtype;      // informational: dtype in the source checkpoint ("F16", ...)
   uint32_t group = 0;            // index into Manifest::groups
@@ -171,12 +192,17 @@ struct TensorView {
   const float* row_scales() const { return reinterpret_cast<const float*>(data + layout.scales_offset); }
   const uint16_t* group_scales() const { return reinterpret_cast<const uint16_t*>(data + layout.scales_offset); }
   const uint16_t* group_mins() const { return reinterpret_cast<const uint16_t*>(data + layout.mins_offset); }
+  // int4k: f16 (d, dmin) of super-block b at super_scales()[2b], [2b + 1]; its codes at
+  // param_codes() + 12·b.
+  const uint16_t* super_scales() const { return reinterpret_cast<const uint16_t*>(data + layout.scales_offset); }
+  const uint8_t* param_codes() const { return data + layout.mins_offset; }
 };
 
 struct EncodeOptions {
   Encoding encoding = Encoding::Bitmap;
   ValueType value_type = ValueType::F16;
   uint32_t group_size = kDefaultGroupSize;  // int4 only
+  Int4Params int4_params = Int4Params::F16;  // int4 only (Coded6: SPEC.md §7.4's grid)
 };
 
 struct EncodedTensor {
@@ -201,6 +227,8 @@ Int4Grid int4_grid(float mn, float mx);
 // differs from ALGORITHMS.md's [mn, mx] grid; params are f16 before codes are chosen, so
 // decode(encode(x)) is what the spec's dequantization yields). Pruned zeros stay zero.
 EncodedTensor encode_tensor(const float* values, const std::vector<uint64_t>& shape, const EncodeOptions&);
+// The int4k reference grid (SPEC.md §7.4), what encode_tensor does for int4 with Coded6 params.
+EncodedTensor encode_int4k(const float* values, const std::vector<uint64_t>& shape, Encoding, uint32_t group_size);
 
 // int8/int4 content whose codes and parameters were chosen outside encode_tensor (SPEC.md §7.3),
 // e.g. by SparseGPT/GPTQ, which quantize column by column while compensating the error: stored
@@ -214,6 +242,10 @@ struct QuantizedValues {
   const uint8_t* int4_codes = nullptr;      // I4: [rows·cols] one code in [0, 15] per byte
   const uint16_t* group_scales = nullptr;   // I4: [rows·ceil(cols/group_size)] f16 bits, finite
   const uint16_t* group_mins = nullptr;     // I4: same shape, f16 bits, finite
+  // I4 with Coded6 parameters (group_scales/group_mins unused):
+  Int4Params int4_params = Int4Params::F16;
+  const uint16_t* super_scales = nullptr;   // [ceil(rows·groups/8)·2] f16 (d, dmin), finite
+  const uint8_t* param_codes = nullptr;     // [rows·groups·2] (sc, mc) per parameter, each <= 63
 };
 // Encodes explicit codes and parameters. Decoding the result gives, bit for bit, §6.6's value of
 // the given code and parameters at every present element and +0 at every absent one. Bitmap:
@@ -231,6 +263,20 @@ void validate_bitmap(const TensorView&, const std::string& what);
 // every aligned group of 4 columns of every row (so every row holds cols / 2 values, at fixed
 // offsets). O(bitmap bytes), stops at the first other group. Dense tensors: false.
 bool is_two_of_four(const TensorView&);
+
+// The f32 scale and min of int4 parameters p0 .. p0+n−1 (p = row·groups_per_row + group), either
+// storage: F16 widened, Coded6 S = d·sc and M = −(dmin·mc), both exact in binary32 (SPEC.md §6.7).
+void int4_params_f32(const TensorView&, uint64_t p0, uint64_t n, float* scales, float* mins);
+
+// The int4k super-block quantizer (SPEC.md §7.4): given the f32 scale S_p ≥ 0 and min M_p ≤ 0 that
+// n ≤ 8 parameters want, the f16 d, dmin and six-bit codes (sc, mc) that store them: d = f16(max S
+// / 63), sc = round(S/d) (at least 1 where S > 0), likewise dmin and mc for −M. Throws on
+// non-finite or wrong-signed input.
+struct Int4kSuper {
+  uint16_t d_f16 = 0, dmin_f16 = 0;
+  uint8_t sc[kInt4kSuperGroups] = {}, mc[kInt4kSuperGroups] = {};
+};
+Int4kSuper int4k_super(const float* scales, const float* mins, uint32_t n);
 
 // Reference decoder (single-threaded, simple, the definition of the decoded value of every
 // element): writes rows [row_begin, row_end) as f32 into out[(r - row_begin)·cols + c].

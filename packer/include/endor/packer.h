@@ -193,7 +193,8 @@ class Checkpoint {
 enum class PruneScope : uint8_t { Row, Matrix };
 
 struct PruneSpec {
-  std::string method = "magnitude";   // magnitude | wanda | sparsegpt (only magnitude so far)
+  // magnitude | wanda | sparsegpt | gptq (gptq: no pruning, calibrated quantization only)
+  std::string method = "magnitude";
   double sparsity = 0.0;              // [0, 1); unstructured only
   uint32_t n = 0, m = 0;              // N:M when m > 0 (zero N of every M)
   PruneScope scope = PruneScope::Row;
@@ -204,7 +205,8 @@ struct PruneSpec {
   // Block `layer` of `n_layers`: sparsity + ramp * (2 layer / (n_layers - 1) - 1).
   double block_sparsity(uint32_t layer, uint32_t n_layers) const;
   bool structured() const { return m > 0; }
-  bool active() const { return structured() || sparsity > 0.0; }
+  // Whether the Linears go through the method (pruned, or for gptq quantized with calibration).
+  bool active() const { return structured() || sparsity > 0.0 || method == "gptq"; }
   std::string pattern() const;        // "unstructured" or "2:4"
 };
 
@@ -249,7 +251,9 @@ std::vector<Tier> plan_tiers(const std::vector<std::string>& group_names,
 
 // ==== packing ================================================================================
 
-enum class Quantization : uint8_t { None, Int8, Int4 };
+// Int4k: int4 whose group parameters are six-bit codes under f16 super-block scales (dtype
+// "int4k", SPEC.md §6.7): at groups of 32, 4.5 bits a weight with a float minimum.
+enum class Quantization : uint8_t { None, Int8, Int4, Int4k };
 const char* to_string(Quantization);
 
 struct PackOptions {
@@ -263,6 +267,13 @@ struct PackOptions {
   Quantization quant_head = Quantization::None;
   uint32_t group_size = kDefaultGroupSize;
   std::string skip_regex;              // ECMAScript; matching names are neither pruned nor quantized
+  // Mixed precision: Linears whose names match (ECMAScript) are quantized int8 instead of `quant`
+  // (as llama.cpp's Q4_K_M keeps some attn_v / ffn_down tensors at more bits). Empty: none.
+  std::string int8_regex;
+  // Calibrated quantization (sparsegpt, gptq): GPTQ's act-order, and a range search per int4 group
+  // (squared error weighted by the Hessian's diagonal) instead of [min, max].
+  bool act_order = false;
+  bool mse_clip = true;
   TierBudget budget;
   std::string tool_version;            // for provenance
 };
@@ -294,6 +305,7 @@ struct PackSummary {
 struct TensorTreatment {
   bool prune = false, quantize = false;
   ValueType value_type = ValueType::F16;
+  Int4Params int4_params = Int4Params::F16;  // I4 only: Coded6 for Quantization::Int4k
 };
 TensorTreatment plan_treatment(const CheckpointTensor&, const PackOptions&);
 ValueType default_value_type(SafetensorsDType);   // F16/BF16/F32 as the source; F64 -> F32
@@ -319,7 +331,8 @@ Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType, uint32_t
 // A pruned/quantized f32 tensor w (row-major, `shape`) encoded as pack writes it: choose_encoding
 // over its nonzeros, then encode_tensor (int8/int4 parameters chosen by SPEC.md §7.1/§7.2).
 // group_size: int4 only.
-EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, ValueType, uint32_t group_size);
+EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, ValueType, uint32_t group_size,
+                              Int4Params = Int4Params::F16);
 
 // Validates options, reads `source_dir`, writes `output_path` atomically (temp + rename).
 PackSummary pack_checkpoint(const std::string& source_dir, const std::string& output_path,

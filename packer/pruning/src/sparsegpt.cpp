@@ -53,13 +53,14 @@ void subtract_scaled(float* row, const float* u_row, float e, size_t n) {
 }
 
 void check_options(const SparseGptOptions& o, size_t n_in) {
-  detail::check_target(kFn, o.target, n_in);
+  if (o.target.is_n_of_m() || o.target.ratio != 0.0) detail::check_target(kFn, o.target, n_in);  // 0: GPTQ
+  if (o.act_order && o.target.is_n_of_m()) detail::fail(kFn, "act_order does not combine with N:M sparsity");
   if (o.block_size == 0) detail::fail(kFn, "block_size must be positive");
   if (o.target.is_n_of_m() && o.block_size % o.target.m != 0)
     detail::fail(kFn, "N:M group size " + std::to_string(o.target.m) + " does not divide block_size " +
                           std::to_string(o.block_size));
   if (!(o.percdamp >= 0.0f && std::isfinite(o.percdamp))) detail::fail(kFn, "percdamp must be finite and >= 0");
-  if (o.quant.scheme == QuantScheme::Int4Group && o.quant.group_size == 0)
+  if ((o.quant.scheme == QuantScheme::Int4Group || o.quant.scheme == QuantScheme::Int4Coded) && o.quant.group_size == 0)
     detail::fail(kFn, "int4 group_size must be positive");
 }
 
@@ -78,7 +79,10 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
   res.scheme = opt.quant.scheme;
   res.mask.assign(numel, 0);
   const bool int8 = opt.quant.scheme == QuantScheme::Int8Row;
-  const bool int4 = opt.quant.scheme == QuantScheme::Int4Group;
+  const bool coded = opt.quant.scheme == QuantScheme::Int4Coded;
+  const bool int4 = opt.quant.scheme == QuantScheme::Int4Group || coded;
+  const bool statics = int4 && (coded || opt.static_groups || opt.act_order);
+  const bool prunes = opt.target.is_n_of_m() || opt.target.ratio > 0.0;
   const size_t group = int4 ? opt.quant.group_size : 0;
   const size_t groups_per_row = int4 ? (n_in + group - 1) / group : 0;
   if (int8) {
@@ -89,12 +93,22 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
   }
   if (int4) {
     res.group_size = uint32_t(group);
-    res.group_scales_f16.assign(n_out * groups_per_row, 0);
-    res.group_mins_f16.assign(n_out * groups_per_row, 0);
+    if (!coded) {
+      res.group_scales_f16.assign(n_out * groups_per_row, 0);
+      res.group_mins_f16.assign(n_out * groups_per_row, 0);
+    }
     res.int4_codes.assign(numel, 0);
   }
 
-  std::vector<float> u(h, h + n_in * n_in);
+  // act_order: work on the columns in order of decreasing H_jj (stable), i.e. on W·P and PᵀHP;
+  // perm[c] is the original column of working column c. Codes are stored at original columns.
+  std::vector<size_t> perm(n_in);
+  for (size_t j = 0; j < n_in; ++j) perm[j] = j;
+  if (opt.act_order)
+    std::stable_sort(perm.begin(), perm.end(), [&](size_t a, size_t b) { return h[a * n_in + a] > h[b * n_in + b]; });
+  std::vector<float> u(n_in * n_in);
+  for (size_t i = 0; i < n_in; ++i)
+    for (size_t j = 0; j < n_in; ++j) u[i * n_in + j] = h[perm[i] * n_in + perm[j]];
   std::vector<size_t> dead;  // inputs no calibration activation ever reached
   for (size_t j = 0; j < n_in; ++j) {
     if (u[j * n_in + j] != 0.0f) continue;
@@ -107,7 +121,31 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
   for (size_t j = 0; j < n_in; ++j) u[j * n_in + j] += damp;
   upper_cholesky_of_inverse(u, n_in);  // may throw: w is not touched before this point
   for (size_t j : dead)
-    for (size_t r = 0; r < n_out; ++r) w[r * n_in + j] = 0.0f;
+    for (size_t r = 0; r < n_out; ++r) w[r * n_in + perm[j]] = 0.0f;
+
+  // Static groups: every group's parameters from the (dead-zeroed) input W, its squared errors
+  // weighted by H_jj when searching a range.
+  StaticInt4Params sp;
+  if (statics) {
+    std::vector<float> hdiag(n_in);
+    for (size_t j = 0; j < n_in; ++j) hdiag[j] = h[j * n_in + j];
+    sp = choose_int4_params(w, n_out, n_in, opt.quant, hdiag.data());
+    if (coded) {
+      res.super_scales_f16 = sp.super_scales_f16;
+      res.param_codes = sp.param_codes;
+    } else {
+      res.group_scales_f16 = sp.scales_f16;
+      res.group_mins_f16 = sp.mins_f16;
+    }
+  }
+  std::vector<float> permuted;  // W·P when act_order (the loop below works on `w`)
+  float* const w_orig = w;
+  if (opt.act_order) {
+    permuted.resize(numel);
+    for (size_t r = 0; r < n_out; ++r)
+      for (size_t c = 0; c < n_in; ++c) permuted[r * n_in + c] = w_orig[r * n_in + perm[c]];
+    w = permuted.data();
+  }
 
   const size_t bs = opt.block_size;
   std::vector<float> err(n_out * bs);   // Err1: [n_out, count] with row stride bs
@@ -118,7 +156,7 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
   for (size_t i1 = 0; i1 < n_in; i1 += bs) {
     const size_t i2 = std::min(i1 + bs, n_in), count = i2 - i1;
 
-    if (!target.is_n_of_m()) {
+    if (prunes && !target.is_n_of_m()) {
       // One threshold over rows × block columns of the block-start W (the reference's mask1).
       score.resize(n_out * count);
       for (size_t r = 0; r < n_out; ++r)
@@ -159,7 +197,7 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
           }
           detail::mark_lowest_n(s, target.m, target.n, mask + c);
         }
-        if (int4 && (c % group == 0 || i == 0)) {
+        if (int4 && !statics && (c % group == 0 || i == 0)) {
           const size_t g = c / group;
           if (c % group == 0) {
             gp = int4_group_params(row + c, std::min(group, n_in - c));
@@ -173,12 +211,18 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
           }
         }
         const float x = row[c], d = u_row[c];
+        const size_t oc = perm[c];  // the original column
         float q = 0.0f;
         if (!mask[c]) {
           if (int8) {
             const int8_t code = int8_code(x, res.row_scales[r]);
-            res.int8_codes[r * n_in + c] = code;
+            res.int8_codes[r * n_in + oc] = code;
             q = int8_value(code, res.row_scales[r]);
+          } else if (statics) {
+            const size_t p = r * groups_per_row + oc / group;
+            const uint8_t code = int4_code_on(x, sp.scales[p], sp.mins[p]);
+            res.int4_codes[r * n_in + oc] = code;
+            q = float(code) * sp.scales[p] + sp.mins[p];  // as SPEC.md §6.6 decodes it
           } else if (int4) {
             const uint8_t code = int4_code(x, gp);
             res.int4_codes[r * n_in + c] = code;
@@ -202,6 +246,15 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n_out), int(n_in - i2), int(count), -1.0f,
                   err.data(), int(bs), &u[i1 * n_in + i2], int(n_in), 1.0f, w + i2, int(n_in));
     }
+  }
+  if (opt.act_order) {  // back to the original column order
+    std::vector<uint8_t> mask(numel);
+    for (size_t r = 0; r < n_out; ++r)
+      for (size_t c = 0; c < n_in; ++c) {
+        w_orig[r * n_in + perm[c]] = w[r * n_in + c];
+        mask[r * n_in + perm[c]] = res.mask[r * n_in + c];
+      }
+    res.mask = std::move(mask);
   }
   for (size_t r = 0; r < n_out; ++r) res.loss += row_loss[r];
   res.loss /= 2.0;

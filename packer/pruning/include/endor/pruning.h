@@ -100,11 +100,36 @@ Int4GroupParams int4_group_params(const float* x, size_t n);
 uint8_t int4_code(float x, const Int4GroupParams&);
 float int4_value(uint8_t code, const Int4GroupParams&);  // code·scale + min
 
-enum class QuantScheme : uint8_t { None, Int8Row, Int4Group };
+// Int4Coded: int4 whose group parameters are int4k's six-bit codes under f16 super-block scales
+// (SPEC.md §6.7): a float minimum (no zero code), chosen for every group before any column is
+// quantized (GPTQ's static groups: a super-block spans 8 groups, which may lie in later columns).
+enum class QuantScheme : uint8_t { None, Int8Row, Int4Group, Int4Coded };
 struct QuantSpec {
   QuantScheme scheme = QuantScheme::None;
-  uint32_t group_size = 128;  // Int4Group only: consecutive input columns per group
+  uint32_t group_size = 128;  // Int4Group/Int4Coded: consecutive input columns per group
+  // Int4Group/Int4Coded: choose each group's range by a search that minimises its (column-weighted)
+  // squared rounding error instead of spanning [min, max] (clipping outliers where that pays).
+  bool mse_clip = false;
 };
+
+// Per (row, group) int4 parameters chosen for a whole matrix at once (static groups), as stored:
+//   Int4Group: f16 scale and min (zero-code grid, SPEC.md §7.2, optionally range-searched);
+//   Int4Coded: the super-block f16 (d, dmin) pairs and (sc, mc) codes (SPEC.md §6.7).
+// scales/mins hold the decoded f32 values either way, [n_out · groups_per_row].
+struct StaticInt4Params {
+  QuantScheme scheme = QuantScheme::Int4Group;
+  uint32_t group_size = 0;
+  size_t groups_per_row = 0;
+  std::vector<float> scales, mins;
+  std::vector<uint16_t> scales_f16, mins_f16;          // Int4Group
+  std::vector<uint16_t> super_scales_f16;              // Int4Coded: [ceil(n_params/8) · 2]
+  std::vector<uint8_t> param_codes;                    // Int4Coded: [n_params · 2] (sc, mc)
+};
+// w [n_out, n_in]; col_weight [n_in] (>= 0, e.g. the Hessian's diagonal) weights each column's
+// squared error in the range search, nullptr = all 1. Throws on non-finite or |w| > 65504.
+StaticInt4Params choose_int4_params(const float* w, size_t n_out, size_t n_in, const QuantSpec&, const float* col_weight);
+// The code of x on a parameter pair: clamp(round((x − min)/scale), 0, 15), 0 when scale is 0.
+uint8_t int4_code_on(float x, float scale, float min);
 
 // ---- pruning -----------------------------------------------------------------------------
 
@@ -126,10 +151,18 @@ std::vector<uint8_t> wanda_prune(float* w, size_t n_out, size_t n_in, const floa
                                  const SparsityTarget&);
 
 struct SparseGptOptions {
+  // unstructured(0) prunes nothing: GPTQ (quantization with OBS error feedback only).
   SparsityTarget target = SparsityTarget::unstructured(0.5);
   size_t block_size = 128;  // columns per lazy-update block; an N:M m must divide it
   float percdamp = 0.01f;   // H += percdamp·mean(diag H)·I
   QuantSpec quant;          // joint quantization of the kept weights (None: prune only)
+  // GPTQ's --act-order: columns processed in order of decreasing Hessian diagonal (the inputs with
+  // the most activation energy first, while the most columns remain to absorb their error). Implies
+  // static groups. Not with N:M (whose groups are consecutive columns).
+  bool act_order = false;
+  // Every group's int4 parameters chosen from the input W before any column is quantized (always
+  // so for Int4Coded and with act_order), instead of from the updated W when a group is reached.
+  bool static_groups = false;
 };
 
 // The outcome for one layer. `w` itself (the caller's buffer) holds the final weights.
@@ -150,6 +183,8 @@ struct SparseGptResult {
   std::vector<int8_t> int8_codes;
   std::vector<uint16_t> group_scales_f16, group_mins_f16;
   std::vector<uint8_t> int4_codes;
+  std::vector<uint16_t> super_scales_f16;  // Int4Coded: (d, dmin) per super-block of 8 parameters
+  std::vector<uint8_t> param_codes;        // Int4Coded: (sc, mc) per (row, group)
   double loss = 0.0;  // the reference's Σ (w−q)²/d² / 2 over the layer (for logs)
 };
 
