@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Decode speed against llama.cpp on the same weights (issue 15), interleaved rounds in one run.
 #
-# Builds llama.cpp from the source vendored in PyPI's llama-cpp-python sdist (nothing of it in this
-# repository: sdist, build and models live in $ENDOR_PEERS_CACHE), makes its GGUF files from the
+# Builds llama.cpp from the source vendored in PyPI's llama-cpp-python sdist with AMX off
+# (bench/peers/build_llama.sh; nothing of it in this repository: sdist, build and models live in
+# $ENDOR_PEERS_CACHE), makes its GGUF files from the
 # same checkpoints Endor packs (convert_hf_to_gguf.py --outtype f16, then llama-quantize Q8_0 and
 # Q4_0), packs Endor's (dense f16, f16/int8/int4 at 50 % magnitude, and int4 with --quant-head int8
 # where endor-pack has it: llama-quantize's Q4_0 keeps a tied embedding/head at Q8_0; and int4 unpruned with
@@ -17,7 +18,8 @@
 #   --threads N     threads for both (default 2)   --busy 0|1   keep one core busy while timing
 #   --prepare-only  build and make the files, time nothing
 # Environment: ENDOR_PEERS_CACHE (default ~/.cache/endor/peers), ENDOR_BUILD (default build).
-# Prints the table; OUT_DIR gets run.log, results.jsonl and table.md.
+# Prints the table; OUT_DIR gets run.log, results.jsonl and table.md. A run that printed no figure
+# (llama-bench failing, e.g. SIGILL) is an error line in the log and the table, and exit status 1.
 set -uo pipefail
 models=smollm2,1b rounds=3 n=64 threads=2 busy=0 prepare_only=0 out=""
 while [[ $# -gt 0 ]]; do
@@ -28,7 +30,7 @@ while [[ $# -gt 0 ]]; do
     --threads) threads=$2; shift 2 ;;
     --busy) busy=$2; shift 2 ;;
     --prepare-only) prepare_only=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) echo "bench/peers/run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) out=$1; shift ;;
   esac
@@ -52,20 +54,11 @@ for tool in cmake python3; do command -v "$tool" >/dev/null || die "$tool not fo
 for b in "$pack" "$infer" "$bench_decode"; do [[ -x "$b" ]] || die "$b not built (cmake --build build --target endor-pack endor-infer bench_decode)"; done
 
 # ---- llama.cpp from the PyPI sdist -------------------------------------------------------------
-if [[ ! -x "$lbuild/bin/llama-bench" || ! -x "$lbuild/bin/llama-quantize" ]]; then
-  tarball="$cache/llama_cpp_python-$sdist_version.tar.gz"
-  if [[ ! -f "$tarball" ]]; then
-    note "download llama-cpp-python==$sdist_version sdist"
-    python3 -m pip download --no-deps --no-binary :all: -d "$cache" "llama-cpp-python==$sdist_version" || die "pip download failed"
-  fi
-  [[ -d "$src" ]] || tar xzf "$tarball" -C "$cache" || die "cannot unpack $tarball"
-  note "build llama.cpp (GGML_NATIVE, Release): llama-bench, llama-quantize"
-  nice -n 10 cmake -S "$src" -B "$lbuild" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >"$cache/llama-cmake.log" 2>&1 \
-    || die "llama.cpp cmake failed (see $cache/llama-cmake.log)"
-  nice -n 10 cmake --build "$lbuild" -j"$(nproc)" --target llama-bench llama-quantize >"$cache/llama-build.log" 2>&1 \
-    || die "llama.cpp build failed (see $cache/llama-build.log)"
-fi
+# bench/peers/build_llama.sh builds it with AMX off: Sapphire Rapids VMs list AMX but trap on it, and a
+# GGML_NATIVE build dies there with SIGILL (ldtilecfg) on Q8_0/Q4_0 files. It names the CPU's other
+# x86 extensions itself (AVX-512 with VBMI/VNNI/BF16 where listed), so elsewhere the kernels are a
+# native build's.
+ENDOR_PEERS_CACHE="$cache" "$root/bench/peers/build_llama.sh" >/dev/null || die "llama.cpp build failed (bench/peers/build_llama.sh)"
 llama_commit=$(sed -n 's/.*LLAMA_COMMIT *= *"\([0-9a-f]*\)".*/\1/p' "$lbuild/common/build-info.cpp" 2>/dev/null | head -1)
 note "llama.cpp from llama-cpp-python $sdist_version (commit ${llama_commit:-unknown}), $lbuild"
 
@@ -142,10 +135,12 @@ if [[ "$busy" == 1 ]]; then
   note "one core kept busy (pid $busy_pid)"
 fi
 record() { python3 -c 'import json,sys; print(json.dumps(dict(zip(sys.argv[1::2], sys.argv[2::2]))))' "$@" >>"$results"; }
-time_llama() {  # model config round -> tok/s
-  local f="$mdir/$1-$2.gguf" j
-  j=$("$lbuild/bin/llama-bench" -m "$f" -t "$threads" -p 0 -n "$n" -r 1 -o json 2>/dev/null) || { echo 0; return; }
-  python3 -c 'import json,sys; print(json.loads(sys.stdin.read())[0]["avg_ts"])' <<<"$j" 2>/dev/null || echo 0
+time_llama() {  # model config round -> tok/s, or 0 when llama-bench printed no figure (its stderr kept)
+  local f="$mdir/$1-$2.gguf" j err="$out/llama-bench-$1-$2-r$3.err" rc
+  j=$("$lbuild/bin/llama-bench" -m "$f" -t "$threads" -p 0 -n "$n" -r 1 -o json 2>"$err"); rc=$?
+  python3 -c 'import json,sys; print(json.loads(sys.stdin.read())[0]["avg_ts"])' <<<"$j" 2>/dev/null && { rm -f "$err"; return; }
+  echo "error: llama-bench printed no figure for $1 $2 (exit status $rc; see $err)" >&2
+  echo 0
 }
 time_endor() {  # model config -> "tok/s bytes_read_per_token"
   local f="$mdir/$1-$2.endor" log
@@ -172,7 +167,7 @@ for ((r = 1; r <= rounds; ++r)); do
     for job in "${jobs[@]}"; do
       read -r rt c <<<"$job"
       if [[ "$rt" == llama ]]; then
-        tps=$(time_llama "$m" "$c"); bytes=$(stat -c %s "$mdir/$m-$c.gguf"); read_bytes=$bytes
+        tps=$(time_llama "$m" "$c" "$r"); bytes=$(stat -c %s "$mdir/$m-$c.gguf"); read_bytes=$bytes
       else
         read -r tps read_bytes <<<"$(time_endor "$m" "$c")"; bytes=$(stat -c %s "$mdir/$m-$c.endor")
       fi
@@ -185,3 +180,6 @@ done
 cleanup
 busy_pid=""
 python3 "$root/bench/peers/table.py" "$results" "$n" "$threads" "$busy" "${llama_commit:-unknown}" | tee "$out/table.md"
+# Every run of the table must have printed a figure (table.py lists the ones that did not).
+no_figure=$(python3 -c 'import json,sys; print(sum(1 for l in open(sys.argv[1]) if l.strip() and json.loads(l)["kind"] == "run" and float(json.loads(l)["tps"]) <= 0))' "$results")
+[[ "$no_figure" == 0 ]] || die "$no_figure run(s) printed no figure (see the table's last line and $out/run.log)"

@@ -46,13 +46,14 @@ def main():
             if not L or not E:
                 continue
             def stats(d):
-                v = [float(x["tps"]) for x in d.values()]
+                v = [float(x["tps"]) for x in d.values() if float(x["tps"]) > 0] or [0.0]  # 0: no figure
                 med = statistics.median(v)
                 floor = probe * 1e9 / float(next(iter(d.values()))["read_bytes"]) if probe else 0
                 return med, min(v), max(v), (med / floor if floor else 0)
             lm, llo, lhi, lf = stats(L)
             em, elo, ehi, ef = stats(E)
-            ratios = [float(E[r]["tps"]) / float(L[r]["tps"]) for r in E if r in L and float(L[r]["tps"]) > 0]
+            ratios = [float(E[r]["tps"]) / float(L[r]["tps"]) for r in E
+                      if r in L and float(L[r]["tps"]) > 0 and float(E[r]["tps"]) > 0]
             rm = statistics.median(ratios) if ratios else 0
             ratio_of[(m, ec)] = rm
             print(f"| {m} | {lq} | {lm:.1f} ({llo:.1f}-{lhi:.1f}) | {lf:.2f} | {ENDOR_NAME.get(ec, ec)} | "
@@ -67,6 +68,11 @@ def main():
     if checks:
         print()
         print("Targets (issue 15): " + "; ".join(checks))
+    # A run that printed no figure (tok/s 0) is left out of the medians above and named here.
+    missing = [f"{r['model']} {r['runtime']} {r['config']} round {r['round']}" for r in runs if float(r["tps"]) <= 0]
+    if missing:
+        print()
+        print(f"**Error: {len(missing)} run(s) printed no figure** (left out of the medians): " + "; ".join(missing))
 
 
 if __name__ == "__main__":
