@@ -142,7 +142,8 @@ int run(int argc, char** argv) {
       std::lock_guard<std::mutex> lock(scheduler_mutex);
       if (scheduler) scheduler->shutdown();  // in-flight requests end with finish_reason "abort"
     }
-    server.stop();  // listen() returns once the answers in flight are written
+    server.drain(10);  // new requests get 503 while the streams write their final chunk
+    server.stop();     // listen() returns once the connections are closed
   });
   // On a load error, the listener and the signal thread are stopped before the error is reported.
   auto stop_threads = [&] {

@@ -1,11 +1,18 @@
 // OpenAI's routes over cpp-httplib (serve_http.h).
 #include "endor/serve_http.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <ctime>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -35,6 +42,30 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_body(e), "application/json");
 }
 
+// cpp-httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of more
+// concurrent connections overflows the accept queue, and Linux then drops or resets some of them.
+// The bound socket is found among this process's descriptors and given the system's maximum (a
+// second listen() on a listening socket only changes its backlog).
+void widen_listen_backlog(int port) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return;
+  while (const dirent* e = ::readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2) continue;
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof addr;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) bound = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+  ::closedir(dir);
+}
+
 std::string route_name(const std::string& path) {
   for (const char* r : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
     if (path == r) return r;
@@ -51,6 +82,8 @@ struct HttpServer::Impl {
   std::optional<ServedModel> model;  // set once, when ready
   RequestCounters counters;
   std::atomic<uint64_t> next_id{1};
+  std::atomic<bool> draining{false};
+  std::atomic<int> in_flight{0};     // generations whose answer is not fully written
   std::mt19937_64 seeds{std::random_device{}()};
   std::mutex seeds_mutex;
 
@@ -116,6 +149,15 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   JobSpec spec = job_spec(*m, r);
   const size_t n_prompt = spec.prompt.size();
   std::shared_ptr<Job> job = m->scheduler->submit(std::move(spec));
+  // Counted until the answer is written: a non-streamed one when this returns, a stream when its
+  // provider is released.
+  in_flight += 1;
+  struct Done {
+    std::atomic<int>* n;
+    ~Done() {
+      if (n) *n -= 1;
+    }
+  } done{&in_flight};
   const bool chat = endpoint == Endpoint::Chat;
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
   const int64_t created = int64_t(std::time(nullptr));
@@ -158,6 +200,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     return "data: " + dump({{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
                             {"created", created}, {"model", model_id}, {"choices", json::array({choice})}}) + "\n\n";
   };
+  done.n = nullptr;  // the releaser below counts the stream out
   auto started = std::make_shared<bool>(false);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -190,7 +233,10 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         sink.done();
         return true;
       },
-      [job](bool) { job->cancel(); });  // ended for any reason: nothing more is read from the job
+      [job, this](bool) {  // ended for any reason: nothing more is read from the job
+        job->cancel();
+        in_flight -= 1;
+      });
 }
 
 void HttpServer::Impl::routes() {
@@ -203,6 +249,10 @@ void HttpServer::Impl::routes() {
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (draining) {
+      send_error(res, ApiError(503, "the server is shutting down"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     if (equal_constant_time(req.get_header_value("Authorization"), "Bearer " + options.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
@@ -276,6 +326,7 @@ void HttpServer::bind() {
       throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) + " (in use, or not an address here)");
     impl_->port = o.port;
   }
+  widen_listen_backlog(impl_->port);
 }
 
 int HttpServer::port() const { return impl_->port; }
@@ -285,6 +336,13 @@ void HttpServer::listen() { impl_->server.listen_after_bind(); }
 void HttpServer::set_ready(const ServedModel& model) {
   std::lock_guard<std::mutex> lock(impl_->ready_mutex);
   impl_->model = model;
+}
+
+void HttpServer::drain(int timeout_s) {
+  impl_->draining = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (impl_->in_flight > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 void HttpServer::stop() { impl_->server.stop(); }

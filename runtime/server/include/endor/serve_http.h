@@ -54,6 +54,9 @@ class HttpServer {
   int port() const;
   void listen();  // blocks
   void set_ready(const ServedModel& model);
+  // For a graceful stop: answers new requests 503 and waits (up to `timeout_s`) until the
+  // generations in flight have written their last byte (streams their final chunk and [DONE]).
+  void drain(int timeout_s);
   // Stops accepting; listen() returns once the connections in flight are answered.
   void stop();
 
