@@ -188,8 +188,17 @@ const char* ggml_type_name(GgmlType t) {
 }
 bool ggml_type_known(uint32_t t) { return traits(t) != nullptr; }
 bool ggml_type_readable(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_0 || t == GgmlType::Q4_1;
+  switch (t) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
+    case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::IQ4_NL: case GgmlType::Q2_K:
+    case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_XS:
+      return true;
+    default:
+      return false;
+  }
+}
+const char* ggml_readable_types() {
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS";
 }
 uint32_t ggml_block_elements(GgmlType t) {
   const TypeTraits* x = traits(uint32_t(t));

@@ -174,7 +174,7 @@ GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
     }
     if (!ggml_type_readable(t.type))
       fail(where, "tensor '" + t.name + "' has type " + ggml_type_name(t.type) +
-                      "; only F32, F16, BF16, Q8_0, Q4_0 and Q4_1 tensors can be read");
+                      "; only " + ggml_readable_types() + " tensors can be read");
     out.tensors.push_back(std::move(mt));
   }
 

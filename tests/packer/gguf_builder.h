@@ -257,8 +257,33 @@ inline std::vector<CorruptCase> corrupt_cases() {
   }
   {
     Builder b = tiny_llama("", "blk.0.attn_q.weight");
-    b.tensor("blk.0.attn_q.weight", 12 /* Q4_K */, {256, 4}, std::vector<uint8_t>(4 * 144));
-    cases.push_back({"unsupported tensor type", b.build(), "'blk.0.attn_q.weight' has type Q4_K"});
+    b.tensor("blk.0.attn_q.weight", 16 /* IQ2_XXS */, {256, 4}, std::vector<uint8_t>(4 * 66));
+    cases.push_back({"unsupported tensor type", b.build(), "'blk.0.attn_q.weight' has type IQ2_XXS"});
+  }
+  // Each quantized type read since issue 30: a row that is not whole blocks, and data one block
+  // short at the end of the file.
+  struct QuantType {
+    uint32_t id;
+    const char* name;
+    uint64_t block, bytes;
+  };
+  for (const QuantType& q : {QuantType{6, "Q5_0", 32, 22}, QuantType{7, "Q5_1", 32, 24}, QuantType{20, "IQ4_NL", 32, 18},
+                             QuantType{10, "Q2_K", 256, 84}, QuantType{11, "Q3_K", 256, 110},
+                             QuantType{12, "Q4_K", 256, 144}, QuantType{13, "Q5_K", 256, 176},
+                             QuantType{14, "Q6_K", 256, 210}, QuantType{23, "IQ4_XS", 256, 136}}) {
+    {
+      Builder b = tiny_llama();
+      b.tensor("x.q", q.id, {q.block + q.block / 2, 2}, std::vector<uint8_t>(3 * q.bytes));
+      cases.push_back({std::string(q.name) + " row not a whole block", b.build(),
+                       "of type " + std::string(q.name) + " has " + std::to_string(q.block + q.block / 2) +
+                           " columns, not a multiple of its block of " + std::to_string(q.block)});
+    }
+    {
+      Builder b = tiny_llama();
+      b.tensor("x.q", q.id, {q.block, 2}, std::vector<uint8_t>(q.bytes));
+      cases.push_back({std::string(q.name) + " tensor one block short", b.build(),
+                       "tensor 'x.q' (" + std::to_string(2 * q.bytes) + " bytes at data offset"});
+    }
   }
   {
     Builder b = tiny_llama("", "blk.0.attn_q.weight");

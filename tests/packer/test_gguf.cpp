@@ -1,14 +1,17 @@
-// GGUF import: the parser against a table of corrupt files, the dequantizers against gguf-py,
-// whole-model weights against transformers' GGUF loader (tests/fixtures/gguf, made by
-// tools/make_gguf_fixtures.py), and tokenizers built from tokenizer.ggml.* against the real
+// GGUF import: the parser against a table of corrupt files, the dequantizers against gguf-py
+// (random blocks of every readable quantized type, and a file llama.cpp's llama-quantize made:
+// tools/make_gguf_quant_fixtures.py), whole-model weights against transformers' GGUF loader
+// (tests/fixtures/gguf, made by tools/make_gguf_fixtures.py), and tokenizers built from tokenizer.ggml.* against the real
 // tokenizers' reference encodings (tests/fixtures/tokenizers).
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <zstd.h>
 
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <doctest/doctest.h>
@@ -144,7 +147,7 @@ TEST_CASE("gguf: config.json from the metadata has the values transformers gives
   CHECK(has_cfg);
 }
 
-TEST_CASE("gguf: dequantizers give gguf-py's values bit for bit (F32, F16, BF16, Q8_0, Q4_0, Q4_1)") {
+TEST_CASE("gguf: dequantizers give gguf-py's values bit for bit on the tiny llama (F32, F16, BF16, Q8_0, Q4_0, Q4_1)") {
   const auto f = GgufFile::open(fixture("gguf/tiny-llama.gguf"));
   const nlohmann::json expected = nlohmann::json::parse(read_file(fixture("gguf/expected.json")));
   CHECK(expected.size() == 6);
@@ -173,7 +176,112 @@ TEST_CASE("gguf: dequantizers give gguf-py's values bit for bit (F32, F16, BF16,
     CHECK(out[j] == 0.5f * float(j) - 1.0f);
     CHECK(out[16 + j] == 0.5f * float(15 - j) - 1.0f);
   }
-  CHECK_THROWS_WITH_AS(ggml_dequantize(GgmlType::Q4_K, blk, 256, out), doctest::Contains("Q4_K"), Error);
+  float out256[256];
+  uint8_t iq2[66] = {};
+  CHECK_THROWS_WITH_AS(ggml_dequantize(GgmlType::IQ2_XXS, iq2, 256, out256), doctest::Contains("IQ2_XXS"), Error);
+}
+
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+std::vector<float> dequantized(const GgufFile& f, const GgufTensorInfo& t) {
+  std::vector<float> v(t.numel());
+  ggml_dequantize(t.type, f.data(t), t.numel(), v.data());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("gguf: Q5_0, Q5_1, IQ4_NL, K-quants and IQ4_XS dequantize as gguf-py does, bit for bit, on random blocks") {
+  // quant-blocks.gguf (tools/make_gguf_quant_fixtures.py): per type T, tensor T of random blocks
+  // and two edge blocks (all 0x00 with f16 max scales, all 0xFF with subnormal ones), and
+  // T.expected, gguf.quants.dequantize of it.
+  const auto f = GgufFile::open(fixture("gguf/quant-blocks.gguf"));
+  int types = 0;
+  for (const GgufTensorInfo& t : f->header().tensors) {
+    if (t.name.find('.') != std::string::npos) continue;
+    CAPTURE(t.name);
+    ++types;
+    CHECK(ggml_type_name(t.type) == t.name);
+    CHECK(ggml_type_readable(t.type));
+    const GgufTensorInfo* e = f->header().tensor(t.name + ".expected");
+    REQUIRE(e != nullptr);
+    REQUIRE(e->type == GgmlType::F32);
+    REQUIRE(e->numel() == t.numel());
+    const std::vector<float> got = dequantized(*f, t), want = dequantized(*f, *e);
+    size_t mismatches = 0, first = got.size();
+    for (size_t i = 0; i < got.size(); ++i)
+      if (bits_of(got[i]) != bits_of(want[i])) {
+        if (first == got.size()) first = i;
+        ++mismatches;
+      }
+    CHECK_MESSAGE(mismatches == 0, mismatches << " of " << got.size() << " values differ, first at " << first << ": "
+                                             << (first < got.size() ? got[first] : 0.f) << " vs gguf-py "
+                                             << (first < got.size() ? want[first] : 0.f));
+  }
+  CHECK(types == 12);  // Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS
+}
+
+TEST_CASE("gguf: a file llama-quantize made, one tensor per quantized type, reads as gguf-py dequantizes it") {
+  // llama-mix.gguf: a one-layer llama quantized by llama.cpp's llama-quantize with a type per
+  // tensor; llama-mix.json: gguf-py's dequantization of each tensor, as an XXH64 of its f32 bytes
+  // and its first 64 values (tools/make_gguf_quant_fixtures.py).
+  const auto f = GgufFile::open(fixture("gguf/llama-mix.gguf"));
+  const nlohmann::json expected = nlohmann::json::parse(read_file(fixture("gguf/llama-mix.json"))).at("tensors");
+  CHECK(expected.size() == f->header().tensors.size());
+  std::set<std::string> types;
+  for (const GgufTensorInfo& t : f->header().tensors) {
+    CAPTURE(t.name);
+    REQUIRE(expected.contains(t.name));
+    const nlohmann::json& e = expected.at(t.name);
+    CHECK(ggml_type_name(t.type) == e.at("type").get<std::string>());
+    types.insert(ggml_type_name(t.type));
+    REQUIRE(t.numel() == e.at("elements").get<uint64_t>());
+    const std::vector<float> v = dequantized(*f, t);
+    for (size_t i = 0; i < 64 && i < v.size(); ++i) CHECK(bits_of(v[i]) == e.at("first_bits")[i].get<uint32_t>());
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64(v.data(), v.size() * 4, 0)));
+    CHECK(std::string(hex) == e.at("xxh64").get<std::string>());
+  }
+  for (const char* t : {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS"}) {
+    CAPTURE(t);
+    CHECK(types.count(t) == 1);
+  }
+
+  // The same file as a checkpoint: Hugging Face names and layout (q/k rows un-permuted), and packs.
+  const auto ck = Checkpoint::open(fixture("gguf/llama-mix.gguf"));
+  const GgufTensorInfo* q = f->header().tensor("blk.0.attn_q.weight");
+  const GgufTensorInfo* up = f->header().tensor("blk.0.ffn_up.weight");
+  REQUIRE(q != nullptr);
+  REQUIRE(up != nullptr);
+  const std::vector<float> q_gguf = dequantized(*f, *q), up_gguf = dequantized(*f, *up);
+  bool found_q = false, found_up = false;
+  for (const CheckpointTensor& t : ck->tensors()) {
+    if (t.name == "model.layers.0.self_attn.q_proj.weight") {
+      found_q = true;
+      CHECK(t.source_type == "Q4_K");
+      const std::vector<float> hf = values(*ck, t);
+      const uint64_t rows = t.rows(), cols = t.cols();
+      bool same = true;
+      for (uint64_t r = 0; r < rows; ++r)
+        same = same && std::memcmp(&hf[r * cols], &q_gguf[gguf_unpermuted_row(r, rows, 2) * cols], cols * 4) == 0;
+      CHECK(same);
+    } else if (t.name == "model.layers.0.mlp.up_proj.weight") {
+      found_up = true;
+      CHECK(t.source_type == "IQ4_NL");
+      CHECK(values(*ck, t) == up_gguf);
+    }
+  }
+  CHECK(found_q);
+  CHECK(found_up);
+  TempDir dir;
+  pack_checkpoint(fixture("gguf/llama-mix.gguf"), dir.path + "/mix.endor", PackOptions{});
+  CHECK(exists(dir.path + "/mix.endor"));
 }
 
 TEST_CASE("gguf: q/k row un-permutation is transformers' reshape(heads, d, 2).swapaxes(1, 2)") {

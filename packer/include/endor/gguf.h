@@ -1,5 +1,5 @@
 // GGUF import (llama.cpp's model file, versions 2 and 3): a parser that distrusts the file, the
-// dequantization of the float and simple block types exactly as llama.cpp / gguf-py compute it,
+// dequantization of the float, simple block, K-quant and IQ4 types exactly as gguf-py computes it,
 // and the translation of a llama / qwen2 GGUF into what a Hugging Face folder holds (config.json,
 // tensor names and layouts, tokenizer.json + tokenizer_config.json). Checkpoint::open (packer.h)
 // uses it when given a GGUF file instead of a folder.
@@ -41,8 +41,9 @@ struct GgufValue {
   bool as_u64(uint64_t* out) const;
 };
 
-// ggml tensor types (ggml.h numbering). Only F32, F16, BF16, Q8_0, Q4_0, Q4_1 can be read;
-// the others are known by size so that a file holding them still parses.
+// ggml tensor types (ggml.h numbering). Readable (dequantized to f32): F32, F16, BF16, Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; the others are known by size so
+// that a file holding them still parses (and then names the tensor and its type in one line).
 enum class GgmlType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9, Q2_K = 10, Q3_K = 11,
   Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19,
@@ -51,7 +52,8 @@ enum class GgmlType : uint32_t {
 };
 const char* ggml_type_name(GgmlType);             // "Q4_1", ...; "?" for an unknown number
 bool ggml_type_known(uint32_t type);
-bool ggml_type_readable(GgmlType);                // F32 F16 BF16 Q8_0 Q4_0 Q4_1
+bool ggml_type_readable(GgmlType);                // the types ggml_dequantize reads
+const char* ggml_readable_types();                // "F32, F16, ... and IQ4_XS", for messages
 uint32_t ggml_block_elements(GgmlType);           // 1 for F32/F16/..., 32 for Q4_0, 256 for K quants
 uint32_t ggml_block_bytes(GgmlType);
 
@@ -111,9 +113,10 @@ class GgufFile {
   uint64_t mapped_bytes_ = 0;
 };
 
-// n values (a multiple of the type's block) of a readable type to f32, as gguf-py's dequantize:
-// Q8_0 x = d·q; Q4_0 x = d·(q − 8); Q4_1 x = d·q + m (d, m f16 widened to f32, f32 arithmetic
-// without fused multiply-add); low nibbles are elements 0..15 of a block, high nibbles 16..31.
+// n values (a multiple of the type's block) of a readable type to f32, bit for bit as gguf-py's
+// gguf.quants.dequantize: f16 fields widened to f32, f32 arithmetic in gguf-py's order without
+// fused multiply-add (the block layouts and formulas are listed in gguf_dequant.cpp). Any other
+// type throws Error naming it.
 void ggml_dequantize(GgmlType, const uint8_t* src, uint64_t n, float* out);
 
 // ==== the model it holds =====================================================================
