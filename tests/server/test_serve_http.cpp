@@ -249,6 +249,11 @@ TEST_CASE("endor-serve: API key, limits, error codes, stop strings, metrics") {
   CHECK(st2 == 200);
   CHECK(j2["choices"][0]["text"] == full.substr(0, full.find(stop)));
   CHECK(j2["choices"][0]["finish_reason"] == "stop");
+  // ignore_eos (llama.cpp's extension): exactly max_tokens, whatever the model emits.
+  const auto [st5, j5] = post_json(port, "/v1/completions",
+                                   {{"prompt", "And"}, {"max_tokens", 50}, {"ignore_eos", true}}, "sesame");
+  CHECK(st5 == 200);
+  CHECK(j5["usage"]["completion_tokens"] == 50);
   // Past the context (64 tokens) before any work; a token id outside the vocabulary; 413; 404.
   std::string longer;
   for (int i = 0; i < 40; ++i) longer += "and the LORD ";

@@ -28,7 +28,8 @@ TEST_CASE("serve request: a full chat body parses into every field") {
   const GenerationRequest r = parse_chat_request(
       R"({"model":"x","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi "},{"type":"text","text":"there"}]},{"role":"assistant","content":null}],
           "max_completion_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":40,"seed":-1,"stop":"\n","stream":true,
-          "stream_options":{"include_usage":true},"n":1,"user":"ignored","metadata":{"a":1},"presence_penalty":0})");
+          "stream_options":{"include_usage":true},"n":1,"user":"ignored","metadata":{"a":1},"presence_penalty":0,
+          "ignore_eos":true})");
   CHECK(r.endpoint == Endpoint::Chat);
   CHECK(r.model == "x");
   REQUIRE(r.messages.size() == 3);
@@ -43,6 +44,7 @@ TEST_CASE("serve request: a full chat body parses into every field") {
   CHECK(r.stop == std::vector<std::string>{"\n"});
   CHECK(r.stream);
   CHECK(r.include_usage);
+  CHECK(r.ignore_eos);
 }
 
 TEST_CASE("serve request: completion prompts as text, token ids, or a list of one") {

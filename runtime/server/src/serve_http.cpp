@@ -139,6 +139,7 @@ JobSpec HttpServer::Impl::job_spec(const ServedModel& m, const GenerationRequest
     spec.sampling.seed = seeds();
   }
   spec.stop = r.stop;
+  spec.ignore_eos = r.ignore_eos;
   return spec;
 }
 

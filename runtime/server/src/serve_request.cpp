@@ -139,6 +139,7 @@ void parse_common(const json& j, GenerationRequest& r) {
     }
   }
   if (present(j, "stream")) r.stream = bool_field(j, "stream");
+  if (present(j, "ignore_eos")) r.ignore_eos = bool_field(j, "ignore_eos");
   if (present(j, "stream_options")) {
     const json& o = j["stream_options"];
     if (!o.is_object()) throw bad("stream_options", "must be an object");

@@ -207,8 +207,8 @@ void Scheduler::step(std::vector<Slot>& slots) {
     s.generated.push_back(id);
     ++n_new;
     const bool is_stop_id =
-        std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end() ||
-        std::find(spec.stop_ids.begin(), spec.stop_ids.end(), id) != spec.stop_ids.end();
+        !spec.ignore_eos && (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end() ||
+        std::find(spec.stop_ids.begin(), spec.stop_ids.end(), id) != spec.stop_ids.end());
     std::string text;
     std::optional<std::string> finish;
     if (is_stop_id) {

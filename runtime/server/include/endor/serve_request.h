@@ -55,6 +55,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;        // up to 4 non-empty strings
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
+  bool ignore_eos = false;              // llama.cpp's and vLLM's extension: only max_tokens ends it
 };
 
 // Limits on what a request may hold before any model work (beyond the body size limit of the

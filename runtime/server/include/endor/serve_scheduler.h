@@ -42,6 +42,7 @@ struct JobSpec {
   SamplerOptions sampling;
   std::vector<int32_t> stop_ids;     // besides the model's EOS ids; not part of the text
   std::vector<std::string> stop;     // stop strings (the text is cut before them)
+  bool ignore_eos = false;           // EOS and stop_ids do not end it (benchmarks)
 };
 
 // A request's progress, shared by the scheduler (writer) and the HTTP thread answering it.
