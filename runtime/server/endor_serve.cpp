@@ -37,7 +37,7 @@ int run(int argc, char** argv) {
   options.positional_help("MODEL.endor");
   options.add_options()
     ("file", "the .endor container", cxxopts::value<std::string>())
-    ("host", "address to listen on (default: loopback only)", cxxopts::value<std::string>()->default_value("127.0.0.1"))
+    ("host", "address to listen on (loopback unless told otherwise)", cxxopts::value<std::string>()->default_value("127.0.0.1"))
     ("port", "TCP port (0 = any free port, printed at startup)", cxxopts::value<int>()->default_value("8080"))
     ("parallel", "slots: requests generated together, each block read once per step for all of them",
      cxxopts::value<size_t>()->default_value("4"))
