@@ -87,6 +87,9 @@ void check_weight(const TensorView& v) {
     throw Error("cuda backend: " + what + " has an invalid layout: " + e.what());
   }
   if (!same_layout(L, expect)) throw Error("cuda backend: " + what + " layout does not match its shape and encoding");
+  if (L.int4_params != Int4Params::F16)
+    throw Error("cuda backend: " + what + " is int4k (six-bit coded group parameters), which the CUDA kernels do not "
+                "read yet; run it with --device cpu, or pack it with --quant int4");
   if (L.encoding != Encoding::Bitmap) return;
   const uint64_t n = L.rows * L.blocks_per_row;
   uint64_t prev = 0;
