@@ -65,6 +65,75 @@ __device__ __forceinline__ float stored_value(const DeviceWeight& w, const RowPa
   }
 }
 
+// ---- streamed weight loads (fused_linear16.cu) ----
+// Weights are read once per launch: their loads skip L1 (.L1::no_allocate) and are the first out of
+// L2 (an L2::evict_first access policy), so x, the scales and the next layer's data stay cached.
+// Under the CPU emulation (tests/cuemu, no __CUDA_ARCH__) they are plain loads.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+#if defined(__CUDA_ARCH__)
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+#else
+  return 0;
+#endif
+}
+// 16 bytes at p (16-byte aligned, device memory).
+__device__ __forceinline__ uint4 load_weight16(const void* p, uint64_t policy) {
+#if defined(__CUDA_ARCH__)
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(policy));
+  return v;
+#else
+  (void)policy;
+  return *static_cast<const uint4*>(p);
+#endif
+}
+// 4 bytes at p (4-byte aligned): a bitmap half-word.
+__device__ __forceinline__ uint32_t load_weight4(const void* p, uint64_t policy) {
+#if defined(__CUDA_ARCH__)
+  uint32_t v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(policy));
+  return v;
+#else
+  (void)policy;
+  return *static_cast<const uint32_t*>(p);
+#endif
+}
+
+// Exact integer-to-float conversions without I2F (which issues at 1/4 to 1/8 of the FP32 rate):
+// 2^23 + n, n < 256, is the float whose low mantissa byte is n. One byte permute (PRMT) builds it
+// from a byte of a word, one FADD removes the 2^23.
+// Byte `k` (0..3) of x in the low byte of 0x4B0000__ (the bytes of 0x4B000000 fill the rest).
+__device__ __forceinline__ uint32_t byte_into_magic(uint32_t x, int k) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, 0x4B000000u, 0x7440u | uint32_t(k));
+#else
+  return 0x4B000000u | ((x >> (8 * k)) & 0xFFu);
+#endif
+}
+// Codes 0..7 of a word of eight int4 codes (code i in bits 4i..4i+3), as floats.
+__device__ __forceinline__ void nibbles_to_f32(uint32_t word, float out[8]) {
+  const uint32_t even = word & 0x0F0F0F0Fu, odd = (word >> 4) & 0x0F0F0F0Fu;  // codes 0,2,4,6 / 1,3,5,7
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    out[2 * k] = __fsub_rn(__uint_as_float(byte_into_magic(even, k)), 8388608.0f);
+    out[2 * k + 1] = __fsub_rn(__uint_as_float(byte_into_magic(odd, k)), 8388608.0f);
+  }
+}
+// The 4-bit code in bits [shift, shift+4) of `word`, as a float.
+__device__ __forceinline__ float nibble_to_f32(uint32_t word, int shift) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | ((word >> shift) & 0xFu)), 8388608.0f);
+}
+// Codes 0..3 of a word of four int8 codes (two's complement, code i in byte i), as floats.
+__device__ __forceinline__ void int8s_to_f32(uint32_t word, float out[4]) {
+  const uint32_t biased = word ^ 0x80808080u;  // q + 128 in each byte
+#pragma unroll
+  for (int k = 0; k < 4; ++k) out[k] = __fsub_rn(__uint_as_float(byte_into_magic(biased, k)), 8388736.0f);
+}
+
 // Inclusive prefix sum over the 32 lanes of a warp (all lanes must call).
 __device__ __forceinline__ uint32_t warp_inclusive_scan(uint32_t value, int lane) {
 #pragma unroll

@@ -39,7 +39,7 @@ struct DeviceWeight {
   const uint16_t* group_mins = nullptr;    // int4: f16 [rows, groups_per_row]
 };
 
-// ---- weights (decode.cu, fused_linear.cu) ----
+// ---- weights (decode.cu, fused_linear.cu, fused_linear16.cu) ----
 // Decodes rows into a dense row-major buffer out[n_rows, cols] of element type `dense`: output row
 // i is weight row row_ids[i] when row_ids (device, validated ids) is non-null, else row_begin + i.
 void launch_decode_rows(const DeviceWeight& w, uint32_t row_begin, uint32_t n_rows, const int32_t* row_ids,
@@ -48,6 +48,9 @@ void launch_decode_rows(const DeviceWeight& w, uint32_t row_begin, uint32_t n_ro
 // x: [n_tokens, cols], y: [n_tokens, rows].
 void launch_fused_linear(const DeviceWeight& w, const float* x, uint32_t n_tokens, const float* bias, float* y,
                          cudaStream_t stream);
+// The same product by the 16-byte-load kernels of fused_linear16.cu (cuda::FusedKernel::Wide16).
+void launch_fused_linear16(const DeviceWeight& w, const float* x, uint32_t n_tokens, const float* bias, float* y,
+                           cudaStream_t stream);
 // out[i] = x[i] rounded to nearest even in `dense` (f16 or bf16) for i < n.
 void launch_convert_f32(const float* x, size_t n, Dense dense, void* out, cudaStream_t stream);
 

@@ -58,7 +58,10 @@ void linear_fused(Context& ctx, const DeviceWeight& w, const float* x, size_t n_
   // Chunks beyond kMaxFusedTokens re-read the weight; Auto sends such token counts to DecodeGemm.
   for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
     const uint32_t nt = uint32_t(std::min(kMaxFusedTokens, n_tokens - t0));
-    launch_fused_linear(w, x + t0 * w.cols, nt, bias, y + t0 * w.rows, ctx.compute);
+    if (ctx.options.fused_kernel == FusedKernel::WarpPerRow)
+      launch_fused_linear(w, x + t0 * w.cols, nt, bias, y + t0 * w.rows, ctx.compute);
+    else
+      launch_fused_linear16(w, x + t0 * w.cols, nt, bias, y + t0 * w.rows, ctx.compute);
   }
 }
 

@@ -28,16 +28,25 @@ bool cuda_device_available(std::string* why = nullptr);
 namespace cuda {
 
 // How linear() multiplies by an encoded weight:
-//   Fused      — one warp per output row decodes the compressed row in registers and multiplies
-//                (each weight byte read once per 8 tokens). Decode-time token counts.
+//   Fused      — decode the compressed rows in registers and multiply (each weight byte read once
+//                per 8 tokens; Options::fused_kernel picks the kernels). Decode-time token counts.
 //   DecodeGemm — decode row panels into a dense f16/bf16/f32 device buffer, then cublasGemmEx
 //                (dense f16/bf16/f32 weights are used in place, no decode). Prefill.
 enum class LinearPath : uint8_t { Auto, Fused, DecodeGemm };
+
+// Which kernels the Fused path runs:
+//   Wide16     — 16-byte, L2-evict-first weight loads; a dense block owns 1-4 rows split over 256
+//                threads, a bitmap warp owns a row and stages its values through shared memory
+//                (kernels/cuda/fused_linear16.cu; bench/gpu/SOL.md).
+//   WarpPerRow — the previous kernels: one warp a row, one value a lane a step (fused_linear.cu),
+//                kept for comparison (bench_cuda_kernels).
+enum class FusedKernel : uint8_t { Wide16, WarpPerRow };
 
 struct Options {
   int device = 0;
   LinearPath linear_path = LinearPath::Auto;
   size_t fused_max_tokens = 8;     // Auto: T <= this takes Fused, larger T DecodeGemm
+  FusedKernel fused_kernel = FusedKernel::Wide16;
   size_t gemm_panel_bytes = 0;     // DecodeGemm: cap of the decoded-panel buffer; 0 = 256 MiB
 };
 

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Issue 26's GPU run, one device call (≤ 8 minutes), from the repository root on the GPU machine:
+#   run(command="bench/gpu/device.sh $OUT", carry=[".device-deps", "build-gpu-carry"], timeout_s=540)
+# Prepared on the CPU machine beforehand:
+#   scripts/build_gpu_carry.sh        sm_90 binaries, stripped, into build-gpu-carry/ (test_cuda_kernels,
+#                                     bench_fused16, ...), so the lease measures instead of compiling
+#   ../shared/device/fetch-debs.sh    .device-deps/ (plus `apt-get download libxxhash0 libgomp1`), as
+#                                     for bench/offload/device.sh
+#   bench/gpu/sol.sh                  bench/gpu/predicted.json (committed): the times SOL.md predicts
+# Steps, cheapest evidence first, each skipped when the deadline (ENDOR_GPU_DEADLINE, 470 s) nears:
+#   1. test_cuda_kernels (every CUDA kernel against the CPU backend / reference, on this GPU)
+#   2. compute-sanitizer memcheck, synccheck, racecheck over the 16-byte kernels' test cases
+#   3. bench_fused16: the kernel table (16-byte vs previous kernels vs cuBLAS dense f16, T = 1 and 8)
+#   4. summary.json in the issue's shape (bench/gpu/summary.py), predictions beside measurements
+# OUT gets: gpu.txt, tests.txt, sanitize.txt, kernels.txt, kernels.jsonl, summary.json, device.log.
+# Commit them under bench/gpu/<date>-<gpu>/.
+set -uo pipefail
+out=${1:?usage: bench/gpu/device.sh OUT_DIR}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+deadline=${ENDOR_GPU_DEADLINE:-470}
+start=$(date +%s)
+mkdir -p "$out"
+exec > >(tee -a "$out/device.log") 2>&1
+elapsed() { echo $(( $(date +%s) - start )); }
+left() { echo $(( deadline - $(elapsed) )); }
+time_for() { (( $(elapsed) + $1 <= deadline )); }
+note() { echo "== [$(elapsed)s] $*"; }
+
+saved_ld=${LD_LIBRARY_PATH:-}
+if [[ -f "$root/.device-deps/unpack.sh" ]]; then
+  # shellcheck disable=SC1091
+  source "$root/.device-deps/unpack.sh"
+fi
+# Only the two libraries our binaries may miss go on the loader path (as bench/offload/device.sh).
+mkdir -p /tmp/endor-libs
+for lib in libxxhash.so.0 libgomp.so.1; do
+  ldconfig -p | grep -q "$lib" || ln -sf /opt/endor-deps/usr/lib/x86_64-linux-gnu/$lib* /tmp/endor-libs/ 2>/dev/null
+done
+cuda_libs=$(python3 -c "import glob, site; print(':'.join(sorted({p.rsplit('/', 1)[0] for d in site.getsitepackages() for p in glob.glob(d + '/nvidia/**/libcublas.so*', recursive=True)})))" 2>/dev/null)
+export LD_LIBRARY_PATH="/tmp/endor-libs:/usr/local/cuda/lib64:/usr/local/cuda/lib${cuda_libs:+:$cuda_libs}${saved_ld:+:$saved_ld}"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/gpu.txt"
+nvcc --version 2>/dev/null | tail -1 | tee -a "$out/gpu.txt"
+build="$root/build-gpu-carry"
+[[ -d "$build" ]] || { note "error: no build-gpu-carry (run scripts/build_gpu_carry.sh first)"; exit 1; }
+# The test binaries were built in <root>/build-gpu (the same path here).
+[[ -e "$root/build-gpu" ]] || ln -s build-gpu-carry "$root/build-gpu"
+
+if time_for 60; then
+  note "test_cuda_kernels"
+  (cd "$build/tests/cuda" && timeout --signal=KILL 120 ./test_cuda_kernels; echo "exit status $?") 2>&1 |
+    tail -40 | tee "$out/tests.txt"
+fi
+
+san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+: > "$out/sanitize.txt"
+for tool in memcheck synccheck racecheck; do
+  time_for 200 || { note "deadline: skipping compute-sanitizer $tool"; continue; }
+  # racecheck instruments every shared-memory access: the first (exact-arithmetic) case only.
+  filter='*16-byte*'
+  [[ $tool == racecheck ]] && filter='*16-byte kernels —*'
+  note "compute-sanitizer --tool $tool test_cuda_kernels -tc='$filter'"
+  (cd "$build/tests/cuda" && timeout --signal=KILL 150 "$san" --tool "$tool" --error-exitcode 3 \
+     ./test_cuda_kernels "-tc=$filter"; echo "$tool exit status $?") 2>&1 | tail -8 | tee -a "$out/sanitize.txt"
+done
+
+note "bench_fused16 (deadline $(( $(left) - 20 )) s)"
+timeout --signal=KILL $(( $(left) > 30 ? $(left) - 10 : 20 )) "$build/bench/bench_fused16" --json "$out/kernels.jsonl" \
+  --deadline $(( $(left) > 60 ? $(left) - 40 : 10 )) | tee "$out/kernels.txt"
+
+note "summary.json"
+python3 "$root/bench/gpu/summary.py" "$out/kernels.jsonl" "$root/bench/gpu/predicted.json" "$out/summary.json"
+note "done"
