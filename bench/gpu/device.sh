@@ -69,5 +69,9 @@ timeout --signal=KILL $(( $(left) > 30 ? $(left) - 10 : 20 )) "$build/bench/benc
   --deadline $(( $(left) > 60 ? $(left) - 40 : 10 )) | tee "$out/kernels.txt"
 
 note "summary.json"
-python3 "$root/bench/gpu/summary.py" "$out/kernels.jsonl" "$root/bench/gpu/predicted.json" "$out/summary.json"
+if [[ -s "$out/kernels.jsonl" ]]; then
+  python3 "$root/bench/gpu/summary.py" "$out/kernels.jsonl" "$root/bench/gpu/predicted.json" "$out/summary.json"
+else
+  note "no kernel records (bench_fused16 did not run): no summary.json"
+fi
 note "done"
