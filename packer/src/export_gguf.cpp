@@ -273,12 +273,18 @@ void export_gguf(ExportJob& job) {
     kv.push_back({a + "attention.key_length", gv_u32(s.head_dim)});
     kv.push_back({a + "attention.value_length", gv_u32(s.head_dim)});
   }
-  kv.push_back({a + "rope.freq_base", gv_f32(config_real(c, "rope_theta", arch == "qwen2" ? 1000000.0 : 10000.0))});
+  // Rotary parameters as the runtime reads them (runtime/src/config.cpp): transformers 5 writes
+  // "rope_parameters" {rope_theta, rope_type, ...}, older files "rope_theta" and "rope_scaling".
+  json rope = json::object();
+  if (c.contains("rope_parameters") && c["rope_parameters"].is_object()) rope = c["rope_parameters"];
+  else if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) rope = c["rope_scaling"];
+  const double theta = config_real(rope, "rope_theta", config_real(c, "rope_theta", 10000.0));
+  kv.push_back({a + "rope.freq_base", gv_f32(theta)});
   kv.push_back({a + "attention.layer_norm_rms_epsilon", gv_f32(config_real(c, "rms_norm_eps", 1e-6))});
   kv.push_back({a + "vocab_size", gv_u32(s.vocab)});
-  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
-    const json& rs = c["rope_scaling"];
-    const std::string type = rs.value("rope_type", rs.value("type", std::string()));
+  {
+    const json& rs = rope;
+    const std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
     if (type == "linear") {
       kv.push_back({a + "rope.scaling.type", gv_string("linear")});
       kv.push_back({a + "rope.scaling.factor", gv_f32(config_real(rs, "factor", 1.0))});

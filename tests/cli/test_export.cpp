@@ -98,6 +98,24 @@ void check_same_weights(const std::string& original, const std::string& back) {
   }
 }
 
+double rope_theta(const nlohmann::json& c) {
+  if (c.contains("rope_parameters") && c["rope_parameters"].contains("rope_theta")) return c["rope_parameters"]["rope_theta"].get<double>();
+  return c.value("rope_theta", 10000.0);
+}
+
+// What a GGUF must carry of config.json for llama.cpp to compute the same model (the importer
+// writes it back in the older spelling).
+void check_same_hyperparameters(const std::string& original, const std::string& back) {
+  const nlohmann::json a = endor::ContainerReader::open(original)->manifest().config;
+  const nlohmann::json b = endor::ContainerReader::open(back)->manifest().config;
+  CHECK(float(rope_theta(a)) == float(rope_theta(b)));
+  CHECK(float(a.value("rms_norm_eps", 1e-6)) == float(b.value("rms_norm_eps", 1e-6)));
+  for (const char* k : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"})
+    CHECK_MESSAGE(a[k] == b[k], k);
+  CHECK(a.value("num_key_value_heads", a["num_attention_heads"].get<int>()) == b["num_key_value_heads"].get<int>());
+  CHECK(a.value("tie_word_embeddings", false) == b.value("tie_word_embeddings", false));
+}
+
 // python3 (or $ENDOR_PYTHON) with numpy, or "" when there is none.
 std::string numpy_python() {
   const char* env = std::getenv("ENDOR_PYTHON");
@@ -143,6 +161,7 @@ TEST_CASE("export round trips: hf, compressed-tensors and gguf read back by conv
       const std::string back = dir + "/" + name + "." + target + ".back.endor";
       require_ok(pack({"convert", out, "-o", back}, dir), "convert the export back");
       check_same_weights(endor, back);
+      if (target == "gguf") check_same_hyperparameters(endor, back);
       if (target == "compressed-tensors" && !py.empty()) {
         const std::string cmd = quote(py) + " " + quote(std::string(ENDOR_SOURCE_DIR) + "/tools/ct_reader.py") + " --check " +
                                 quote(out) + " " + quote(endor) + " > " + quote(dir + "/py.log") + " 2>&1";
@@ -152,6 +171,22 @@ TEST_CASE("export round trips: hf, compressed-tensors and gguf read back by conv
       }
     }
   }
+  remove_tree(dir);
+}
+
+TEST_CASE("export gguf carries transformers 5's rope_parameters (theta 50000) to llama.cpp's keys") {
+  const std::string dir = make_temp_dir("export-rope");
+  const std::string src = dir + "/src";
+  REQUIRE(std::system(("cp -r " + quote(fixture("llama-tiny")) + " " + quote(src)).c_str()) == 0);
+  nlohmann::json cfg = nlohmann::json::parse(read_bytes(src + "/config.json"));
+  REQUIRE(cfg.contains("rope_parameters"));
+  cfg["rope_parameters"]["rope_theta"] = 50000.0;
+  endor::test::write_bytes(src + "/config.json", cfg.dump(2));
+  require_ok(pack({"convert", src, "-o", dir + "/m.endor"}, dir), "convert");
+  require_ok(pack({"export", dir + "/m.endor", "--to", "gguf", "-o", dir + "/m.gguf"}, dir), "export");
+  require_ok(pack({"convert", dir + "/m.gguf", "-o", dir + "/back.endor"}, dir), "convert back");
+  check_same_hyperparameters(dir + "/m.endor", dir + "/back.endor");
+  CHECK(endor::ContainerReader::open(dir + "/back.endor")->manifest().config["rope_theta"] == 50000.0);
   remove_tree(dir);
 }
 
