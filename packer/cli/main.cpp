@@ -1,6 +1,9 @@
 // endor-pack: Hugging Face checkpoint -> pruned/quantized .endor container, and the tools to
 // look inside one (inspect) and to weigh it against zstd (compare).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -16,7 +19,8 @@ const char kUsage[] =
     "\n"
     "commands:\n"
     "  convert SRC -o OUT.endor [--dtype f16|bf16|f32]   dense container of a checkpoint\n"
-    "  prune   SRC -o OUT.endor --sparsity S [...]       magnitude pruning (+ int8/int4)\n"
+    "  prune   SRC -o OUT.endor --sparsity S [...]       pruning (magnitude, wanda, sparsegpt) and/or\n"
+    "          SRC -o OUT.endor --method gptq [...]      quantization (int8, int4, int4k; gptq: calibrated)\n"
     "  inspect FILE [--json] [--verify]                  tensors, encodings, sizes, tiers\n"
     "  compare SRC|FILE [--zstd-levels 1,3,19] [...]     Endor vs zstd: sizes and decode speed\n"
     "  export  FILE --to hf|compressed-tensors|gguf -o OUT  back to transformers, vLLM or llama.cpp\n"
@@ -24,9 +28,22 @@ const char kUsage[] =
     "SRC is a Hugging Face checkpoint folder (config.json + *.safetensors) or a GGUF file\n"
     "(llama/qwen2; F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors, dequantized; default --dtype f16).\n";
 
+// OpenMP (the calibrated methods' loops, oneDNN) by default spins at its barriers: on a machine
+// busy with other programs those spins take the cores the late threads need (a Wanda pack that
+// took 51 s quiet took 656 s at load ~6). libgomp reads OMP_WAIT_POLICY once, when it loads,
+// before main(); so when the user has not chosen a policy, endor-pack sets PASSIVE (waiting
+// threads sleep) and executes itself again, once. A failed exec just carries on as before.
+void prefer_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("ENDOR_PACK_REEXEC")) return;
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  ::setenv("ENDOR_PACK_REEXEC", "1", 1);
+  ::execv("/proc/self/exe", argv);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  prefer_passive_openmp(argv);
   endor::cli::install_cleanup_handlers();
   if (argc < 2) {
     std::fputs(kUsage, stderr);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 namespace endor::cli {
@@ -26,9 +27,11 @@ void ProgressDisplay::update(const PackProgress& p) {
     finish();
     stage_ = p.stage;
     last_decile_ = -1;
+    stage_start_ = std::chrono::steady_clock::now();
   }
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const double stage_elapsed = std::chrono::duration<double>(now - stage_start_).count();
   const double frac = p.bytes_total ? double(p.bytes_done) / double(p.bytes_total)
                       : p.tensors_total ? double(p.tensors_done) / double(p.tensors_total) : 0.0;
   const bool done = p.tensors_total > 0 && p.tensors_done == p.tensors_total;
@@ -39,6 +42,21 @@ void ProgressDisplay::update(const PackProgress& p) {
   if (p.bytes_total) text += "  " + gb(p.bytes_done) + " / " + gb(p.bytes_total);
   std::snprintf(line, sizeof line, "  %.0f s", elapsed);
   text += line;
+  // The stage's rate and time left, once it has run a while (the first steps include warm-up).
+  if (!done && frac > 0.0 && stage_elapsed >= 2.0) {
+    if (p.bytes_total)
+      std::snprintf(line, sizeof line, "  %.1f MB/s", double(p.bytes_done) / 1e6 / stage_elapsed);
+    else
+      std::snprintf(line, sizeof line, "  %.2f %s/s", double(p.tensors_done) / stage_elapsed,
+                    p.stage == "calibrate" ? "blocks" : "tensors");
+    text += line;
+    const double left = stage_elapsed * (1.0 - frac) / frac;
+    if (left >= 90.0)
+      std::snprintf(line, sizeof line, "  ETA %.0f min %02.0f s", std::floor(left / 60.0), std::fmod(left, 60.0));
+    else
+      std::snprintf(line, sizeof line, "  ETA %.0f s", left);
+    text += line;
+  }
   if (tty_) {
     if (!done && std::chrono::duration<double>(now - last_draw_).count() < 0.1 && open_line_) return;
     std::string name = p.tensor;

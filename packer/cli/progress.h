@@ -21,6 +21,7 @@ class ProgressDisplay {
   int last_decile_ = -1;
   std::string stage_;  // a new stage (convert, calibrate, pack) starts a new line
   std::chrono::steady_clock::time_point start_, last_draw_;
+  std::chrono::steady_clock::time_point stage_start_ = std::chrono::steady_clock::now();  // rate and ETA per stage
 };
 
 }  // namespace endor::cli

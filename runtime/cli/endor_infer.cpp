@@ -363,7 +363,8 @@ int run(int argc, char** argv) {
     ("ignore-eos", "keep generating after an end-of-sequence token")
     ("chat", "chat through the container's chat template: user turns from stdin, one per line (or the one "
              "turn -p TEXT); each answer streams out and joins the history. The conversation holds --ctx tokens "
-             "(default: 4096 or the model's context if smaller)")
+             "(default: 4096 or the model's context if smaller). With --prompts: every line is its own one-turn "
+             "chat, answered in throughput mode")
     ("dump-prompt", "with --chat: print each turn's rendered prompt and its token ids to stderr")
     ("prompts", "throughput mode: generate for every non-empty line of this text file (output in its order; "
                 "token ids \"1 2 3\" per line when the container has no tokenizer)",
@@ -402,8 +403,8 @@ int run(int argc, char** argv) {
   const bool chat = args.count("chat") > 0;
   const int n_inputs = int(args.count("prompt") > 0) + int(args.count("ids") > 0) + int(measure) + int(batched);
   if (n_inputs > 1) throw UsageError("give one of -p, --ids, --prompts and --perplexity");
-  if (chat && (args.count("ids") || measure || batched))
-    throw UsageError("--chat takes its turns from stdin or -p, not --ids, --prompts or --perplexity");
+  if (chat && (args.count("ids") || measure))
+    throw UsageError("--chat takes its turns from stdin, -p or --prompts, not --ids or --perplexity");
   if (args.count("dump-prompt") && !chat) throw UsageError("--dump-prompt goes with --chat");
   if (n_inputs == 0 && !chat)
     throw UsageError("no prompt given (-p TEXT, --ids \"1 2 3\", --prompts FILE or --perplexity TEXT_FILE)");
@@ -455,20 +456,28 @@ int run(int argc, char** argv) {
   const size_t context = endor::parse_model_config(container->manifest().config, file).max_positions;
   // A chat's KV cache is allocated whole up front: 4096 tokens unless --ctx asks for more.
   const size_t ctx_tokens =
-      args.count("ctx") ? args["ctx"].as<size_t>() : chat ? std::min<size_t>(context, 4096) : context;
+      args.count("ctx") ? args["ctx"].as<size_t>() : chat && !batched ? std::min<size_t>(context, 4096) : context;
   // Checked before anything is printed: a refused prompt must not be half echoed.
   if (!measure && !batched && !chat && prompt.empty()) throw endor::Error(file + ": the prompt has no tokens");
   if (!measure && !batched && !chat && prompt.size() > context)
     throw endor::Error(file + ": the prompt has " + std::to_string(prompt.size()) +
                        " tokens, more than the model's context length " + std::to_string(context) +
                        " (max_position_embeddings)");
-  size_t kv_capacity = std::min(context, measure || chat ? ctx_tokens : prompt.size() + std::max<size_t>(n_new, 1) - 1);
-  size_t max_tokens = measure || chat ? ctx_tokens : prompt.size();
+  const bool chat_turns = chat && !batched;  // a conversation (stdin or -p), not one-turn chats in a batch
+  size_t kv_capacity =
+      std::min(context, measure || chat_turns ? ctx_tokens : prompt.size() + std::max<size_t>(n_new, 1) - 1);
+  size_t max_tokens = measure || chat_turns ? ctx_tokens : prompt.size();
   if (batched) {
     // KV caches: the `batch` longest sequences at once; activations: every prompt of one step.
     std::vector<size_t> lengths;
     for (const std::string& t : br.texts) {
-      br.prompts.push_back(tokenizer ? tokenizer->encode(t, true) : parse_ids(t));
+      if (chat) {  // one user turn through the template, tokenized as the chat does (no added specials)
+        const std::string text = chat_setup->chat_template.render_chat({{"user", t}}, true, chat_setup->bos_token,
+                                                                       chat_setup->eos_token);
+        br.prompts.push_back(tokenizer->encode(text, /*add_special_tokens=*/false));
+      } else {
+        br.prompts.push_back(tokenizer ? tokenizer->encode(t, true) : parse_ids(t));
+      }
       lengths.push_back(std::min(context, br.prompts.back().size() + std::max<size_t>(n_new, 1) - 1));
     }
     std::sort(lengths.rbegin(), lengths.rend());
