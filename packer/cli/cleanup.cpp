@@ -11,7 +11,7 @@ namespace endor::cli {
 
 namespace {
 
-constexpr int kSlots = 8;
+constexpr int kSlots = 64;  // export registers its temporary folder and every file in it
 constexpr size_t kPathBytes = 4096;
 
 // Process-wide by necessity: a signal handler can reach nothing else.
@@ -21,6 +21,8 @@ volatile sig_atomic_t g_used[kSlots] = {};
 void on_signal(int sig) {
   for (int i = 0; i < kSlots; ++i)
     if (g_used[i]) ::unlink(g_paths[i]);
+  for (int i = 0; i < kSlots; ++i)  // then folders (export's temporary one), emptied above
+    if (g_used[i]) ::rmdir(g_paths[i]);
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }

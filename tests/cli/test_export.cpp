@@ -5,7 +5,14 @@
 // is one line, a non-zero exit and nothing written.
 #include <doctest/doctest.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <thread>
 
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +22,8 @@
 
 #include "../packer/synthetic_checkpoint.h"
 #include "endor/format.h"
+
+extern char** environ;
 
 using endor::test::make_temp_dir;
 using endor::test::read_bytes;
@@ -336,4 +345,50 @@ TEST_CASE("export errors: one line, non-zero exit, nothing written, input untouc
   }
   remove_tree(dir);
   remove_tree(io);
+}
+
+TEST_CASE("SIGINT during an export leaves no temporary folder or file") {
+  const std::string dir = make_temp_dir("export-sigint");
+  endor::test::LlamaDims d;  // ~100 MB of f32: exporting takes long enough to interrupt
+  d.vocab = 2048;
+  d.hidden = 1024;
+  d.intermediate = 2816;
+  d.layers = 2;
+  d.heads = 8;
+  d.kv_heads = 8;
+  d.dtype = "F32";
+  endor::test::write_llama_checkpoint(dir + "/big", d);
+  require_ok(pack({"convert", dir + "/big", "-o", dir + "/big.endor"}, dir), "convert");
+  const std::string out_dir = dir + "/out";
+  ::mkdir(out_dir.c_str(), 0755);
+  // hf in shards of 4 MB: many files inside the temporary folder when the signal comes.
+  std::vector<std::string> argv_s = {kPack, "export", dir + "/big.endor", "--to", "hf", "-o", out_dir + "/hf", "--max-shard-size", "4M"};
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  REQUIRE(posix_spawn(&pid, kPack.c_str(), &fa, nullptr, argv.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+  // Interrupt once the temporary folder holds a shard.
+  bool saw = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!saw && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    for (const std::string& f : list_dir(out_dir))
+      for (const std::string& g : list_dir(out_dir + "/" + f)) saw |= g.rfind("model-", 0) == 0;
+    int status = 0;
+    if (!saw && ::waitpid(pid, &status, WNOHANG) == pid) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  REQUIRE(saw);
+  CHECK(list_dir(out_dir)[0].find("hf.tmp-") == 0);
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  CHECK(list_dir(out_dir).empty());
+  remove_tree(dir);
 }
