@@ -5,23 +5,26 @@
 // (cuda::FusedKernel::WarpPerRow) for the comparison benchmark. bench/gpu/SOL.md derives each
 // kernel's speed of light from its SASS.
 //
-// Dense (dense16_kernel): a block of 256 threads owns kRows consecutive rows (split-K inside the
-// block). Thread i takes 16-byte chunks i, i+256, ... of every row (8 f16/bf16, 4 f32, 16 int8 or 32
-// int4 columns a chunk), two chunks of each row in flight before any arithmetic, decodes them in
-// registers and multiplies with x read as float4 through L1 (several rows share each x load). The
-// 256 partial sums of a (row, token) are added by a warp butterfly and then the 8 warps' sums in
-// warp order. Rows whose byte length is not a multiple of 16 (or int4 groups not a multiple of 32
+// Dense (dense16_kernel): a block of up to 256 threads (fewer for rows of fewer 16-byte chunks) owns
+// kRows consecutive rows (split-K inside the block). Thread i takes 16-byte chunks i, i+threads, ...
+// of every row (8 f16/bf16, 4 f32, 16 int8 or 32 int4 columns a chunk), two chunks of each row in
+// flight before any arithmetic, decodes them in registers (int8/int4 codes through PRMT into 2^23 + q,
+// no I2F) and multiplies with x read as float4 through L1 (the block's rows share each x load). The
+// partial sums of a (row, token) are added by a warp butterfly and then the warps' sums in warp
+// order. Rows whose byte length is not a multiple of 16 (or int4 groups not a multiple of 32
 // columns, or an unaligned x) take the same kernel's element-wise form (kVec = false).
 //
 // Bitmap (bitmap16_kernel): a block of kWarps warps owns kWarps rows, one a warp; the block walks the
 // columns in steps of 1024, staging x[:, step] in shared memory. In a step, lane l owns the 32
 // columns 32l..32l+31 (one bitmap half-word): a warp scan of the popcounts gives each lane the
-// number of its first value; the warp then copies the step's stored values (contiguous) with
-// 16-byte loads into its shared-memory slots, decoding each to f32 on the way (int4: its code q; the
-// group's q·S + M is applied per column), and each lane walks its 32 columns in order, multiplying
-// the present ones. Shared-memory layouts are padded (one float a 32) so that lanes reading "their
-// next value" or "their next x" hit different banks. No re-tiling of the stored layout is needed:
-// the copy reads the aligned 16-byte chunks around each step's values (SOL.md has the overhead).
+// number of its first value. The step's stored values are contiguous: the warp loads the 16-byte
+// chunks that hold them into registers one step ahead (software pipeline: while step s is
+// multiplied, step s+1's chunks and step s+2's mask are in flight), then decodes them to f32 into
+// its shared-memory slots (int4: the code q; the group's q·S + M is applied per column), and each
+// lane walks its 32 columns in order without branching, multiplying the present ones. Shared-memory
+// layouts are padded (slots: one float a 32; x: four floats a lane's 32 columns) so that lanes
+// reading "their next value" or "their next x" hit different banks. The stored layout needs no
+// re-tiling: the chunks around a step's values are read whole (SOL.md has the overhead).
 //
 // Rounding: every decoded weight is bit-identical to the reference decoder's (SPEC §6.6); products
 // are accumulated with FMAs in column order per thread/lane (dense: ≤ C·ceil(cols/(256·C)) of them,
