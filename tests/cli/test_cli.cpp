@@ -249,7 +249,21 @@ TEST_CASE("errors: one line, right exit code, no output or temporary file left")
                             "--calib", dir + "/absent.txt"}), 1, "absent.txt: cannot open the calibration text");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--skip", "("}), 2, "--skip");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--quant-head", "int3"}), 2,
-                       "--quant-head must be none, int8 or int4");
+                       "--quant-head must be none, int8, int4 or int4k");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--quant", "int5"}), 2,
+                       "--quant must be none, int8, int4 or int4k");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--method", "gptq", "--quant", "int4k", "--sparsity",
+                            "0.5", "--calib", "x.txt"}), 2, "--method gptq quantizes without pruning");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--method", "gptq", "--calib", "x.txt"}), 2,
+                       "--method gptq needs --quant");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--act-order"}), 2,
+                       "--act-order is for --method sparsegpt|gptq");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--method", "gptq", "--quant", "int4", "--clip",
+                            "max", "--calib", "x.txt"}), 2, "--clip must be mse or none");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--int8", "v_proj"}), 2,
+                       "--int8 chooses int8");
+  check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--quant", "int4k", "--int8",
+                            "("}), 2, "--int8 is not a valid regex");
   check_one_line_error(run({"convert", fixture("opt-tiny"), "-o", out, "--quant-head", "int8"}), 2, "quant-head");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--sparsity-ramp", "0.1"}), 2,
                        "--sparsity-ramp needs --method wanda|sparsegpt");
@@ -326,6 +340,51 @@ TEST_CASE("GGUF: convert, prune and compare a GGUF file; corrupt GGUF files give
     CHECK(list_dir(out_dir).empty());
     CHECK(read_bytes(bad) == std::string(c.bytes.begin(), c.bytes.end()));
   }
+  remove_tree(dir);
+}
+
+TEST_CASE("int4k and GPTQ: packs that inspect, verify and decode; --int8 keeps the named Linears int8") {
+  const std::string dir = make_temp_dir("cli-gptq");
+  const std::string sample = std::string(ENDOR_SOURCE_DIR) + "/samples/kjv-llama";
+  const auto before = snapshot(sample);
+  // Round to nearest on int4k (groups of 32 by default), v_proj int8.
+  Run r = run({"prune", sample, "-o", dir + "/k.endor", "--sparsity", "0", "--quant", "int4k", "--int8", "v_proj",
+               "--quant-head", "int8"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run({"inspect", dir + "/k.endor", "--json", "--verify"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["format_version"] == "1.1");
+  size_t k = 0, v8 = 0;
+  for (const auto& t : j["tensors"]) {
+    const std::string name = t["name"];
+    if (name.find("v_proj") != std::string::npos) {
+      CHECK(t["value_type"] == "int8");
+      ++v8;
+    } else if (name.find("proj.weight") != std::string::npos) {
+      CHECK(t["value_type"] == "int4k");
+      CHECK(t["group_size"] == 32);
+      ++k;
+    }
+  }
+  CHECK(v8 == 6);
+  CHECK(k == 6 * 6);
+  CHECK(j["provenance"]["int8_tensors"] == "v_proj");
+  // GPTQ with act-order on the same grid: calibrated, no weight pruned.
+  r = run({"prune", sample, "-o", dir + "/g.endor", "--method", "gptq", "--quant", "int4k", "--act-order", "--calib",
+           sample + "/calib.txt", "--calib-samples", "4", "--calib-seqlen", "64"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run({"inspect", dir + "/g.endor", "--json", "--verify"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const nlohmann::json g = nlohmann::json::parse(r.out);
+  CHECK(g["provenance"]["method"] == "gptq");
+  CHECK(g["provenance"]["act_order"] == true);
+  for (const auto& t : g["tensors"])
+    if (std::string(t["name"]).find("proj.weight") != std::string::npos) {
+      CHECK(t["value_type"] == "int4k");
+      CHECK(t["encoding"] == "dense");
+    }
+  CHECK(snapshot(sample) == before);
   remove_tree(dir);
 }
 
