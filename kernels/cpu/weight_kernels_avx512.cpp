@@ -705,9 +705,13 @@ inline void pair_scales(const QuantizedX& xt, uint64_t cols, float* dv) {
 // codes) and 2 of each. R rows at once as in dot_rows_q8_i4_1 (x, d loaded once for the R rows).
 // Sums in another order than dot_rows_q8_t (each block's integer sums are the same; the float
 // steps are one per 128 columns), inside the same bound.
-void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
+// Groups of 64 or 32 (GPU = 2 or 4 groups a unit: int4k's groups of 32): lane j's columns belong
+// to group j / (16 / GPU) of the unit, so the unit's GPU scales are spread over the lanes by one
+// permute (masked at the row's end), and the rest is the same.
+template <int GPU>
+void dot_rows_q8_i4_dense_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
   const TensorLayout& L = w.layout;
-  const uint64_t cols = L.cols, gpr = L.groups_per_row, units = (cols + 127) / 128;  // gpr == units
+  const uint64_t cols = L.cols, gpr = L.groups_per_row, units = (cols + 127) / 128;  // gpr == GPU·units at most
   // x in even/odd halves per 128 columns (zero past cols: q is zero there, and past q_stride).
   int8_t* xs = reinterpret_cast<int8_t*>(thread_buffer<6>(units * 128 / 4 + 16));
   {
@@ -740,6 +744,9 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
   const uint64_t row_bytes = cols / 2, tail_bytes = row_bytes - 64 * (units - 1);  // the last unit's bytes (1..64)
   const __mmask64 tail = __mmask64(first_bits(tail_bytes));
   const __m512i lo4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+  const __m512i lane_group = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               GPU == 4 ? 2 : 3);
+  const __mmask8 last_groups = __mmask8(first_bits(gpr - uint64_t(GPU) * (units - 1)));  // the last unit's groups
   const uint8_t* const values = w.values();
   auto rows_at = [&](auto rows_tag, uint64_t r) {
     constexpr int R = decltype(rows_tag)::value;
@@ -764,7 +771,14 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
         const __m512i v = decltype(tail_tag)::value ? _mm512_maskz_loadu_epi8(tail, p[i] + 64 * u) : _mm512_loadu_si512(p[i] + 64 * u);
         const __m512i lo = _mm512_and_si512(v, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
         const __m512i sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, xe), hi, xo);
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), d), _mm512_set1_ps(s[i][u]), acc[i]);
+        __m512 scale;
+        if constexpr (GPU == 1) {
+          scale = _mm512_set1_ps(s[i][u]);
+        } else {
+          const __mmask8 k = decltype(tail_tag)::value ? last_groups : __mmask8((1u << GPU) - 1);
+          scale = _mm512_permutexvar_ps(lane_group, _mm512_castps128_ps512(_mm_maskz_loadu_ps(k, s[i] + GPU * u)));
+        }
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), d), scale, acc[i]);
       }
     };
     for (uint64_t u = 0; u + 1 < units; ++u) unit(u, std::false_type{});
@@ -1175,7 +1189,7 @@ void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
     switch (w.layout.group_size / 64) {  // a multiple of 64 here (dot_rows_q8)
       case 1: return bitmap ? dot_rows_q8_i4_1<1, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<1, false>(w, r0, r1, qx, y);
       case 2:
-        if (!bitmap && w.layout.cols % 2 == 0) return dot_rows_q8_i4_dense128_1(w, r0, r1, qx, y);
+        if (!bitmap && w.layout.cols % 2 == 0) return dot_rows_q8_i4_dense_1<1>(w, r0, r1, qx, y);
         return bitmap ? dot_rows_q8_i4_1<2, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<2, false>(w, r0, r1, qx, y);
       case 4: return bitmap ? dot_rows_q8_i4_1<4, true>(w, r0, r1, qx, y) : dot_rows_q8_i4_1<4, false>(w, r0, r1, qx, y);
       default: break;
@@ -1187,6 +1201,11 @@ void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
 void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
   if (!cpu_has_vnni()) return avx2_kernels().dot_rows_q8(w, r0, r1, qx, nt, y, ys);
   if (w.layout.value_type == ValueType::I8) return dot_rows_q8_vt<ValueType::I8>(w, r0, r1, qx, nt, y, ys);
+  // Decode on dense int4 in groups of 32 or 64 (int4k's usual groups): the packed-byte kernel.
+  if (nt == 1 && w.layout.encoding == Encoding::Dense && w.layout.cols % 2 == 0) {
+    if (w.layout.group_size == 32) return dot_rows_q8_i4_dense_1<4>(w, r0, r1, qx, y);
+    if (w.layout.group_size == 64) return dot_rows_q8_i4_dense_1<2>(w, r0, r1, qx, y);
+  }
   if (w.layout.group_size % 64 == 0) return dot_rows_q8_vt<ValueType::I4>(w, r0, r1, qx, nt, y, ys);
   return avx2_kernels().dot_rows_q8(w, r0, r1, qx, nt, y, ys);
 }

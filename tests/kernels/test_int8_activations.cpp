@@ -288,7 +288,7 @@ TEST_CASE("int8 activations: one-token kernels (several rows at once) on every r
   });
 }
 
-TEST_CASE("int8 activations: dense int4 in groups of 128 (the one-token even/odd kernel) on every width and row count") {
+TEST_CASE("int8 activations: dense int4 in groups of 128, 64 and 32 (the one-token even/odd kernel) on every width and row count") {
   // Decode on dense int4 with groups of 128 and an even width multiplies the packed bytes as they
   // lie (low nibbles against the even columns of x, high against the odd): widths with a whole
   // last unit, a last unit of 2..126 columns (whose load must stop at the row's, and the
@@ -301,9 +301,12 @@ TEST_CASE("int8 activations: dense int4 in groups of 128 (the one-token even/odd
     for (const Shape& s : shapes)
       for (double sp : {0.0, 0.5}) {
         ++seed;
+        // Groups of 128 (one a unit), and of 64 and 32 (2 and 4 a unit: int4k's), f16 or int4k parameters.
         const Int4Params ip = seed % 2 ? Int4Params::Coded6 : Int4Params::F16;
+        const uint32_t g = 128u >> ((seed / 2) % 3);
         const EncodedWeight ew =
-            encode(random_weights(s.rows, s.cols, sp, seed), s.rows, s.cols, Encoding::Dense, ValueType::I4, 128, ip);
+            encode(random_weights(s.rows, s.cols, sp, seed), s.rows, s.cols, Encoding::Dense, ValueType::I4, g, ip);
+        CAPTURE(g);
         CAPTURE(int(ip));
         CAPTURE(isa_name(isa));
         CAPTURE(threads);
