@@ -253,8 +253,9 @@ TEST_CASE("export: what each target writes") {
 namespace {
 
 // A copy of `src` with one int4 min moved off the zero-code grid (M = -2.5·S in row 0, group 0 of
-// the first int4 tensor): a valid §7.3 file that compressed-tensors cannot express exactly.
-std::string off_grid_copy(const std::string& src, const std::string& dst) {
+// the first int4 tensor): a valid §7.3 file that compressed-tensors cannot express exactly. With
+// `model_type`: the weights unchanged, config.json's model_type replaced instead.
+std::string off_grid_copy(const std::string& src, const std::string& dst, const char* model_type = nullptr) {
   const auto r = endor::ContainerReader::open(src);
   const endor::Manifest& m = r->manifest();
   std::string tampered;
@@ -266,7 +267,7 @@ std::string off_grid_copy(const std::string& src, const std::string& dst) {
         const endor::TensorInfo& t = m.tensors[i];
         const endor::TensorView v = r->tensor(t);
         std::vector<uint8_t> bytes(v.data, v.data + t.size);
-        if (t.value_type == endor::ValueType::I4 && tampered.empty()) {
+        if (!model_type && t.value_type == endor::ValueType::I4 && tampered.empty()) {
           uint16_t s;
           std::memcpy(&s, bytes.data() + v.layout.scales_offset, 2);
           const uint16_t mn = endor::f32_to_f16(-2.5f * endor::f16_to_f32(s));
@@ -281,7 +282,9 @@ std::string off_grid_copy(const std::string& src, const std::string& dst) {
       }
       w.end_group();
     }
-    w.commit(m.config, m.generation_config, m.provenance);
+    nlohmann::json config = m.config;
+    if (model_type) config["model_type"] = model_type;
+    w.commit(config, m.generation_config, m.provenance);
   }
   return tampered;
 }
@@ -325,6 +328,9 @@ TEST_CASE("export errors: one line, non-zero exit, nothing written, input untouc
   require_ok(pack({"convert", dir + "/offgrid-hf", "-o", dir + "/offgrid-back.endor"}, io), "convert");
   check_same_weights(off, dir + "/offgrid-back.endor");
 
+  off_grid_copy(endor, dir + "/gpt2.endor", "gpt2");  // an architecture Endor does not know
+  for (const char* target : {"hf", "compressed-tensors", "gguf"})
+    check_one_line_error(pack({"export", dir + "/gpt2.endor", "--to", target, "-o", dir + "/x"}, io), 1, "unsupported architecture 'gpt2'");
   const std::string qwen = dir + "/qwen.endor";
   require_ok(pack({"prune", fixture("qwen2-tiny"), "-o", qwen, "--sparsity", "0.5", "--quant", "int4", "--group-size", "32"}, io), "pack qwen2");
   check_one_line_error(pack({"export", qwen, "--to", "compressed-tensors", "-o", dir + "/x"}, io), 1,

@@ -11,6 +11,7 @@
 //     llama-perplexity equals that of llama.cpp's own F32 conversion of the hf export.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -134,13 +135,18 @@ TEST_CASE("llama.cpp runs the GGUF export, quantizes it, and scores it as its ow
   }
   const std::string dir = make_temp_dir("export-llama");
   const std::string endor = dir + "/m.endor", gguf = dir + "/m.gguf";
-  sh(quote(kPack) + " prune " + quote(fixture("llama-tiny")) + " -o " + quote(endor) + " --sparsity 0.5 --quant int4 --group-size 32", dir);
-  sh(quote(kPack) + " export " + quote(endor) + " --to gguf -o " + quote(gguf), dir);
-  const std::string ppl = sh(quote(bin + "/llama-perplexity") + " -m " + quote(gguf) + " -f " + quote(kText) + " -c 64 -t 2", dir);
-  const double p = number_after(ppl, "Final estimate: PPL = ");
-  MESSAGE("llama-tiny int4 @ 50 % GGUF export: llama-perplexity " << p);
-  CHECK(std::isfinite(p));
-  CHECK(p > 1.0);
+  // llama (MHA, untied), qwen2 (biases, GQA, tied) and mistral (GQA, written as llama).
+  for (const char* f : {"qwen2-tiny", "mistral-tiny", "llama-tiny"}) {
+    ::unlink(endor.c_str());
+    ::unlink(gguf.c_str());
+    sh(quote(kPack) + " prune " + quote(fixture(f)) + " -o " + quote(endor) + " --sparsity 0.5 --quant int4 --group-size 32", dir);
+    sh(quote(kPack) + " export " + quote(endor) + " --to gguf -o " + quote(gguf), dir);
+    const std::string ppl = sh(quote(bin + "/llama-perplexity") + " -m " + quote(gguf) + " -f " + quote(kText) + " -c 64 -t 2", dir);
+    const double p = number_after(ppl, "Final estimate: PPL = ");
+    MESSAGE(f << " int4 @ 50 % GGUF export: llama-perplexity " << p);
+    CHECK(std::isfinite(p));
+    CHECK(p > 1.0);
+  }
   sh(quote(bin + "/llama-quantize") + " " + quote(gguf) + " " + quote(dir + "/q8.gguf") + " Q8_0", dir);
   CHECK(std::isfinite(number_after(sh(quote(bin + "/llama-perplexity") + " -m " + quote(dir + "/q8.gguf") + " -f " + quote(kText) + " -c 64 -t 2", dir),
                                    "Final estimate: PPL = ")));
