@@ -58,10 +58,11 @@ __host__ __device__ constexpr uint32_t value_bits() {
   return 128 / chunk_values<VT>();
 }
 
-// Rows a dense block owns: enough that each float4 of x read through L1 serves ≥ 16 bytes of weights.
-template <Values VT>
+// Rows a dense block owns: enough that each float4 of x read through L1 serves ≥ 16 bytes of weights;
+// int4 for one or two tokens: 8, so the block's fixed cost (reduction) spreads over more rows.
+template <Values VT, int kMaxT>
 __host__ __device__ constexpr int dense_rows() {
-  return VT == Values::F32 ? 1 : (VT == Values::F16 || VT == Values::BF16) ? 2 : 4;
+  return VT == Values::F32 ? 1 : (VT == Values::F16 || VT == Values::BF16) ? 2 : (VT == Values::I4 && kMaxT <= 2) ? 8 : 4;
 }
 
 // Values 4e..4e+3 of a 16-byte chunk, decoded (int4: after the group's q·S + M, or the code q itself
@@ -435,7 +436,7 @@ void launch_typed(const DeviceWeight& w, const float* x, uint32_t n_tokens, cons
     else
       bitmap16_kernel<VT, kMaxT, true><<<n_blocks, kWarps * 32, 0, stream>>>(w, x, n_tokens, bias, y);
   } else {
-    constexpr int kRows = dense_rows<VT>();
+    constexpr int kRows = dense_rows<VT, kMaxT>();
     const unsigned n_blocks = (w.rows + kRows - 1) / kRows;
     const bool vec = (uint64_t(w.cols) * value_bits<VT>()) % 128 == 0 &&
                      (VT != Values::I4 || w.group_size % 32 == 0) && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
