@@ -35,7 +35,7 @@ namespace cuda {
 enum class LinearPath : uint8_t { Auto, Fused, DecodeGemm };
 
 // Which kernels the Fused path runs:
-//   Wide16     — 16-byte, L2-evict-first weight loads; a dense block owns 1-4 rows split over 256
+//   Wide16     — 16-byte, L2-evict-first weight loads; a dense block owns 1-8 rows split over 256
 //                threads, a bitmap warp owns a row and stages its values through shared memory
 //                (kernels/cuda/fused_linear16.cu; bench/gpu/SOL.md).
 //   WarpPerRow — the previous kernels: one warp a row, one value a lane a step (fused_linear.cu),
