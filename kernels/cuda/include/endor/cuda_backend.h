@@ -39,7 +39,7 @@ enum class LinearPath : uint8_t { Auto, Fused, DecodeGemm };
 //                threads, a bitmap warp owns a row and stages its values through shared memory
 //                (kernels/cuda/fused_linear16.cu; bench/gpu/SOL.md).
 //   WarpPerRow — the previous kernels: one warp a row, one value a lane a step (fused_linear.cu),
-//                kept for comparison (bench_cuda_kernels).
+//                kept for comparison (bench/gpu/bench_fused16.cpp).
 enum class FusedKernel : uint8_t { Wide16, WarpPerRow };
 
 struct Options {
