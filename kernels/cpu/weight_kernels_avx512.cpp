@@ -63,10 +63,39 @@ __attribute__((noinline)) void widen_halves(const uint16_t* h, uint64_t n, float
 }
 // The f32 scales and mins of int4 parameters [p0, p0 + n): f16 widened, or int4k's codes expanded
 // (SPEC.md §6.7, the format library's scalar expansion: one parameter per 32 or more weights).
+// int4k: the super-blocks wholly inside [p0, p0 + n) expanded 8 parameters at a time (the 16 six-bit
+// codes of 12 bytes gathered into 16-bit lanes by one vpermb, shifted per lane, masked, widened and
+// multiplied by d or −dmin: the same exact products as int4_params_f32); partial ones by it.
 __attribute__((noinline)) void widen_params(const TensorView& w, uint64_t p0, uint64_t n, float* scales, float* mins) {
-  if (w.layout.int4_params == Int4Params::Coded6) return int4_params_f32(w, p0, n, scales, mins);
-  widen_halves(w.group_scales() + p0, n, scales);
-  widen_halves(w.group_mins() + p0, n, mins);
+  if (w.layout.int4_params != Int4Params::Coded6) {
+    widen_halves(w.group_scales() + p0, n, scales);
+    widen_halves(w.group_mins() + p0, n, mins);
+    return;
+  }
+  const uint64_t head = std::min(n, (kInt4kSuperGroups - p0 % kInt4kSuperGroups) % kInt4kSuperGroups);
+  if (head) int4_params_f32(w, p0, head, scales, mins);
+  alignas(32) static constexpr uint8_t kPairs[32] = {0, 1, 0, 1, 1, 2, 2, 3, 3, 4, 3, 4, 4, 5, 5, 6,
+                                                     6, 7, 6, 7, 7, 8, 8, 9, 9, 10, 9, 10, 10, 11, 11, 12};
+  alignas(32) static constexpr uint16_t kShifts[16] = {0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2};
+  const __m256i pairs = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairs));
+  const __m256i shifts = _mm256_load_si256(reinterpret_cast<const __m256i*>(kShifts));
+  const __m256i six = _mm256_set1_epi16(63);
+  const uint16_t* super = w.super_scales();
+  const uint8_t* codes = w.param_codes();
+  uint64_t i = head;
+  for (; i + kInt4kSuperGroups <= n; i += kInt4kSuperGroups) {
+    const uint64_t b = (p0 + i) / kInt4kSuperGroups;
+    const __m128i bytes = _mm_maskz_loadu_epi8(__mmask16(0x0FFF), codes + kInt4kCodeBytes * b);
+    const __m256i c16 = _mm256_and_si256(
+        _mm256_srlv_epi16(_mm256_permutexvar_epi8(pairs, _mm256_castsi128_si256(bytes)), shifts), six);
+    const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(c16));
+    const float d = half_to_f32(super[2 * b]), dmin = half_to_f32(super[2 * b + 1]);
+    const __m512 mul = _mm512_insertf32x8(_mm512_set1_ps(d), _mm256_set1_ps(-dmin), 1);
+    const __m512 v = _mm512_mul_ps(c, mul);
+    _mm256_storeu_ps(scales + i, _mm512_castps512_ps256(v));
+    _mm256_storeu_ps(mins + i, _mm512_extractf32x8_ps(v, 1));
+  }
+  if (i < n) int4_params_f32(w, p0 + i, n - i, scales + i, mins + i);
 }
 inline __mmask16 lanes16(uint64_t bits, int i) { return __mmask16(bits >> (16 * i)); }
 inline uint64_t first_bits(uint64_t n) { return n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1; }
