@@ -30,13 +30,13 @@ const char kUsage[] =
 
 // OpenMP (the calibrated methods' loops, oneDNN) by default spins at its barriers: on a machine
 // busy with other programs those spins take the cores the late threads need (a Wanda pack that
-// took 51 s quiet took 656 s at load ~6). libgomp reads OMP_WAIT_POLICY once, when it loads,
+// took 51 s quiet took 656 s at load ~6; a KJV Wanda pack at load ~23: 54-57 s spinning, 4.6-6.3 s passive). libgomp reads OMP_WAIT_POLICY once, when it loads,
 // before main(); so when the user has not chosen a policy, endor-pack sets PASSIVE (waiting
 // threads sleep) and executes itself again, once. A failed exec just carries on as before.
 void prefer_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("ENDOR_PACK_REEXEC")) return;
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("ENDOR_REEXEC")) return;
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::setenv("ENDOR_PACK_REEXEC", "1", 1);
+  ::setenv("ENDOR_REEXEC", "1", 1);
   ::execv("/proc/self/exe", argv);
 }
 
