@@ -92,6 +92,25 @@ ValueType float_type_for(const TensorInfo& t, const std::vector<float>* decoded,
   return exact_in(source, decoded->data(), decoded->size()) ? source : ValueType::F32;
 }
 
+ValueType export_float_type(ExportJob& job, const TensorInfo& t) {
+  if (job.options.dtype || t.value_type == ValueType::F16 || t.value_type == ValueType::BF16 || t.value_type == ValueType::F32)
+    return float_type_for(t, nullptr, job.options.dtype);
+  const std::vector<float> w = decode_tensor(job.reader, t);
+  const ValueType vt = float_type_for(t, &w, std::nullopt);
+  job.widened += vt == ValueType::F32 && t.source_dtype != "F32" && t.source_dtype != "F64";
+  return vt;
+}
+
+SafetensorsItem decoded_item(ExportJob& job, const TensorInfo& t, ValueType type) {
+  const TensorInfo* tp = &t;
+  return {t.name, safetensors_dtype(type), t.shape, t.numel() * (value_bits(type) / 8), [&job, tp, type] {
+            const std::vector<float> w = decode_tensor(job.reader, *tp);
+            std::vector<uint8_t> out(w.size() * (value_bits(type) / 8));
+            encode_floats(type, w.data(), w.size(), out.data());
+            return out;
+          }};
+}
+
 OutputFile::OutputFile(ExportJob& job, const std::string& path) : path_(path) {
   job.will_create(path);
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -229,35 +248,7 @@ void export_hf(ExportJob& job) {
   nlohmann::json config = job.reader.manifest().config;
   config.erase("quantization_config");  // the weights written here are plain floats
   std::vector<SafetensorsItem> items;
-  uint64_t widened = 0;
-  for (const TensorInfo& t : job.reader.manifest().tensors) {
-    std::optional<ValueType> vt;
-    if (job.options.dtype || t.value_type == ValueType::F16 || t.value_type == ValueType::BF16 ||
-        t.value_type == ValueType::F32) {
-      vt = float_type_for(t, nullptr, job.options.dtype);
-    } else {
-      const std::vector<float> w = decode_tensor(job.reader, t);
-      vt = float_type_for(t, &w, std::nullopt);
-      widened += *vt == ValueType::F32 && t.source_dtype != "F32";
-    }
-    const ValueType type = *vt;
-    SafetensorsItem it;
-    it.name = t.name;
-    it.dtype = safetensors_dtype(type);
-    it.shape = t.shape;
-    it.n_bytes = t.numel() * (value_bits(type) / 8);
-    const TensorInfo* tp = &t;
-    it.bytes = [&job, tp, type] {
-      const std::vector<float> w = decode_tensor(job.reader, *tp);
-      std::vector<uint8_t> out(w.size() * (value_bits(type) / 8));
-      encode_floats(type, w.data(), w.size(), out.data());
-      return out;
-    };
-    items.push_back(std::move(it));
-  }
-  if (widened)
-    job.summary.notes.push_back(std::to_string(widened) + " int8/int4 tensors written as F32: their decoded values are not exact in "
-                                "the source dtype (--dtype forces one type, rounding)");
+  for (const TensorInfo& t : job.reader.manifest().tensors) items.push_back(decoded_item(job, t, export_float_type(job, t)));
   job.summary.tensors = items.size();
   write_hf_side_files(job, config);
   write_safetensors_model(job, items);
@@ -327,6 +318,9 @@ ExportSummary export_container(const std::string& endor_path, const std::string&
       case ExportTarget::CompressedTensors: export_compressed_tensors(job); break;
       case ExportTarget::Gguf: export_gguf(job); break;
     }
+    if (job.widened)
+      job.summary.notes.push_back(std::to_string(job.widened) + " int8/int4 tensors written as F32: their decoded values are not exact in "
+                                  "the source dtype (--dtype f16|bf16 rounds them)");
     // RENAME_NOREPLACE: an output that appeared meanwhile is never replaced.
     if (::renameat2(AT_FDCWD, job.work.c_str(), AT_FDCWD, out.c_str(), RENAME_NOREPLACE) != 0)
       fail(out, std::string("cannot move the finished export into place: ") + std::strerror(errno));

@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <optional>
 
 #include "detail.h"
 #include "export_detail.h"
@@ -186,7 +188,6 @@ void export_compressed_tensors(ExportJob& job) {
   std::map<std::string, std::vector<std::string>> schemes;
   std::map<std::string, std::pair<int, uint32_t>> scheme_args;
   std::vector<std::string> float_linears;
-  uint64_t widened = 0;
   for (const TensorInfo& t : m.tensors) {
     const TensorInfo* tp = &t;
     const bool linear = is_layer_linear(t);
@@ -197,13 +198,22 @@ void export_compressed_tensors(ExportJob& job) {
       schemes[key].push_back(mod);
       scheme_args[key] = {4, t.group_size};
       const uint64_t rows = t.shape[0], cols = t.numel() / rows, groups = cols / t.group_size;
+      // The four parts are written one after another: pack once, keep it until the last is taken.
+      auto cache = std::make_shared<std::optional<PackedInt4>>();
+      auto parts = [&job, tp, cache]() -> PackedInt4& {
+        if (!*cache) *cache = pack_int4(job, *tp, true);
+        return **cache;
+      };
       items.push_back({mod + ".weight_packed", "I32", {rows, (cols + 7) / 8}, rows * ((cols + 7) / 8) * 4,
-                       [&job, tp] { return pack_int4(job, *tp, true).packed; }});
+                       [parts] { return std::move(parts().packed); }});
       items.push_back({mod + ".weight_scale", probe.scales_f16 ? "F16" : "F32", {rows, groups},
-                       rows * groups * (probe.scales_f16 ? 2 : 4), [&job, tp] { return pack_int4(job, *tp, true).scales; }});
+                       rows * groups * (probe.scales_f16 ? 2 : 4), [parts] { return std::move(parts().scales); }});
       items.push_back({mod + ".weight_shape", "I64", {2}, 16, [rows, cols] { return shape_bytes(rows, cols); }});
-      items.push_back({mod + ".weight_zero_point", "I32", {(rows + 7) / 8, groups}, (rows + 7) / 8 * groups * 4,
-                       [&job, tp] { return pack_int4(job, *tp, true).zero_points; }});
+      items.push_back({mod + ".weight_zero_point", "I32", {(rows + 7) / 8, groups}, (rows + 7) / 8 * groups * 4, [parts, cache] {
+                         std::vector<uint8_t> z = std::move(parts().zero_points);
+                         cache->reset();
+                         return z;
+                       }});
       job.summary.quantized_tensors += 1;
       continue;
     }
@@ -221,30 +231,14 @@ void export_compressed_tensors(ExportJob& job) {
       continue;
     }
     // Decoded, as the hf target writes it.
-    ValueType type;
-    if (t.value_type == ValueType::I4 || t.value_type == ValueType::I8) {
-      const std::vector<float> w = decode_tensor(job.reader, t);
-      type = float_type_for(t, &w, job.options.dtype);
-      widened += !job.options.dtype && type == ValueType::F32 && t.source_dtype != "F32";
-    } else {
-      type = float_type_for(t, nullptr, job.options.dtype);
-    }
     if (t.shape.size() == 2 && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0 &&
         t.name.find("embed_tokens") == std::string::npos && t.name.find("embed_positions") == std::string::npos)
       float_linears.push_back(module_of(t.name));
-    items.push_back({t.name, safetensors_dtype(type), t.shape, t.numel() * (value_bits(type) / 8), [&job, tp, type] {
-                       const std::vector<float> w = decode_tensor(job.reader, *tp);
-                       std::vector<uint8_t> out(w.size() * (value_bits(type) / 8));
-                       encode_floats(type, w.data(), w.size(), out.data());
-                       return out;
-                     }});
+    items.push_back(decoded_item(job, t, export_float_type(job, t)));
   }
   if (schemes.empty())
     fail(job.where(), "no decoder Linear is stored as int8 or int4, so there is nothing for compressed-tensors to keep packed "
                       "(export --to hf writes this model)");
-  if (widened)
-    job.summary.notes.push_back(std::to_string(widened) + " int8/int4 tensors outside the decoder Linears written as F32: their decoded "
-                                "values are not exact in the source dtype");
   if (std::find(float_linears.begin(), float_linears.end(), "lm_head") == float_linears.end()) float_linears.push_back("lm_head");
 
   nlohmann::json groups = nlohmann::json::object();

@@ -25,6 +25,7 @@ struct ExportJob {
   TempFileCallback on_temp_file;
   ExportSummary summary;
   std::vector<std::string> created;   // temporary paths reported so far (removed on error)
+  uint64_t widened = 0;               // int8/int4 tensors written as F32 by the exact rule (a note)
 
   std::string where() const { return reader.path(); }
   std::string where(const TensorInfo& t) const { return reader.path() + ": tensor '" + t.name + "'"; }
@@ -39,6 +40,8 @@ std::vector<float> decode_tensor(const ContainerReader&, const TensorInfo&);
 // type, else its source dtype when every decoded value is exact there, else F32. `decoded` is
 // needed (and read) only for an int8/int4 tensor.
 ValueType float_type_for(const TensorInfo&, const std::vector<float>* decoded, std::optional<ValueType> forced);
+// float_type_for with the job's --dtype, decoding an int8/int4 tensor to decide; counts job.widened.
+ValueType export_float_type(ExportJob&, const TensorInfo&);
 // True when every value converts to `vt` and back unchanged (bit for bit, -0 included).
 bool exact_in(ValueType vt, const float* values, uint64_t n);
 // n f32 values to `vt` (F16/BF16: round to nearest even; F32: copied) at `out`.
@@ -76,6 +79,9 @@ struct SafetensorsItem {
 // Writes model.safetensors, or model-0000k-of-0000n.safetensors + model.safetensors.index.json
 // when the items pass max_shard_bytes (whole tensors per shard, in order), into job.work.
 void write_safetensors_model(ExportJob&, std::vector<SafetensorsItem>& items);
+
+// `t` written decoded in `type`, as a safetensors item (decoded when the shard is written).
+SafetensorsItem decoded_item(ExportJob&, const TensorInfo& t, ValueType type);
 
 // The folder files every Hugging Face target writes: config.json (`config`), generation_config.json
 // (when the container has one) and the container's tokenizer files and chat template, verbatim.

@@ -299,7 +299,7 @@ void export_gguf(ExportJob& job) {
 
   // Tensors, in container order, with their llama.cpp names and types.
   std::vector<GgufTensor> tensors;
-  uint64_t offset = 0, widened = 0;
+  uint64_t offset = 0;
   int n_f16 = 0, n_bf16 = 0;
   for (const TensorInfo& t : m.tensors) {
     GgufTensor g;
@@ -308,12 +308,8 @@ void export_gguf(ExportJob& job) {
     if (t.shape.size() > 4) fail(job.where(t), "has more than 4 dimensions");
     if (t.shape.size() == 1) {
       g.value_type = ValueType::F32;  // llama.cpp keeps norms and biases in f32
-    } else if (t.value_type == ValueType::I4 || t.value_type == ValueType::I8) {
-      const std::vector<float> w = decode_tensor(job.reader, t);
-      g.value_type = float_type_for(t, &w, job.options.dtype);
-      widened += !job.options.dtype && g.value_type == ValueType::F32 && t.source_dtype != "F32";
     } else {
-      g.value_type = float_type_for(t, nullptr, job.options.dtype);
+      g.value_type = export_float_type(job, t);
     }
     g.type = g.value_type == ValueType::F16 ? GgmlType::F16 : g.value_type == ValueType::BF16 ? GgmlType::BF16 : GgmlType::F32;
     n_f16 += t.shape.size() == 2 && g.type == GgmlType::F16;
@@ -328,9 +324,6 @@ void export_gguf(ExportJob& job) {
     offset += (g.n_bytes + kAlignment - 1) / kAlignment * kAlignment;
     tensors.push_back(g);
   }
-  if (widened)
-    job.summary.notes.push_back(std::to_string(widened) + " int8/int4 matrices written as F32: their decoded values are not exact in "
-                                "the source dtype (--dtype f16 rounds them)");
   kv.push_back({"general.file_type", gv_u32(n_f16 ? 1 : n_bf16 ? 32 : 0)});  // llama_ftype: MOSTLY_F16, MOSTLY_BF16, ALL_F32
   for (auto& e : tokenizer_metadata(job, c)) kv.push_back(std::move(e));
 

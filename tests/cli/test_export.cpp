@@ -11,7 +11,10 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <thread>
 
 #include <cstdlib>
@@ -21,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../packer/synthetic_checkpoint.h"
+#include "endor/export.h"
 #include "endor/format.h"
 
 extern char** environ;
@@ -397,4 +401,48 @@ TEST_CASE("SIGINT during an export leaves no temporary folder or file") {
   CHECK(WIFSIGNALED(status));
   CHECK(list_dir(out_dir).empty());
   remove_tree(dir);
+}
+
+TEST_CASE("int4_zero_code: compressed-tensors' zero point of an Endor int4 group, only when min = -z·scale") {
+  const uint16_t one = endor::f32_to_f16(1.0f), step = endor::f32_to_f16(0.0078125f);
+  CHECK(endor::int4_zero_code(one, endor::f32_to_f16(-3.0f)) == std::optional<uint8_t>(3));
+  CHECK(endor::int4_zero_code(one, endor::f32_to_f16(0.0f)) == std::optional<uint8_t>(0));
+  CHECK(endor::int4_zero_code(one, endor::f32_to_f16(-15.0f)) == std::optional<uint8_t>(15));
+  CHECK(endor::int4_zero_code(step, endor::f32_to_f16(-8 * 0.0078125f)) == std::optional<uint8_t>(8));
+  CHECK_FALSE(endor::int4_zero_code(one, endor::f32_to_f16(-2.5f)));   // not an integer zero code
+  CHECK_FALSE(endor::int4_zero_code(one, endor::f32_to_f16(1.0f)));    // z would be negative
+  CHECK_FALSE(endor::int4_zero_code(one, endor::f32_to_f16(-16.0f)));  // z past 15
+  CHECK_FALSE(endor::int4_zero_code(endor::f32_to_f16(-1.0f), endor::f32_to_f16(-3.0f)));  // negative scale
+  CHECK_FALSE(endor::int4_zero_code(endor::f32_to_f16(0.0f), endor::f32_to_f16(-1.0f)));
+  // Every grid Endor's encoder makes (SPEC.md §7.2) has one, and (q − z)·S is its decoded value.
+  uint32_t seed = 7;
+  auto uniform = [&seed] {
+    seed = seed * 1664525u + 1013904223u;
+    return float(seed >> 8) / float(1u << 24);
+  };
+  for (int i = 0; i < 2000; ++i) {
+    float a = (uniform() - 0.5f) * 8.0f, b = (uniform() - 0.5f) * 8.0f * uniform();
+    if (i % 3 == 0) b = std::fabs(b);  // one-signed groups too
+    const endor::Int4Grid g = endor::int4_grid(std::min(a, b), std::max(a, b));
+    const std::optional<uint8_t> z = endor::int4_zero_code(g.scale_f16, g.min_f16);
+    REQUIRE(z.has_value());
+    const float s = endor::f16_to_f32(g.scale_f16), m = endor::f16_to_f32(g.min_f16);
+    for (int q = 0; q < 16; ++q) CHECK(float(q - int(*z)) * s == float(q) * s + m);
+  }
+}
+
+TEST_CASE("gguf_row_of_hf_row is llama.cpp's q/k permutation: per head, the two halves interleaved") {
+  for (const auto& [rows, heads] : {std::pair<uint64_t, uint32_t>{12, 2}, {64, 4}, {48, 1}}) {
+    const uint64_t head_rows = rows / heads, d = head_rows / 2;
+    std::vector<int> hit(rows, 0);
+    for (uint64_t h = 0; h < heads; ++h)
+      for (uint64_t s = 0; s < 2; ++s)
+        for (uint64_t i = 0; i < d; ++i) {
+          // HF row (head h, half s, i) sits at GGUF row (h, i, s): reshape(heads, 2, d).swapaxes(1, 2).
+          const uint64_t hf = h * head_rows + s * d + i;
+          CHECK(endor::gguf_row_of_hf_row(hf, rows, heads) == h * head_rows + i * 2 + s);
+          hit[endor::gguf_row_of_hf_row(hf, rows, heads)] += 1;
+        }
+    CHECK(std::count(hit.begin(), hit.end(), 1) == int(rows));
+  }
 }

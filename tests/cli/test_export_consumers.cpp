@@ -143,7 +143,7 @@ TEST_CASE("llama.cpp runs the GGUF export, quantizes it, and scores it as its ow
     sh(quote(kPack) + " export " + quote(endor) + " --to gguf -o " + quote(gguf), dir);
     const std::string ppl = sh(quote(bin + "/llama-perplexity") + " -m " + quote(gguf) + " -f " + quote(kText) + " -c 64 -t 2", dir);
     const double p = number_after(ppl, "Final estimate: PPL = ");
-    MESSAGE(f << " int4 @ 50 % GGUF export: llama-perplexity " << p);
+    MESSAGE(std::string(f) << " int4 @ 50 % GGUF export: llama-perplexity " << p);
     CHECK(std::isfinite(p));
     CHECK(p > 1.0);
   }
