@@ -87,9 +87,6 @@ void check_weight(const TensorView& v) {
     throw Error("cuda backend: " + what + " has an invalid layout: " + e.what());
   }
   if (!same_layout(L, expect)) throw Error("cuda backend: " + what + " layout does not match its shape and encoding");
-  if (L.int4_params != Int4Params::F16)
-    throw Error("cuda backend: " + what + " is int4k (six-bit coded group parameters), which the CUDA kernels do not "
-                "read yet; run it with --device cpu, or pack it with --quant int4");
   if (L.encoding != Encoding::Bitmap) return;
   const uint64_t n = L.rows * L.blocks_per_row;
   uint64_t prev = 0;
@@ -153,6 +150,7 @@ class CudaWeight final : public Weight {
     if (L.value_type == ValueType::I4) {
       dw_.group_scales = reinterpret_cast<const uint16_t*>(section(L.scales_offset, L.scales_bytes));
       dw_.group_mins = reinterpret_cast<const uint16_t*>(section(L.mins_offset, L.mins_bytes));
+      dw_.int4_coded = L.int4_params == Int4Params::Coded6;
     }
   }
 

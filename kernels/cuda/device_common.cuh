@@ -24,21 +24,41 @@ __device__ __forceinline__ uint64_t last_word_mask(uint32_t cols) {
   return used == 0 ? ~uint64_t(0) : (uint64_t(1) << used) - 1;
 }
 
-// The per-row decode parameters: the int8 row scale, the int4 group parameter rows.
+// The f32 scale and min of int4 parameter p = row·groups_per_row + group: f16 widened, or int4k's
+// six-bit codes times the super-block's d and dmin (SPEC.md §6.7; both products exact in f32, as
+// format-spec's int4_params_f32).
+__device__ __forceinline__ uint32_t int4k_code(const unsigned char* codes, uint32_t k) {
+  const uint32_t bit = 6 * k, byte = bit >> 3, shift = bit & 7;
+  uint32_t v = __ldg(codes + byte);
+  if (shift > 2) v |= uint32_t(__ldg(codes + byte + 1)) << 8;  // the code crosses into the next byte
+  return (v >> shift) & 63u;
+}
+__device__ __forceinline__ void int4_group_params(const DeviceWeight& w, uint64_t p, float& s, float& m) {
+  if (w.int4_coded) {
+    const uint64_t b = p >> 3;
+    const uint32_t j = uint32_t(p & 7);
+    const float d = f16_bits_to_f32(__ldg(w.group_scales + 2 * b));
+    const float dmin = f16_bits_to_f32(__ldg(w.group_scales + 2 * b + 1));
+    const unsigned char* codes = reinterpret_cast<const unsigned char*>(w.group_mins) + 12 * b;
+    s = __fmul_rn(d, float(int4k_code(codes, j)));
+    m = -__fmul_rn(dmin, float(int4k_code(codes, 8 + j)));
+  } else {
+    s = f16_bits_to_f32(__ldg(w.group_scales + p));
+    m = f16_bits_to_f32(__ldg(w.group_mins + p));
+  }
+}
+
+// The per-row decode parameters: the int8 row scale, the row's first int4 group parameter.
 struct RowParams {
   float i8_scale;
-  const uint16_t* scales;  // int4: f16 [groups_per_row] of this row
-  const uint16_t* mins;
+  uint64_t p0;  // int4: row·groups_per_row
 };
 
 template <Values VT>
 __device__ __forceinline__ RowParams row_params(const DeviceWeight& w, uint32_t r) {
-  RowParams p{1.0f, nullptr, nullptr};
+  RowParams p{1.0f, 0};
   if constexpr (VT == Values::I8) p.i8_scale = __ldg(w.row_scales + r);
-  if constexpr (VT == Values::I4) {
-    p.scales = w.group_scales + uint64_t(r) * w.groups_per_row;
-    p.mins = w.group_mins + uint64_t(r) * w.groups_per_row;
-  }
+  if constexpr (VT == Values::I4) p.p0 = uint64_t(r) * w.groups_per_row;
   return p;
 }
 
@@ -59,8 +79,8 @@ __device__ __forceinline__ float stored_value(const DeviceWeight& w, const RowPa
   } else {
     const unsigned char byte = __ldg(w.values + (v >> 1));
     const uint32_t q = (v & 1) ? (byte >> 4) : (byte & 0x0Fu);  // even value number: low nibble
-    const float s = f16_bits_to_f32(__ldg(p.scales + g));
-    const float m = f16_bits_to_f32(__ldg(p.mins + g));
+    float s, m;
+    int4_group_params(w, p.p0 + g, s, m);
     return __fmaf_rn(float(q), s, m);
   }
 }

@@ -142,8 +142,7 @@ __global__ void __launch_bounds__(kDenseThreads)
           if constexpr (VT == Values::I8) s[r] = __ldg(w.row_scales + rr);
           if constexpr (VT == Values::I4) {  // the chunk lies in one group (group_size % 32 == 0)
             const uint64_t g = uint64_t(rr) * w.groups_per_row + c / w.group_size;
-            s[r] = f16_bits_to_f32(__ldg(w.group_scales + g));
-            m[r] = f16_bits_to_f32(__ldg(w.group_mins + g));
+            int4_group_params(w, g, s[r], m[r]);
           }
         }
 #pragma unroll
@@ -371,8 +370,7 @@ __global__ void __launch_bounds__(bitmap_warps(kMaxT) * 32)
     if constexpr (VT == Values::I4 && kUniformGroups) {
       if (active && cur.mask) {
         const uint64_t g = uint64_t(r) * w.groups_per_row + my_col / w.group_size;
-        s = f16_bits_to_f32(__ldg(w.group_scales + g));
-        m = f16_bits_to_f32(__ldg(w.group_mins + g));
+        int4_group_params(w, g, s, m);
       }
     }
     __syncthreads();
@@ -401,7 +399,9 @@ __global__ void __launch_bounds__(bitmap_warps(kMaxT) * 32)
               wv = __fmaf_rn(wv, s, m);
             } else if (present) {
               const uint64_t g = uint64_t(r) * w.groups_per_row + (my_col + p) / w.group_size;
-              wv = __fmaf_rn(wv, f16_bits_to_f32(__ldg(w.group_scales + g)), f16_bits_to_f32(__ldg(w.group_mins + g)));
+              float gs, gm;
+              int4_group_params(w, g, gs, gm);
+              wv = __fmaf_rn(wv, gs, gm);
             }
           }
 #pragma unroll

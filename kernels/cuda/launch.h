@@ -35,8 +35,12 @@ struct DeviceWeight {
   const uint32_t* index = nullptr;         // [rows, blocks_per_row]: values before each block
   const uint8_t* values = nullptr;         // nnz values, row-major (int4: two per byte, low first)
   const float* row_scales = nullptr;       // int8: [rows]
-  const uint16_t* group_scales = nullptr;  // int4: f16 [rows, groups_per_row]
-  const uint16_t* group_mins = nullptr;    // int4: f16 [rows, groups_per_row]
+  // int4: f16 [rows, groups_per_row] each; int4k (int4_coded): group_scales = the super-block
+  // (d, dmin) f16 pairs, group_mins = their 12-byte code blocks (SPEC.md §6.7). Read them through
+  // int4_group_params (device_common.cuh).
+  const uint16_t* group_scales = nullptr;
+  const uint16_t* group_mins = nullptr;
+  bool int4_coded = false;
 };
 
 // ---- weights (decode.cu, fused_linear.cu, fused_linear16.cu) ----

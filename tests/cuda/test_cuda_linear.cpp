@@ -334,7 +334,9 @@ GPU_TEST_CASE("cuda linear: 16-byte and previous fused kernels on random values,
           CAPTURE(sp);
           CAPTURE(T);
           const auto w = random_weights(s.rows, s.cols, sp, uint32_t(900 + counter));
-          const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+          const Int4Params ip = (counter / 3) % 2 ? Int4Params::Coded6 : Int4Params::F16;  // int4k: every other
+          CAPTURE(int(ip));
+          const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g, ip);
           const Outcome o = check_random(*gpu, *cpu, cuda::LinearPath::Fused, ew, T, counter % 2 == 1, uint32_t(counter));
           CAPTURE(o.worst);
           CHECK(o.beyond_reference == 0);
@@ -369,7 +371,9 @@ GPU_TEST_CASE("cuda linear: random values within the derived bound, every path, 
             CAPTURE(g);
             CAPTURE(with_bias);
             const auto w = random_weights(s.rows, s.cols, sp, uint32_t(counter));
-            const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g);
+            const Int4Params ip = (counter / 2) % 2 ? Int4Params::Coded6 : Int4Params::F16;  // int4k: every other
+            CAPTURE(int(ip));
+            const EncodedWeight ew = encode(w, s.rows, s.cols, enc, vt, g, ip);
             const Outcome o = check_random(*gpu, *cpu, path, ew, T, with_bias, uint32_t(counter) * 7);
             CAPTURE(o.worst);
             CHECK(o.beyond_reference == 0);

@@ -65,13 +65,15 @@ GPU_TEST_CASE("cuda decode: every encoding, value type, shape and sparsity is bi
                                                    ? std::vector<uint32_t>(std::begin(kGroupSizes), std::end(kGroupSizes))
                                                    : std::vector<uint32_t>{0};
           for (uint32_t g : groups) {
+            const Int4Params ip = (seed + g) % 2 ? Int4Params::Coded6 : Int4Params::F16;  // int4k: about half
+            CAPTURE(int(ip));
             CAPTURE(to_string(enc));
             CAPTURE(to_string(vt));
             CAPTURE(s.rows);
             CAPTURE(s.cols);
             CAPTURE(sp);
             CAPTURE(g);
-            const Mismatches m = decode_mismatches(*b, encode(w, s.rows, s.cols, enc, vt, g));
+            const Mismatches m = decode_mismatches(*b, encode(w, s.rows, s.cols, enc, vt, g, ip));
             CHECK(m.f32 == 0);
             CHECK(m.f16 == 0);
             CHECK(m.bf16 == 0);
