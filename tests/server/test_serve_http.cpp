@@ -348,10 +348,11 @@ TEST_CASE("endor-serve: >= 1000 malformed requests, each 4xx with an error body;
   // Random byte flips of the valid bodies that break them (decided by the server's own parser
   // being strict: each mutant is checked below to be invalid JSON or an invalid request).
   std::mt19937 rng(27);
+  const std::string breakers = "{}[]\",:\\\x80\xff 0-";
   for (int i = 0; i < 1000; ++i) {
     std::string b = i % 2 ? chat : completion;
     const size_t at = rng() % b.size();
-    b[at] = "{}[]\",:\\\x80\xff 0-"[rng() % 15];
+    b[at] = breakers[rng() % breakers.size()];
     if (!json::accept(b)) requests.push_back({i % 2 ? "/v1/chat/completions" : "/v1/completions", b});
   }
   // Deep nesting, and a body too large (413).
