@@ -147,6 +147,19 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
     so.quant.scheme = tr.int4_params == Int4Params::Coded6 ? pruning::QuantScheme::Int4Coded : pruning::QuantScheme::Int4Group;
     so.quant.group_size = group_size;
   }
+  // Pruning with int4: two passes over the same Hessian. SparseGPT prunes (no quantization), then
+  // the same OBS sweep quantizes the kept weights with the mask fixed and every group's range over
+  // its kept weights only (joint SparseGPT chooses a group's range before its pruning decisions,
+  // so the range also spans the weights about to become 0). Twice the sweeps; the file's layout
+  // is the same.
+  std::vector<uint8_t> first_mask;
+  if (tr.value_type == ValueType::I4 && target.ratio + double(target.n) > 0.0 && o.prune.method == "sparsegpt") {
+    pruning::SparseGptOptions prune_only = so;
+    prune_only.quant = {};
+    prune_only.act_order = false;
+    first_mask = pruning::sparsegpt_prune(w, rows, cols, hessian->hessian().data(), prune_only).mask;
+    so.fixed_mask = first_mask.data();
+  }
   const pruning::SparseGptResult res = pruning::sparsegpt_prune(w, rows, cols, hessian->hessian().data(), so);
   if (res.scheme == pruning::QuantScheme::None) return encode_for_pack(w, shape, tr.value_type, group_size);
 

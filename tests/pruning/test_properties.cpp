@@ -764,3 +764,53 @@ TEST_CASE("choose_int4_params: mse_clip never gives a larger weighted error than
         CHECK(e_mse < e_full);
       }
 }
+
+TEST_CASE("SparseGPT with a fixed mask: that mask, kept weights on static ranges over the kept weights only") {
+  const Layer l = make_layer(32, 128, 384, 21);
+  const std::vector<float> h = hessian_of(l);
+  for (QuantScheme q : {QuantScheme::Int4Group, QuantScheme::Int4Coded}) {
+    CAPTURE(int(q));
+    // The pruning-only pass, then the quantizing pass on its mask.
+    std::vector<float> w = l.w;
+    SparseGptOptions first;
+    first.target = SparsityTarget::unstructured(0.5);
+    const std::vector<uint8_t> mask = sparsegpt_prune(w.data(), l.n_out, l.n_in, h.data(), first).mask;
+    SparseGptOptions second;
+    second.quant = {q, 32, true};
+    second.fixed_mask = mask.data();
+    const std::vector<float> pruned = w;
+    const SparseGptResult res = sparsegpt_prune(w.data(), l.n_out, l.n_in, h.data(), second);
+    CHECK(res.mask == mask);
+    // Every pruned weight is +0; every kept one is its code's value on parameters whose range
+    // covers the kept weights of the pruning pass only: a group's pruned entries (here, whatever
+    // the pruning pass left there, scaled up 100x) do not move its parameters.
+    std::vector<float> outsized = pruned;
+    for (size_t i = 0; i < outsized.size(); ++i)
+      if (mask[i]) outsized[i] = 100.0f * l.w[i];
+    const StaticInt4Params a = choose_int4_params(pruned.data(), l.n_out, l.n_in, second.quant, nullptr, mask.data());
+    const StaticInt4Params b = choose_int4_params(outsized.data(), l.n_out, l.n_in, second.quant, nullptr, mask.data());
+    CHECK(a.scales == b.scales);
+    CHECK(a.mins == b.mins);
+    const StaticInt4Params c = choose_int4_params(outsized.data(), l.n_out, l.n_in, second.quant, nullptr, nullptr);
+    CHECK(c.scales != a.scales);  // without the mask, the outsized entries do widen the ranges
+    const size_t gpr = (l.n_in + 31) / 32;
+    for (size_t r = 0; r < l.n_out; ++r)
+      for (size_t j = 0; j < l.n_in; ++j) {
+        const size_t i = r * l.n_in + j;
+        if (mask[i]) {
+          REQUIRE(is_positive_zero(w[i]));
+          continue;
+        }
+        float s, m;
+        if (q == QuantScheme::Int4Coded) {
+          const size_t p = r * gpr + j / 32, b0 = p / 8;
+          s = endor::f16_to_f32(res.super_scales_f16[2 * b0]) * float(res.param_codes[2 * p]);
+          m = -(endor::f16_to_f32(res.super_scales_f16[2 * b0 + 1]) * float(res.param_codes[2 * p + 1]));
+        } else {
+          s = endor::f16_to_f32(res.group_scales_f16[r * gpr + j / 32]);
+          m = endor::f16_to_f32(res.group_mins_f16[r * gpr + j / 32]);
+        }
+        REQUIRE(w[i] == float(res.int4_codes[i]) * s + m);
+      }
+  }
+}

@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kFn = "choose_int4_params";
 
-// Σ wt·(w − dq(w))² of one group on a parameter pair.
+// Σ wt·(w − dq(w))² of one group on a parameter pair (x and wt hold the group's kept entries).
 double group_error(const float* x, const float* wt, size_t n, float scale, float min) {
   double e = 0.0;
   for (size_t i = 0; i < n; ++i) {
@@ -103,7 +103,7 @@ uint8_t int4_code_on(float x, float scale, float min) {
 }
 
 StaticInt4Params choose_int4_params(const float* w, size_t n_out, size_t n_in, const QuantSpec& spec,
-                                    const float* col_weight) {
+                                    const float* col_weight, const uint8_t* pruned) {
   if (spec.scheme != QuantScheme::Int4Group && spec.scheme != QuantScheme::Int4Coded)
     detail::fail(kFn, "needs an int4 scheme");
   if (spec.group_size == 0) detail::fail(kFn, "int4 group_size must be positive");
@@ -127,10 +127,29 @@ StaticInt4Params choose_int4_params(const float* w, size_t n_out, size_t n_in, c
 #pragma omp parallel for schedule(static)
   for (long long rr = 0; rr < (long long)n_out; ++rr) {
     const size_t r = size_t(rr);
+    std::vector<float> kept_x, kept_wt;  // a group's kept entries, when some are pruned
     for (size_t g = 0; g < gpr; ++g) {
-      const size_t c0 = g * G, n = std::min(G, n_in - c0), i = r * gpr + g;
+      const size_t c0 = g * G, i = r * gpr + g;
+      size_t n = std::min(G, n_in - c0);
       const float* x = w + r * n_in + c0;
       const float* wt = col_weight ? col_weight + c0 : nullptr;
+      if (pruned) {
+        kept_x.clear();
+        kept_wt.clear();
+        for (size_t c = 0; c < n; ++c)
+          if (!pruned[r * n_in + c0 + c]) {
+            kept_x.push_back(x[c]);
+            kept_wt.push_back(wt ? wt[c] : 1.0f);
+          }
+        n = kept_x.size();
+        x = kept_x.data();
+        wt = kept_wt.data();
+      }
+      if (n == 0) {  // nothing kept: the group decodes nothing
+        p.scales[i] = p.mins[i] = 0.0f;
+        if (!coded) p.scales_f16[i] = p.mins_f16[i] = 0;
+        continue;
+      }
       if (coded) {
         float_min_params(x, wt, n, spec.mse_clip, &p.scales[i], &p.mins[i]);
       } else {

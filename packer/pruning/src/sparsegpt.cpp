@@ -53,8 +53,8 @@ void subtract_scaled(float* row, const float* u_row, float e, size_t n) {
 }
 
 void check_options(const SparseGptOptions& o, size_t n_in) {
-  if (o.target.is_n_of_m() || o.target.ratio != 0.0) detail::check_target(kFn, o.target, n_in);  // 0: GPTQ
-  if (o.act_order && o.target.is_n_of_m()) detail::fail(kFn, "act_order does not combine with N:M sparsity");
+  if (!o.fixed_mask && (o.target.is_n_of_m() || o.target.ratio != 0.0)) detail::check_target(kFn, o.target, n_in);  // 0: GPTQ
+  if (o.act_order && o.target.is_n_of_m() && !o.fixed_mask) detail::fail(kFn, "act_order does not combine with N:M sparsity");
   if (o.block_size == 0) detail::fail(kFn, "block_size must be positive");
   if (o.target.is_n_of_m() && o.block_size % o.target.m != 0)
     detail::fail(kFn, "N:M group size " + std::to_string(o.target.m) + " does not divide block_size " +
@@ -81,8 +81,9 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
   const bool int8 = opt.quant.scheme == QuantScheme::Int8Row;
   const bool coded = opt.quant.scheme == QuantScheme::Int4Coded;
   const bool int4 = opt.quant.scheme == QuantScheme::Int4Group || coded;
-  const bool statics = int4 && (coded || opt.static_groups || opt.act_order);
-  const bool prunes = opt.target.is_n_of_m() || opt.target.ratio > 0.0;
+  const bool fixed = opt.fixed_mask != nullptr;
+  const bool statics = int4 && (coded || opt.static_groups || opt.act_order || fixed);
+  const bool prunes = !fixed && (opt.target.is_n_of_m() || opt.target.ratio > 0.0);
   const size_t group = int4 ? opt.quant.group_size : 0;
   const size_t groups_per_row = int4 ? (n_in + group - 1) / group : 0;
   if (int8) {
@@ -129,7 +130,7 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
   if (statics) {
     std::vector<float> hdiag(n_in);
     for (size_t j = 0; j < n_in; ++j) hdiag[j] = h[j * n_in + j];
-    sp = choose_int4_params(w, n_out, n_in, opt.quant, hdiag.data());
+    sp = choose_int4_params(w, n_out, n_in, opt.quant, hdiag.data(), opt.fixed_mask);
     if (coded) {
       res.super_scales_f16 = sp.super_scales_f16;
       res.param_codes = sp.param_codes;
@@ -138,6 +139,9 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
       res.group_mins_f16 = sp.mins_f16;
     }
   }
+  if (fixed)  // the given mask, in working column order
+    for (size_t r = 0; r < n_out; ++r)
+      for (size_t c = 0; c < n_in; ++c) res.mask[r * n_in + c] = opt.fixed_mask[r * n_in + perm[c]] != 0;
   std::vector<float> permuted;  // W·P when act_order (the loop below works on `w`)
   float* const w_orig = w;
   if (opt.act_order) {
@@ -185,7 +189,7 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
       for (size_t i = 0; i < count; ++i) {
         const size_t c = i1 + i;
         const float* u_row = &u[c * n_in];  // U[c, :], upper: entries from column c on
-        if (target.is_n_of_m() && i % target.m == 0) {
+        if (prunes && target.is_n_of_m() && i % target.m == 0) {
           float* s = nm_score;
           if (target.m > 256) {
             nm_big.resize(target.m);

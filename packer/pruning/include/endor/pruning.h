@@ -126,8 +126,11 @@ struct StaticInt4Params {
   std::vector<uint8_t> param_codes;                    // Int4Coded: [n_params · 2] (sc, mc)
 };
 // w [n_out, n_in]; col_weight [n_in] (>= 0, e.g. the Hessian's diagonal) weights each column's
-// squared error in the range search, nullptr = all 1. Throws on non-finite or |w| > 65504.
-StaticInt4Params choose_int4_params(const float* w, size_t n_out, size_t n_in, const QuantSpec&, const float* col_weight);
+// squared error in the range search, nullptr = all 1; pruned [n_out, n_in] (nullable, 1 = pruned)
+// leaves those entries out of every group's range (a group with none left: scale and min 0).
+// Throws on non-finite or |w| > 65504.
+StaticInt4Params choose_int4_params(const float* w, size_t n_out, size_t n_in, const QuantSpec&, const float* col_weight,
+                                    const uint8_t* pruned = nullptr);
 // The code of x on a parameter pair: clamp(round((x − min)/scale), 0, 15), 0 when scale is 0.
 uint8_t int4_code_on(float x, float scale, float min);
 
@@ -163,6 +166,11 @@ struct SparseGptOptions {
   // Every group's int4 parameters chosen from the input W before any column is quantized (always
   // so for Int4Coded and with act_order), instead of from the updated W when a group is reached.
   bool static_groups = false;
+  // A mask decided already ([n_out, n_in], 1 = pruned; e.g. by a first, pruning-only pass): no
+  // pruning decision is made, these weights become 0 with error feedback like pruned ones, the
+  // target is ignored, and int4 groups are static, their ranges over the kept weights only
+  // (joint SparseGPT's ranges also span the weights it prunes later). Must outlive the call.
+  const uint8_t* fixed_mask = nullptr;
 };
 
 // The outcome for one layer. `w` itself (the caller's buffer) holds the final weights.
