@@ -136,9 +136,14 @@ for m in "${model_list[@]}"; do
     bytes=$(stat -c %s "$f" 2>/dev/null || echo missing)
     if ((!collect)) && { ((fresh)) || ! fresh_log "$dir/ppl-$t.log" "$f" "$bin/llama-perplexity" || [[ -z "$(llama_ppl "$dir/ppl-$t.log")" ]]; }; then
       note "$m $t: llama-perplexity -c $ctx"
-      # Line-buffered: llama.cpp's log goes through a worker thread, and with its output in a file the
-      # last lines (the last window and "Final estimate") were lost at exit on a loaded machine.
-      nice stdbuf -oL -eL "$bin/llama-perplexity" -m "$f" -f "$text" -c "$ctx" -t "$threads" >"$dir/ppl-$t.log" 2>&1
+      # Up to 3 tries: llama.cpp's log goes through a worker thread, and on a loaded machine its last
+      # lines (the last window and "Final estimate") were lost at exit in about half the runs of this
+      # llama.cpp (exit status 0; line-buffered output did not help).
+      for try in 1 2 3; do
+        nice stdbuf -oL -eL "$bin/llama-perplexity" -m "$f" -f "$text" -c "$ctx" -t "$threads" >"$dir/ppl-$t.log" 2>&1
+        [[ -n "$(llama_ppl "$dir/ppl-$t.log")" ]] && break
+        echo "llama-perplexity printed no final figure for $m $t (try $try of 3)" >&2
+      done
     fi
     lp=$(llama_ppl "$dir/ppl-$t.log")
     [[ -n "$lp" ]] || { echo "error: llama-perplexity printed no figure for $m $t (see $dir/ppl-$t.log)" >&2; lp=missing; missing=1; }
