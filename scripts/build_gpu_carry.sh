@@ -19,4 +19,7 @@ for b in "${bins[@]}"; do
   mkdir -p "$carry/$(dirname "$b")"
   strip -o "$carry/$b" "$build/$b"
 done
+# The one library outside glibc/libstdc++/CUDA that they need (GPU machines may lack it).
+mkdir -p "$carry/lib"
+cp -L "$(ldd "$build/tests/cuda/test_cuda_kernels" | awk '$1 == "libgomp.so.1" {print $3}')" "$carry/lib/"
 du -sh "$carry"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Issue 26's GPU run, one device call (≤ 8 minutes), from the repository root on the GPU machine:
-#   run(command="bench/gpu/device.sh $OUT", carry=[".device-deps", "build-gpu-carry"], timeout_s=540)
-# Prepared on the CPU machine beforehand:
+#   run(command="bench/gpu/device.sh $OUT", carry=["build-gpu-carry/tests/cuda",
+#       "build-gpu-carry/bench/bench_fused16", "build-gpu-carry/lib"], timeout_s=540)
+# (the whole build-gpu-carry/ is ~80 MB, over the 64 MiB a call carries with the ~29 MB tree; these
+# two binaries and libgomp are ~23 MB). Prepared on the CPU machine beforehand:
 #   scripts/build_gpu_carry.sh        sm_90 binaries, stripped, into build-gpu-carry/ (test_cuda_kernels,
-#                                     bench_fused16, ...), so the lease measures instead of compiling
-#   ../shared/device/fetch-debs.sh    .device-deps/ (plus `apt-get download libxxhash0 libgomp1`), as
-#                                     for bench/offload/device.sh
+#                                     bench_fused16, ...; lib/libgomp.so.1), so the lease measures
+#                                     instead of compiling
 #   bench/gpu/sol.sh                  bench/gpu/predicted.json (committed): the times SOL.md predicts
 # Steps, cheapest evidence first, each skipped when the deadline (ENDOR_GPU_DEADLINE, 470 s) nears:
 #   1. test_cuda_kernels (every CUDA kernel against the CPU backend / reference, on this GPU)
@@ -27,15 +28,18 @@ time_for() { (( $(elapsed) + $1 <= deadline )); }
 note() { echo "== [$(elapsed)s] $*"; }
 
 saved_ld=${LD_LIBRARY_PATH:-}
-if [[ -f "$root/.device-deps/unpack.sh" ]]; then
-  # shellcheck disable=SC1091
-  source "$root/.device-deps/unpack.sh"
-fi
-# Only the two libraries our binaries may miss go on the loader path (as bench/offload/device.sh).
+# Only the library our binaries may miss goes on the loader path (as bench/offload/device.sh), from
+# build-gpu-carry/lib (scripts/build_gpu_carry.sh) or .device-deps when carried.
 mkdir -p /tmp/endor-libs
-for lib in libxxhash.so.0 libgomp.so.1; do
-  ldconfig -p | grep -q "$lib" || ln -sf /opt/endor-deps/usr/lib/x86_64-linux-gnu/$lib* /tmp/endor-libs/ 2>/dev/null
-done
+if ! ldconfig -p | grep -q libgomp.so.1; then
+  if [[ -f "$root/build-gpu-carry/lib/libgomp.so.1" ]]; then
+    ln -sf "$root/build-gpu-carry/lib/libgomp.so.1" /tmp/endor-libs/
+  elif [[ -f "$root/.device-deps/unpack.sh" ]]; then
+    # shellcheck disable=SC1091
+    source "$root/.device-deps/unpack.sh"
+    ln -sf /opt/endor-deps/usr/lib/x86_64-linux-gnu/libgomp.so.1* /tmp/endor-libs/ 2>/dev/null
+  fi
+fi
 cuda_libs=$(python3 -c "import glob, site; print(':'.join(sorted({p.rsplit('/', 1)[0] for d in site.getsitepackages() for p in glob.glob(d + '/nvidia/**/libcublas.so*', recursive=True)})))" 2>/dev/null)
 export LD_LIBRARY_PATH="/tmp/endor-libs:/usr/local/cuda/lib64:/usr/local/cuda/lib${cuda_libs:+:$cuda_libs}${saved_ld:+:$saved_ld}"
 
