@@ -8,10 +8,11 @@
 #                                     bench_fused16, ...; lib/libgomp.so.1), so the lease measures
 #                                     instead of compiling
 #   bench/gpu/sol.sh                  bench/gpu/predicted.json (committed): the times SOL.md predicts
-# Steps, cheapest evidence first, each skipped when the deadline (ENDOR_GPU_DEADLINE, 470 s) nears:
+# Steps, each bounded by the deadline (ENDOR_GPU_DEADLINE, 470 s):
 #   1. test_cuda_kernels (every CUDA kernel against the CPU backend / reference, on this GPU)
-#   2. compute-sanitizer memcheck, synccheck, racecheck over the 16-byte kernels' test cases
-#   3. bench_fused16: the kernel table (16-byte vs previous kernels vs cuBLAS dense f16, T = 1 and 8)
+#   2. bench_fused16: the kernel table (16-byte vs previous kernels vs cuBLAS dense f16, T = 1 and 8),
+#      stopping ~170 s before the deadline (the 128256-row head is last)
+#   3. compute-sanitizer memcheck, synccheck, racecheck over the 16-byte kernels' exact case
 #   4. summary.json in the issue's shape (bench/gpu/summary.py), predictions beside measurements
 # OUT gets: gpu.txt, tests.txt, sanitize.txt, kernels.txt, kernels.jsonl, summary.json, device.log.
 # Commit them under bench/gpu/<date>-<gpu>/.
@@ -56,21 +57,21 @@ if time_for 60; then
     tail -40 | tee "$out/tests.txt"
 fi
 
+note "bench_fused16 (its deadline: $(( $(left) - 170 )) s)"
+timeout --signal=KILL $(( $(left) > 200 ? $(left) - 140 : 60 )) "$build/bench/bench_fused16" --json "$out/kernels.jsonl" \
+  --deadline $(( $(left) > 230 ? $(left) - 170 : 30 )) | tee "$out/kernels.txt"
+
+# The sanitizers instrument every access: the exact-arithmetic case of the 16-byte kernels only
+# (every form, shape class and token count of them), each tool bounded.
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 : > "$out/sanitize.txt"
 for tool in memcheck synccheck racecheck; do
-  time_for 200 || { note "deadline: skipping compute-sanitizer $tool"; continue; }
-  # racecheck instruments every shared-memory access: the first (exact-arithmetic) case only.
-  filter='*16-byte*'
-  [[ $tool == racecheck ]] && filter='*16-byte kernels —*'
-  note "compute-sanitizer --tool $tool test_cuda_kernels -tc='$filter'"
-  (cd "$build/tests/cuda" && timeout --signal=KILL 150 "$san" --tool "$tool" --error-exitcode 3 \
-     ./test_cuda_kernels "-tc=$filter"; echo "$tool exit status $?") 2>&1 | tail -8 | tee -a "$out/sanitize.txt"
+  time_for 45 || { note "deadline: skipping compute-sanitizer $tool"; continue; }
+  note "compute-sanitizer --tool $tool test_cuda_kernels -tc='*16-byte kernels —*'"
+  (cd "$build/tests/cuda" && timeout --signal=KILL $(( $(left) > 100 ? 90 : $(left) - 10 )) "$san" --tool "$tool" \
+     --error-exitcode 3 ./test_cuda_kernels '-tc=*16-byte kernels —*'; echo "$tool exit status $?") 2>&1 | tail -8 |
+    tee -a "$out/sanitize.txt"
 done
-
-note "bench_fused16 (deadline $(( $(left) - 20 )) s)"
-timeout --signal=KILL $(( $(left) > 30 ? $(left) - 10 : 20 )) "$build/bench/bench_fused16" --json "$out/kernels.jsonl" \
-  --deadline $(( $(left) > 60 ? $(left) - 40 : 10 )) | tee "$out/kernels.txt"
 
 note "summary.json"
 if [[ -s "$out/kernels.jsonl" ]]; then
