@@ -167,7 +167,7 @@ done
 
 {
   echo "# llama.cpp's quantized files against Endor's evaluator, $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "# llama.cpp ${llama_commit:-unknown} (llama-cpp-python 0.3.36 sdist, bench/peers/build_llama.sh, AMX off); Endor $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
+  echo "# llama.cpp ${llama_commit:-unknown} (llama-cpp-python 0.3.36 sdist, bench/peers/build_llama.sh, AMX off); Endor: ${build#$root/}/ binaries (checkout at $(git -C "$root" rev-parse --short HEAD 2>/dev/null) when the TSV was written)"
   echo "# made by: scripts/llama_quants.sh --models $models --types \"$types\" --threads $threads"
   echo "# per MODEL: convert_hf_to_gguf.py HF --outtype f16 --outfile MODEL-F16.gguf; llama-quantize MODEL-F16.gguf MODEL-TYPE.gguf TYPE"
   echo "# llama_ppl: llama-perplexity -m MODEL-TYPE.gguf -f TEXT -c L -t $threads   (Final estimate; scores the second half of each window)"
