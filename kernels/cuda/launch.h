@@ -22,9 +22,14 @@ inline constexpr uint32_t kMaxHeadDim = 256;  // attention kernel: 8 elements pe
 
 // One weight's encoded sections in device memory: pointers into one device blob (SPEC §6.2),
 // null for sections the encoding does not have. prepare_weight checked rows, cols < 2^31.
+//
+// No field may leave a whole padding word: the CPU emulation (tests/cuemu) scans kernel arguments for
+// device pointers, and a padding word holding a stale pointer read as an access (a bool after the
+// last pointer did: its 7 padding bytes kept a slot address, 256-aligned, whose low byte it zeroed).
 struct DeviceWeight {
   Values values_type = Values::F32;
   bool bitmap = false;
+  bool int4_coded = false;  // int4k (SPEC.md §6.7): group_scales/group_mins hold its coded parameters
   uint32_t rows = 0, cols = 0;
   uint32_t words_per_row = 0;   // bitmap: ceil(cols/64) u64 words per row
   uint32_t blocks_per_row = 0;  // bitmap: ceil(cols/4096) u32 index entries per row
@@ -40,7 +45,6 @@ struct DeviceWeight {
   // int4_group_params (device_common.cuh).
   const uint16_t* group_scales = nullptr;
   const uint16_t* group_mins = nullptr;
-  bool int4_coded = false;
 };
 
 // ---- weights (decode.cu, fused_linear.cu, fused_linear16.cu) ----
