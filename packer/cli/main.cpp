@@ -1,13 +1,11 @@
 // endor-pack: Hugging Face checkpoint -> pruned/quantized .endor container, and the tools to
 // look inside one (inspect) and to weigh it against zstd (compare).
-#include <unistd.h>
-
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "cleanup.h"
+#include "endor/openmp_policy.h"
 #include "commands.h"
 
 namespace {
@@ -29,22 +27,10 @@ const char kUsage[] =
     "(llama/qwen2; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K, IQ4_NL, IQ4_XS tensors, dequantized;\n"
     "default --dtype f16).\n";
 
-// OpenMP (the calibrated methods' loops, oneDNN) by default spins at its barriers: on a machine
-// busy with other programs those spins take the cores the late threads need (a Wanda pack that
-// took 51 s quiet took 656 s at load ~6; a KJV Wanda pack at load ~23: 54-57 s spinning, 4.6-6.3 s passive). libgomp reads OMP_WAIT_POLICY once, when it loads,
-// before main(); so when the user has not chosen a policy, endor-pack sets PASSIVE (waiting
-// threads sleep) and executes itself again, once. A failed exec just carries on as before.
-void prefer_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("ENDOR_REEXEC")) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::setenv("ENDOR_REEXEC", "1", 1);
-  ::execv("/proc/self/exe", argv);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  prefer_passive_openmp(argv);
+  endor::prefer_passive_openmp(argv);
   endor::cli::install_cleanup_handlers();
   if (argc < 2) {
     std::fputs(kUsage, stderr);

@@ -28,6 +28,7 @@
 #include "endor/offload.h"
 #include "endor/runtime.h"
 #include "endor/tokenizer.h"
+#include "endor/openmp_policy.h"
 #include "chat_command.h"
 #include "placement_options.h"
 #include "tokenizer_commands.h"
@@ -604,20 +605,8 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-// oneDNN's prefill GEMMs run on OpenMP, whose threads spin at barriers by default: on a machine
-// busy with other programs the spinning takes the cores the late threads need (a KJV perplexity
-// run at load ~22: 17-19 s spinning, 2.6-3.1 s waiting passively, AMD EPYC 2 vCPUs). libgomp reads
-// OMP_WAIT_POLICY when it loads, before main(); so when the user has not chosen one, PASSIVE is set
-// and the program executes itself again, once (endor-pack does the same). A failed exec carries on.
-void prefer_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("ENDOR_REEXEC")) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::setenv("ENDOR_REEXEC", "1", 1);
-  ::execv("/proc/self/exe", argv);
-}
-
 int main(int argc, char** argv) {
-  prefer_passive_openmp(argv);
+  endor::prefer_passive_openmp(argv);
   try {
     // Subcommands come first; anything else is the model FILE (pass a file literally named
     // "tokenize" as ./tokenize).
