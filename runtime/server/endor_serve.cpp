@@ -20,6 +20,7 @@
 #include <cxxopts.hpp>
 
 #include "chat_command.h"
+#include "endor/openmp_policy.h"
 #include "endor/serve_http.h"
 #include "endor/serve_scheduler.h"
 #include "placement_options.h"
@@ -201,6 +202,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  endor::prefer_passive_openmp(argv);
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {

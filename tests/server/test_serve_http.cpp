@@ -2,9 +2,11 @@
 // the server a child process on a loopback port: greedy text under concurrency equal to endor-infer
 // alone (slots full, queueing, chunked prefill, streams, chats), the API key, limits and error
 // codes, >= 1000 malformed requests each answered 4xx with an error body and the server alive
-// after, a half-sent request timed out, and SIGTERM ending streams with a final chunk and exit 0.
+// after, a half-sent request timed out, clients that leave (streamed or not, in a slot or queued)
+// freeing their places, and SIGTERM ending streams with a final chunk and exit 0.
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -43,6 +45,54 @@ std::string pack_with_chat(const TempDir& dir, const std::string& name, const st
   INFO("endor-pack stderr: ", r.err);
   REQUIRE(r.status == 0);
   return out;
+}
+
+// The sample with a context of 4096 positions (its rotary embeddings take any position; the weights
+// do not change), packed with `pack_args`: a generation long enough to still run when its client leaves.
+std::string pack_long_context(const TempDir& dir, const std::string& name, const std::string& pack_args) {
+  const std::string folder = dir.file(name + ".src");
+  std::filesystem::create_directory(folder);
+  for (const char* f : {"generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(test::sample_dir() + "/" + f, folder + "/" + f);
+  json config = test::read_json(test::sample_dir() + "/config.json");
+  config["max_position_embeddings"] = 4096;
+  std::ofstream(folder + "/config.json") << config.dump(1);
+  const std::string out = dir.file(name);
+  const auto r = test::run_capture(test::endor_pack() + " " + pack_args + " " + folder + " -o " + out, dir);
+  INFO("endor-pack stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  return out;
+}
+
+// A connection to 127.0.0.1:port that sent `request` and reads nothing; closed by the destructor
+// or close() (the client going away).
+class OpenRequest {
+ public:
+  OpenRequest(int port, const std::string& request) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::send(fd_, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size()));
+  }
+  ~OpenRequest() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// The value of a metric line "NAME VALUE" in Prometheus text (-1 when absent).
+double metric_value(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
 }
 
 const std::vector<std::string> kPrompts = {
@@ -271,14 +321,22 @@ TEST_CASE("endor-serve: API key, limits, error codes, stop strings, metrics") {
   REQUIRE(missing);
   CHECK(missing->status == 404);
   CHECK(json::parse(missing->body)["error"]["type"] == "not_found_error");
-  // One slot, a queue of one: of 8 requests at once, some are refused with 429.
+  // One slot, a queue of one: one request in the slot, then 7 at once: one waits, the others are
+  // refused with 429. (The first is let in before the others come, so the queue is empty when they
+  // do: 8 at once would also race the scheduler taking the first from the queue.)
   std::vector<int> codes(8);
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < codes.size(); ++i)
-    threads.emplace_back([&, i] {
-      codes[i] = post_json(port, "/v1/completions", {{"prompt", "And"}, {"max_tokens", 60}, {"temperature", 0}},
-                           "sesame").first;
-    });
+  auto send = [&](size_t i) {
+    codes[i] = post_json(port, "/v1/completions", {{"prompt", "And"}, {"max_tokens", 60}, {"temperature", 0}},
+                         "sesame").first;
+  };
+  threads.emplace_back(send, 0);
+  for (int i = 0; i < 2000; ++i) {
+    auto m = cli.Get("/metrics");
+    if (m && m->body.find("endor_active_slots 1\n") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (size_t i = 1; i < codes.size(); ++i) threads.emplace_back(send, i);
   for (std::thread& t : threads) t.join();
   CHECK(std::count(codes.begin(), codes.end(), 429) >= 1);
   CHECK(std::count(codes.begin(), codes.end(), 200) >= 2);
@@ -403,6 +461,67 @@ TEST_CASE("endor-serve: >= 1000 malformed requests, each 4xx with an error body;
   CHECK(server.terminate() == 0);
   // Under the sanitizers, a report would be on stderr and the exit status non-zero.
   CHECK(server.log.find("Sanitizer") == std::string::npos);
+}
+
+TEST_CASE("endor-serve: a client that leaves frees its slot or queue place, streamed or not") {
+  TempDir dir;
+  const std::string model = pack_long_context(dir, "sample-4k.endor", "convert");
+  ServerProcess server(dir, "disconnect");
+  REQUIRE_MESSAGE(server.start(model, "--threads 1 --parallel 1 --queue 4 --ctx 4096 --metrics"), server.log);
+  httplib::Client cli("127.0.0.1", server.port);
+  auto metrics = [&] {
+    auto m = cli.Get("/metrics");
+    REQUIRE(m);
+    return m->body;
+  };
+  // Waits up to 30 s (polling every 10 ms) for `ready` to hold on /metrics; returns the last text.
+  auto wait_for = [&](const std::function<bool(const std::string&)>& ready) {
+    std::string m = metrics();
+    for (int i = 0; i < 3000 && !ready(m); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      m = metrics();
+    }
+    return m;
+  };
+  const int kMaxTokens = 4000;  // seconds of work for the one slot: still running when its client leaves
+  const json long_answer = {{"prompt", "And"}, {"max_tokens", kMaxTokens}, {"ignore_eos", true}, {"temperature", 0}};
+  json streamed = long_answer;
+  streamed["stream"] = true;
+  // A non-streaming request in the slot, then a streaming and a non-streaming one in the queue.
+  OpenRequest in_slot(server.port, test::post("/v1/completions", long_answer.dump()));
+  std::string m = wait_for([](const std::string& t) {
+    return metric_value(t, "endor_active_slots") == 1 && metric_value(t, "endor_generated_tokens_total") > 0;
+  });
+  REQUIRE(metric_value(m, "endor_active_slots") == 1);
+  OpenRequest queued_stream(server.port, test::post("/v1/completions", streamed.dump()));
+  OpenRequest queued(server.port, test::post("/v1/completions", long_answer.dump()));
+  m = wait_for([](const std::string& t) { return metric_value(t, "endor_queue_length") == 2; });
+  REQUIRE(metric_value(m, "endor_queue_length") == 2);
+  REQUIRE(metric_value(m, "endor_requests_finished_total") == 0);
+  // All three clients leave; the slot and the queue empty within the bound, without finishing them.
+  queued.close();
+  queued_stream.close();
+  in_slot.close();
+  const auto left = std::chrono::steady_clock::now();
+  m = wait_for([](const std::string& t) {
+    return metric_value(t, "endor_active_slots") == 0 && metric_value(t, "endor_queue_length") == 0 &&
+           metric_value(t, "endor_requests_cancelled_total") == 3;
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - left).count();
+  INFO(m);
+  CHECK(metric_value(m, "endor_active_slots") == 0);
+  CHECK(metric_value(m, "endor_queue_length") == 0);
+  CHECK(metric_value(m, "endor_requests_cancelled_total") == 3);
+  CHECK(metric_value(m, "endor_requests_finished_total") == 0);
+  CHECK(metric_value(m, "endor_generated_tokens_total") < kMaxTokens);
+  CHECK(seconds < 10);
+  // The non-streaming ones are logged 499 (nginx's "client closed request").
+  CHECK(m.find("endor_requests_total{route=\"/v1/completions\",status=\"499\"} 2") != std::string::npos);
+  // The slot is free: the next request is answered.
+  const auto [st, j] = post_json(server.port, "/v1/completions", {{"prompt", "And"}, {"max_tokens", 8}, {"temperature", 0}});
+  CHECK(st == 200);
+  CHECK(j["usage"]["completion_tokens"] == 8);
+  CHECK(server.terminate() == 0);
 }
 
 TEST_CASE("endor-serve: SIGTERM ends streams in flight with a final chunk and exits 0") {

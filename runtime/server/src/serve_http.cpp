@@ -4,9 +4,11 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <chrono>
 #include <ctime>
@@ -64,6 +66,62 @@ void widen_listen_backlog(int port) {
     if (bound == port) ::listen(fd, SOMAXCONN);
   }
   ::closedir(dir);
+}
+
+// The socket of the connection that carried `req`: the descriptor of this process whose peer is
+// req.remote_addr:remote_port and whose local port is req.local_port (a TCP connection's addresses
+// name it uniquely; the handler's thread holds it open until the answer is written). cpp-httplib
+// 0.11 (Debian 12) has no Request::is_connection_closed and keeps the socket private; the handlers
+// use this to notice a client that left while its answer is being generated. INVALID_SOCKET when
+// not found (then nothing is noticed until a write fails).
+socket_t connection_socket(const httplib::Request& req) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return INVALID_SOCKET;
+  socket_t found = INVALID_SOCKET;
+  std::string remote = req.remote_addr.substr(0, req.remote_addr.find('%'));  // IPv6 scope dropped
+  while (const dirent* e = ::readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2) continue;
+    sockaddr_storage peer{}, local{};
+    socklen_t peer_len = sizeof peer, local_len = sizeof local;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
+    char ip[INET6_ADDRSTRLEN] = {};
+    int peer_port = -1, local_port = -1;
+    if (peer.ss_family == AF_INET && local.ss_family == AF_INET) {
+      const auto* p4 = reinterpret_cast<const sockaddr_in*>(&peer);
+      ::inet_ntop(AF_INET, &p4->sin_addr, ip, sizeof ip);
+      peer_port = ntohs(p4->sin_port);
+      local_port = ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
+    } else if (peer.ss_family == AF_INET6 && local.ss_family == AF_INET6) {
+      const auto* p6 = reinterpret_cast<const sockaddr_in6*>(&peer);
+      ::inet_ntop(AF_INET6, &p6->sin6_addr, ip, sizeof ip);
+      peer_port = ntohs(p6->sin6_port);
+      local_port = ntohs(reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port);
+    } else {
+      continue;
+    }
+    if (peer_port == req.remote_port && local_port == req.local_port && remote == ip) {
+      found = fd;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return found;
+}
+
+// True when the peer closed the connection (or it failed). Called while the request's answer is
+// not yet written, so nothing should arrive: readable with data means a pipelined request (the
+// client is there), readable with nothing (end of stream) or an error means it left. A client that
+// only shut down its sending side counts as gone too, as in cpp-httplib's later versions.
+bool client_gone(socket_t sock) {
+  if (sock == INVALID_SOCKET) return false;
+  pollfd p{sock, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
+  char c = 0;
+  const ssize_t n = ::recv(sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 std::string route_name(const std::string& path) {
@@ -168,12 +226,21 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   };
 
   if (!r.stream) {
+    // The connection is checked each time the job moves (every step while it generates) and at
+    // least every 100 ms while it waits: a client gone frees its slot (or queue place) at the
+    // scheduler's next step.
+    const socket_t connection = connection_socket(req);
     std::string text;
     Job::Update u;
     for (;;) {
-      u = job->take(std::chrono::milliseconds(500));
+      u = job->take(std::chrono::milliseconds(100));
       text += u.text;
       if (u.finish) break;
+      if (client_gone(connection)) {
+        job->cancel();
+        // Nobody reads it; the status is for the logs and /metrics (nginx's "client closed request").
+        throw ApiError(499, "the client closed the connection before the answer was ready", "client_closed_request");
+      }
     }
     if (u.error) throw *u.error;
     json choice = {{"index", 0}, {"finish_reason", *u.finish}, {"logprobs", nullptr}};
@@ -186,7 +253,8 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   }
 
   // Server-sent events: a chunk per step that produced text, a last one with the finish reason,
-  // the usage when asked, then [DONE]. A failed write means the client left: the slot is freed.
+  // the usage when asked, then [DONE]. A failed write, or a closed connection while nothing is
+  // written, means the client left: the slot (or queue place) is freed.
   const bool include_usage = r.include_usage;
   auto chunk = [=](const std::string& text, const std::optional<std::string>& finish, bool role) {
     json choice = {{"index", 0}, {"finish_reason", finish ? json(*finish) : json(nullptr)}, {"logprobs", nullptr}};
@@ -202,6 +270,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
                             {"created", created}, {"model", model_id}, {"choices", json::array({choice})}}) + "\n\n";
   };
   done.n = nullptr;  // the releaser below counts the stream out
+  const socket_t connection = connection_socket(req);
   auto started = std::make_shared<bool>(false);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -217,6 +286,11 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         }
         const Job::Update u = job->take(std::chrono::milliseconds(250));
         if (!u.text.empty() && !write(chunk(u.text, std::nullopt, false))) {
+          job->cancel();
+          return false;
+        }
+        // Nothing written while a stream waits in the queue or prefills: look at the connection.
+        if (u.text.empty() && !u.finish && client_gone(connection)) {
           job->cancel();
           return false;
         }
