@@ -135,6 +135,9 @@ class CpuBackend final : public Backend {
                  const AttentionParams& p, float* out) override {
     cpu::detail::attention(ctx_, q, k_cache, v_cache, n_past, n_tokens, p, out);
   }
+  int32_t sample(const float* logits, size_t vocab, const SamplingParams& params, double u01) override {
+    return sample_logits(logits, vocab, params, u01, sampling_scratch_);  // host memory: no copy
+  }
   bool supports_f16_kv() const override { return true; }
   void store_f16(uint16_t* dst, const float* src, size_t n) override { cpu::detail::narrow_to_half(src, dst, n); }
   void attention_f16(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, size_t n_past,

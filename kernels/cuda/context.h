@@ -76,6 +76,7 @@ struct Context {
   DeviceBuffer activations;  // DecodeGemm: x converted to the GEMM's 16-bit type [T, in]
   ParamStaging params;       // per-call copies of host inputs (token ids, positions, inv_freq)
   DeviceBuffer bounce;       // copy() between overlapping ranges
+  DeviceBuffer sampled;      // sample(): the chosen id (int32)
   DeviceBuffer l2_flush;     // time_device_ms(flush_l2)
 
  private:

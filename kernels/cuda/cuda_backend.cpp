@@ -4,6 +4,7 @@
 #include "endor/cuda_backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -328,6 +329,25 @@ class CudaBackend final : public Backend {
     shape.scale = p.scale;
     shape.sliding_window = p.sliding_window;
     cuda::detail::launch_attention(q, k_cache, v_cache, n_past, n_tokens, shape, out, ctx_.compute);
+  }
+
+  // ---- sampling ----
+  // On the device unless the reference must run (bad parameters: it throws the one-line error)
+  // or top-k keeps more than kMaxSampleCandidates (top-k off or large, temperature > 0): then the
+  // row is downloaded and sampled on the host (Backend::sample), with the same result.
+  int32_t sample(const float* logits, size_t vocab, const SamplingParams& p, double u01) override {
+    const bool valid = vocab > 0 && vocab <= size_t(INT32_MAX) && p.temperature >= 0.0f &&
+                       std::isfinite(p.temperature) && p.top_p > 0.0f && p.top_p <= 1.0f;
+    const size_t keep = p.top_k > 0 && p.top_k < vocab ? p.top_k : vocab;
+    if (!valid || (p.temperature > 0.0f && keep > cuda::detail::kMaxSampleCandidates))
+      return Backend::sample(logits, vocab, p, u01);
+    ctx_.activate();
+    auto* id_dev = static_cast<int32_t*>(ctx_.sampled.ensure(sizeof(int32_t), ctx_.compute));
+    cuda::detail::launch_sample(logits, uint32_t(vocab), p.temperature, uint32_t(keep), p.top_p, u01, id_dev,
+                                ctx_.compute);
+    int32_t id = -1;
+    download_raw(&id, id_dev, sizeof id);
+    return id;
   }
 
   const DeviceWeight& device_weight_of(const Weight& weight) {

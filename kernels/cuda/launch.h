@@ -19,6 +19,7 @@ enum class Dense : uint8_t { F32, F16, BF16 };
 inline constexpr uint32_t kBlockCols = 4096;  // == endor::kIndexBlockCols (checked in linear.cpp)
 inline constexpr size_t kMaxFusedTokens = 8;  // tokens one fused-kernel launch multiplies at once
 inline constexpr uint32_t kMaxHeadDim = 256;  // attention kernel: 8 elements per lane of a warp
+inline constexpr uint32_t kMaxSampleCandidates = 1024;  // sampling kernel: kept candidates (top-k)
 
 // One weight's encoded sections in device memory: pointers into one device blob (SPEC §6.2),
 // null for sections the encoding does not have. prepare_weight checked rows, cols < 2^31.
@@ -75,6 +76,13 @@ void launch_add_bias(float* x, const float* bias, size_t n_tokens, size_t dim, c
 // positions: [n_tokens] int32, inv_freq: [rotary_dim/2] (both device copies of the host inputs).
 void launch_rope(float* x, size_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
                  const int32_t* positions, const float* inv_freq, float attention_factor, cudaStream_t stream);
+
+// ---- sampling (sampling.cu) ----
+// *out (device) = sample_logits(logits[vocab], {temperature, top_k, top_p}, u01) (endor/kernels.h)
+// where `keep` is the number of candidates top_k keeps (min(top_k, vocab), vocab when off),
+// ≤ kMaxSampleCandidates unless temperature is 0 (greedy reads every logit, keeps none).
+void launch_sample(const float* logits, uint32_t vocab, float temperature, uint32_t keep, float top_p, double u01,
+                   int32_t* out, cudaStream_t stream);
 
 // ---- attention (attention.cu) ----
 struct AttentionShape {

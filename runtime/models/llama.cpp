@@ -28,7 +28,7 @@ class LlamaModel final : public BlockModel {
   enum Slot : size_t { kNormed = kFirstArchSlot, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits };
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
   void run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) override;
-  void run_head(const float* x, size_t rows, std::vector<float>& logits) override;
+  const float* run_head(const float* x, size_t rows) override;
   std::vector<LinearSlot> linear_slots(uint32_t layer) override;
   size_t kv_dim() const override { return size_t(config_.n_kv_heads) * config_.head_dim; }
   const char* arch_name() const override { return "Llama"; }
@@ -149,15 +149,14 @@ void LlamaModel::run_block(uint32_t l, float*& x, const BlockRows& rows, const L
   backend_.add(x, proj, n * H);
 }
 
-void LlamaModel::run_head(const float* x, size_t rows, std::vector<float>& logits) {
+const float* LlamaModel::run_head(const float* x, size_t rows) {
   const ModelConfig& c = config_;
   const size_t H = c.hidden, V = c.vocab;
   float* h = scratch_.get(kNormed, rows * H);
   float* out = scratch_.get(kLogits, rows * V);
   backend_.rms_norm(x, final_norm_, c.norm_eps, rows, H, h);
   backend_.linear(*lm_head_, h, rows, nullptr, out);
-  logits.resize(rows * V);
-  backend_.download(logits.data(), out, rows * V);
+  return out;
 }
 
 std::vector<BlockModel::LinearSlot> LlamaModel::linear_slots(uint32_t layer) {

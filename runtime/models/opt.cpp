@@ -32,7 +32,7 @@ class OptModel final : public BlockModel {
   enum Slot : size_t { kAlt = kFirstArchSlot, kQ, kAttn, kProj, kFfn, kWordEmbed, kLogits };
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
   void run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) override;
-  void run_head(const float* cur, size_t rows, std::vector<float>& logits) override;
+  const float* run_head(const float* cur, size_t rows) override;
   std::vector<LinearSlot> linear_slots(uint32_t layer) override;
   size_t kv_dim() const override { return config_.hidden; }
   const char* arch_name() const override { return "OPT"; }
@@ -190,7 +190,7 @@ void OptModel::run_block(uint32_t l, float*& x, const BlockRows& rows, const Lin
   }
 }
 
-void OptModel::run_head(const float* cur, size_t rows, std::vector<float>& logits) {
+const float* OptModel::run_head(const float* cur, size_t rows) {
   const ModelConfig& c = config_;
   const size_t H = c.hidden, V = c.vocab, Dw = c.word_embed_dim;
   // The head's buffers must not alias `cur`: x/h may be either slot after post-LN swaps, so
@@ -207,8 +207,7 @@ void OptModel::run_head(const float* cur, size_t rows, std::vector<float>& logit
   }
   float* out = scratch_.get(kLogits, rows * V);
   backend_.linear(*lm_head_, cur, rows, nullptr, out);
-  logits.resize(rows * V);
-  backend_.download(logits.data(), out, rows * V);
+  return out;
 }
 
 std::vector<BlockModel::LinearSlot> OptModel::linear_slots(uint32_t layer) {

@@ -44,8 +44,7 @@ void add_positions(std::vector<int32_t>& positions, size_t n_past, size_t n) {
 }
 }  // namespace
 
-void BlockModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
-                         std::vector<float>& logits) {
+const float* BlockModel::run_sequence(const int32_t* ids, size_t n, KvCache& cache, bool all_logits) {
   const ModelConfig& c = config_;
   check_forward_inputs(c, store_.path(), ids, n, cache);
   const size_t H = c.hidden;
@@ -58,12 +57,27 @@ void BlockModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_
   const Clock::time_point t_start = Clock::now();
   KvCache* caches[] = {&cache};
   const double layers_ms = run_blocks(&ids, caches, rows, x);
-  const size_t n_rows = all_logits ? n : 1;
-  run_head(all_logits ? x : x + (n - 1) * H, n_rows, logits);
+  const float* logits = run_head(all_logits ? x : x + (n - 1) * H, all_logits ? n : 1);
   if (profiling_) {
+    backend_.synchronize();
     profile_.head_ms += ms_since(t_start) - layers_ms;
     profile_.n_calls += 1;
   }
+  return logits;
+}
+
+void BlockModel::forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
+                         std::vector<float>& logits) {
+  download_logits(run_sequence(ids, n, cache, all_logits), all_logits ? n : 1, logits);
+}
+
+int32_t BlockModel::forward_next(const int32_t* ids, size_t n, KvCache& cache, Sampler& sampler) {
+  return sampler.sample_on(backend_, run_sequence(ids, n, cache, false), config_.vocab);
+}
+
+void BlockModel::download_logits(const float* backend_logits, size_t rows, std::vector<float>& logits) {
+  logits.resize(rows * config_.vocab);
+  backend_.download(logits.data(), backend_logits, rows * config_.vocab);
 }
 
 void BlockModel::forward_batch(const SequenceStep* steps, size_t n_steps, std::vector<float>& logits) {
@@ -106,7 +120,7 @@ void BlockModel::forward_batch(const SequenceStep* steps, size_t n_steps, std::v
   float* last = scratch_.get(kLastRows, n_steps * H);
   for (size_t s = 0; s < n_steps; ++s)
     backend_.copy(last + s * H, x + (rows.seqs[s].row + rows.seqs[s].n - 1) * H, H);
-  run_head(last, n_steps, logits);
+  download_logits(run_head(last, n_steps), n_steps, logits);
   if (profiling_) {
     profile_.head_ms += ms_since(t_start) - layers_ms;
     profile_.n_calls += 1;
@@ -184,7 +198,7 @@ void BlockModel::forward_block(uint32_t layer, float* hidden, size_t n, const Li
 void BlockModel::head(const float* hidden, size_t n, std::vector<float>& logits) {
   float* x = scratch_.get(kX, n * config_.hidden);
   backend_.upload(x, hidden, n * config_.hidden);
-  run_head(x, n, logits);
+  download_logits(run_head(x, n), n, logits);
 }
 
 std::vector<std::string> BlockModel::block_linear_names() const {

@@ -15,6 +15,7 @@ class BlockModel : public Model {
  public:
   void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
                std::vector<float>& logits) final;
+  int32_t forward_next(const int32_t* ids, size_t n, KvCache& cache, Sampler& sampler) final;
   void forward_batch(const SequenceStep* steps, size_t n_steps, std::vector<float>& logits) final;
   void embed(const int32_t* ids, size_t n, float* hidden_out) final;
   void forward_block(uint32_t layer, float* hidden, size_t n, const LinearInputHook& hook) final;
@@ -77,8 +78,9 @@ class BlockModel : public Model {
   // buffer and repoint x (OPT's post-LN blocks alternate two buffers). The hook is only given
   // with one sequence (calibration).
   virtual void run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) = 0;
-  // x [rows, hidden] (backend) -> logits [rows, vocab] (host). x may be any scratch buffer.
-  virtual void run_head(const float* x, size_t rows, std::vector<float>& logits) = 0;
+  // x [rows, hidden] (backend) -> logits [rows, vocab] (backend memory, a scratch slot valid until
+  // the next call). x may be any scratch buffer.
+  virtual const float* run_head(const float* x, size_t rows) = 0;
   // The Linears of block `layer`, in execution order.
   virtual std::vector<LinearSlot> linear_slots(uint32_t layer) = 0;
   virtual size_t kv_dim() const = 0;          // width of one key/value row
@@ -96,6 +98,10 @@ class BlockModel : public Model {
   // Embedding, every block, cache advance; x ends as the residual stream [rows.n, hidden].
   // Returns the blocks' profiled time (ms; 0 unless profiling).
   double run_blocks(const int32_t* const* ids, KvCache* const* caches, BlockRows& rows, float*& x);
+  // One sequence's ids through the blocks and the head -> logits (backend memory) of every row
+  // or of the last one.
+  const float* run_sequence(const int32_t* ids, size_t n, KvCache& cache, bool all_logits);
+  void download_logits(const float* backend_logits, size_t rows, std::vector<float>& logits);
   std::vector<std::unique_ptr<Weight>> replaced_;  // weights given by replace_block_weight
 };
 

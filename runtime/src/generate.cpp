@@ -45,19 +45,26 @@ std::vector<int32_t> generate_in_cache(Model& model, KvCache& cache_ref, const s
   std::vector<int32_t> out;
   if (options.max_new_tokens == 0 && !options.on_prompt_logits) return out;
 
+  // Without prompt logits to report, every step samples where the backend keeps the logits
+  // (Model::forward_next: on a device only the id comes back).
   const bool all = static_cast<bool>(options.on_prompt_logits);
+  int32_t token = -1;
   const Clock::time_point t0 = Clock::now();
-  model.forward(prompt.data(), prompt.size(), *cache, all, logits);
-  const double forward_ms = ms_since(t0);
-  if (all) options.on_prompt_logits(logits, prompt.size());  // not timed
-  if (options.max_new_tokens == 0) {
-    st.prefill_ms = forward_ms;
-    return out;
+  if (all) {
+    model.forward(prompt.data(), prompt.size(), *cache, true, logits);
+    const double forward_ms = ms_since(t0);
+    options.on_prompt_logits(logits, prompt.size());  // not timed
+    if (options.max_new_tokens == 0) {
+      st.prefill_ms = forward_ms;
+      return out;
+    }
+    const Clock::time_point t1 = Clock::now();
+    token = sampler.sample(logits.data() + (prompt.size() - 1) * c.vocab, c.vocab);
+    st.prefill_ms = forward_ms + ms_since(t1);
+  } else {
+    token = model.forward_next(prompt.data(), prompt.size(), *cache, sampler);
+    st.prefill_ms = ms_since(t0);
   }
-  const Clock::time_point t1 = Clock::now();
-  const float* last = logits.data() + (all ? (prompt.size() - 1) * c.vocab : 0);
-  int32_t token = sampler.sample(last, c.vocab);
-  st.prefill_ms = forward_ms + ms_since(t1);
   model.reset_profile();  // per-layer times below are decode-only
 
   auto is_eos = [&](int32_t id) {
@@ -77,8 +84,7 @@ std::vector<int32_t> generate_in_cache(Model& model, KvCache& cache_ref, const s
       st.stop = StopReason::Context;
       break;
     }
-    model.forward(&token, 1, *cache, false, logits);
-    token = sampler.sample(logits.data(), c.vocab);
+    token = model.forward_next(&token, 1, *cache, sampler);
     st.n_decode_steps += 1;
   }
   st.decode_ms = ms_since(t_decode);

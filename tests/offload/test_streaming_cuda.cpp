@@ -2,7 +2,8 @@
 // pinned staging -> copy stream) give the all-resident CUDA logits bit for bit — prefill of more
 // than 8 tokens (decoded panels + cuBLAS from a slot) and single-token decode (fused kernels from
 // a slot) — for every prefetch depth, mixed tiers, every fixture architecture, and the block API in
-// any order; plus stats and the bandwidth probe. Without a CUDA device every test returns at once
+// any order; plus stats and the bandwidth probe; and generate() sampling on the device (greedy ids
+// equal the CPU backend's, sampled ids the host sampler's). Without a CUDA device every test returns at once
 // and one line "no CUDA device: skipping N GPU tests (...)" marks the binary skipped for ctest.
 #include <doctest/doctest.h>
 
@@ -61,6 +62,23 @@ Streamed streamed_logits(const ContainerReader& c, const Placement& p, uint32_t 
   weights->synchronize();
   s.stats = weights->stats();
   return s;
+}
+
+// The ids of a generation whose every token is picked by the host sampler from forward()'s
+// downloaded logits (what generate() did before it sampled on the backend).
+std::vector<int32_t> host_sampled_ids(Model& model, const std::vector<int32_t>& prompt, const SamplerOptions& so,
+                                      size_t n) {
+  const uint32_t vocab = model.config().vocab;
+  Sampler sampler(so);
+  std::unique_ptr<KvCache> cache = model.make_cache(prompt.size() + n);
+  std::vector<float> logits;
+  model.forward(prompt.data(), prompt.size(), *cache, false, logits);
+  std::vector<int32_t> ids = {sampler.sample(logits.data(), vocab)};
+  while (ids.size() < n) {
+    model.forward(&ids.back(), 1, *cache, false, logits);
+    ids.push_back(sampler.sample(logits.data(), vocab));
+  }
+  return ids;
 }
 
 }  // namespace
@@ -157,6 +175,51 @@ GPU_TEST_CASE("offload cuda: every fixture architecture, f16 and int4 at 50 %, s
       // quantized) multiply bf16-rounded activations: 8 bits of mantissa (f16: 11), a looser bound.
       const bool bf16 = std::string(fixture).find("bf16") != std::string::npos;
       CHECK(worst_auto <= (bf16 ? 1e-1 : 2e-2) * std::max(1.0, scale));
+    }
+  }
+}
+
+GPU_TEST_CASE("offload cuda: generate() samples on the device: the host sampler's ids; greedy gives the CPU's") {
+  REQUIRE_GPU();
+  TempDir dir;
+  for (const char* fixture : {"llama-tiny", "qwen2-tiny", "opt-tiny"}) {
+    CAPTURE(fixture);
+    const std::string out = dir.file(std::string(fixture) + ".endor");
+    REQUIRE(test::run_command(test::endor_pack() + " convert --dtype f16 " + test::fixture_dir(fixture) + " -o " + out +
+                              " >/dev/null 2>&1") == 0);
+    auto c = ContainerReader::open(out);
+    // Every Linear on the fused f32 kernels: the logits differ from the exact CPU backend's in
+    // summation order only (the test above bounds them), far below these fixtures' top-2 gaps.
+    cuda::Options fused_only;
+    fused_only.linear_path = cuda::LinearPath::Fused;
+    auto gpu = make_cuda_backend(fused_only);
+    auto model = load_model(*c, *gpu);
+    auto cpu = make_exact_cpu_backend(1);
+    auto cpu_model = load_model(*c, *cpu);
+    const std::vector<int32_t> prompt = prompt_ids(7, model->config().vocab);
+    GenerationOptions go;
+    go.max_new_tokens = 12;
+    go.stop_at_eos = false;
+    const SamplerOptions greedy;
+    Sampler a(greedy), b(greedy);
+    const std::vector<int32_t> ids = generate(*model, prompt, a, go, {});
+    REQUIRE(ids.size() == 12);
+    CHECK(ids == generate(*cpu_model, prompt, b, go, {}));
+    CHECK(ids == host_sampled_ids(*model, prompt, greedy, 12));
+    // Sampled: the device's picks are the host sampler's on the same logits, draw for draw (top-k
+    // off keeps the whole 512-token vocabulary, within the device's 1024 candidates).
+    SamplerOptions top_k_p, full;
+    top_k_p.temperature = 0.7f;
+    top_k_p.top_k = 40;
+    top_k_p.top_p = 0.9f;
+    top_k_p.seed = 5;
+    full.temperature = 1.0f;
+    full.seed = 9;
+    for (const SamplerOptions& so : {top_k_p, full}) {
+      Sampler s(so);
+      const std::vector<int32_t> sampled = generate(*model, prompt, s, go, {});
+      CHECK(sampled == host_sampled_ids(*model, prompt, so, 12));
+      CHECK(sampled != ids);  // the draws matter
     }
   }
 }

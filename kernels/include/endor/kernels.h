@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "endor/format.h"
 
@@ -41,6 +42,27 @@ struct AttentionParams {
   float scale = 1.0f;               // usually head_dim^-0.5 (OPT pre-scales q instead: 1.0)
   uint32_t sliding_window = 0;      // 0 = none; else a query at p sees keys in (p - window, p]
 };
+
+// ---- sampling: the next token from one row of logits ----
+// transformers' warpers in their order: temperature, top-k, top-p. Candidates are ordered by
+// (logit desc, id asc), a NaN logit counting as -inf, so top_k = 1 is greedy.
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy argmax (ties -> lowest id; NaN never wins); else > 0, finite
+  uint32_t top_k = 0;        // 0 = off
+  float top_p = 1.0f;        // in (0, 1]; 1 = off, else the smallest prefix of the ordered
+                             // distribution whose probability mass reaches top_p
+};
+// Scratch of sample_logits (kept between calls so a decode loop allocates nothing).
+struct SamplingScratch {
+  std::vector<uint32_t> order;
+  std::vector<double> probs;
+};
+// The reference pick, on the host; every backend's sample() equals it. u01 in [0, 1) is the random
+// draw (unused when greedy): softmax(logit / temperature) over the kept candidates in double, then
+// the first candidate whose cumulative mass exceeds u01 · (kept mass). Throws endor::Error when
+// vocab is 0 or the parameters are out of range.
+int32_t sample_logits(const float* logits, size_t vocab, const SamplingParams& params, double u01,
+                      SamplingScratch& scratch);
 
 class Backend {
  public:
@@ -111,6 +133,15 @@ class Backend {
   // values widened to f32.
   virtual void attention_f16(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, size_t n_past,
                              size_t n_tokens, const AttentionParams&, float* out);
+
+  // ---- sampling ----
+  // sample_logits() of logits[vocab] (backend memory) with the same u01: the same id. Only the id
+  // reaches the host; the default downloads the row and samples it there (the CPU backend reads it
+  // in place; CUDA picks it on the device, see cuda_backend.h).
+  virtual int32_t sample(const float* logits, size_t vocab, const SamplingParams& params, double u01);
+
+ protected:
+  SamplingScratch sampling_scratch_;  // for sample(): a Backend is used by one thread at a time
 };
 
 // ---- CPU building blocks also used directly by the packer, the tests and the benchmarks ----

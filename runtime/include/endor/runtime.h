@@ -127,6 +127,8 @@ class WeightProvider {
 };
 
 // ---- model --------------------------------------------------------------------------------------
+class Sampler;
+
 // Wall time and weight traffic of the forward passes since the last reset (profiling only:
 // per-layer times need a backend synchronize per layer, so they are off by default).
 struct ForwardProfile {
@@ -155,6 +157,10 @@ class Model {
   // positions pass the context length or the cache capacity, or an id is outside the vocab.
   virtual void forward(const int32_t* ids, size_t n, KvCache& cache, bool all_logits,
                        std::vector<float>& logits) = 0;
+  // forward() of ids[0..n), then the next token: sampler.sample_on() of the last token's logits
+  // where the backend holds them (a CUDA device picks it; only the id comes back). The same id
+  // and the same draws as sampler.sample() of forward()'s logits. Throws as forward() does.
+  virtual int32_t forward_next(const int32_t* ids, size_t n, KvCache& cache, Sampler& sampler) = 0;
 
   // Several sequences' new tokens in one pass over the blocks (FlexGen's block-major order: each
   // block is acquired once and applied to every sequence before the next block). steps[s] runs
@@ -230,16 +236,22 @@ struct SamplerOptions {
 class Sampler {
  public:
   explicit Sampler(const SamplerOptions& options);
-  // logits [vocab] -> token id. Candidates are ordered by (logit desc, id asc), so top_k = 1
-  // equals greedy. Deterministic for a given seed and call sequence.
+  // logits [vocab] (host) -> token id: sample_logits (endor/kernels.h) with the next draw of the
+  // seeded generator (none when greedy). Candidates are ordered by (logit desc, id asc), so
+  // top_k = 1 equals greedy. Deterministic for a given seed and call sequence.
   int32_t sample(const float* logits, size_t vocab);
+  // The same pick from logits in `backend`'s memory (Backend::sample: on a CUDA device only the id
+  // comes back): the same id as sample() of those logits, and the same draws.
+  int32_t sample_on(Backend& backend, const float* backend_logits, size_t vocab);
   const SamplerOptions& options() const { return options_; }
 
  private:
+  SamplingParams params() const;
+  double draw();  // u in [0, 1), or 0 without consuming the generator when greedy
+
   SamplerOptions options_;
   std::mt19937_64 rng_;
-  std::vector<uint32_t> order_;  // scratch
-  std::vector<double> probs_;    // scratch
+  SamplingScratch scratch_;
 };
 
 // The sampler settings transformers' generate() would use for this generation_config.json

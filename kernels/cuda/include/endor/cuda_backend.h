@@ -8,6 +8,8 @@
 // synchronize() and the cuda:: helpers that return host values wait for it, and so do alloc()
 // (memory is zeroed on return) and upload() (host_src is reusable on return, pinned or not).
 // Host inputs of embed() and rope() go through pinned staging and need no wait.
+// sample() picks the token on the device (greedy; temperature with top-k ≤ 1024; sampling.cu) and
+// copies back only its id; with top-k off or larger it downloads the row and samples on the host.
 // Errors: CUDA/cuBLAS failures throw endor::Error naming the failed statement, file and line.
 #pragma once
 

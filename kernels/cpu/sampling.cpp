@@ -1,0 +1,84 @@
+// The reference token pick (endor/kernels.h sample_logits): greedy, temperature, top-k, top-p in
+// the order transformers' warpers apply them. Backend::sample's default (download, then this) and
+// the CPU backend's use it; the CUDA kernel (kernels/cuda/sampling.cu) reproduces it step by step.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "endor/kernels.h"
+
+namespace endor {
+
+int32_t sample_logits(const float* logits, size_t vocab, const SamplingParams& params, double u01,
+                      SamplingScratch& scratch) {
+  if (vocab == 0) throw Error("sampler: empty vocabulary");
+  if (!(params.temperature >= 0.0f) || !std::isfinite(params.temperature))
+    throw Error("sampler: temperature must be >= 0, got " + std::to_string(params.temperature));
+  if (!(params.top_p > 0.0f && params.top_p <= 1.0f))
+    throw Error("sampler: top-p must be in (0, 1], got " + std::to_string(params.top_p));
+  if (params.temperature == 0.0f) {
+    // Greedy: the first maximum, i.e. the lowest id among ties. NaN never wins.
+    size_t best = 0;
+    for (size_t i = 1; i < vocab; ++i)
+      if (logits[i] > logits[best] || std::isnan(logits[best])) best = i;
+    return static_cast<int32_t>(best);
+  }
+
+  // Candidates ordered by (logit desc, id asc); only the first `keep` need ordering.
+  std::vector<uint32_t>& order = scratch.order;
+  order.resize(vocab);
+  for (size_t i = 0; i < vocab; ++i) order[i] = static_cast<uint32_t>(i);
+  auto before = [logits](uint32_t a, uint32_t b) {
+    const float la = std::isnan(logits[a]) ? -INFINITY : logits[a];
+    const float lb = std::isnan(logits[b]) ? -INFINITY : logits[b];
+    return la > lb || (la == lb && a < b);
+  };
+  size_t keep = vocab;
+  if (params.top_k > 0 && params.top_k < vocab) {
+    keep = params.top_k;
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), before);
+  } else {
+    std::sort(order.begin(), order.end(), before);
+  }
+
+  // Softmax of logits / temperature over the kept candidates (in double: no underflow issues).
+  const double inv_t = 1.0 / params.temperature;
+  const double top = logits[order[0]];
+  std::vector<double>& probs = scratch.probs;
+  probs.resize(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    const float l = logits[order[i]];
+    probs[i] = std::isnan(l) ? 0.0 : std::exp((static_cast<double>(l) - top) * inv_t);
+    total += probs[i];
+  }
+  if (params.top_p < 1.0f) {
+    // The smallest prefix whose mass reaches top_p (at least one candidate).
+    const double target = params.top_p * total;
+    double mass = 0;
+    size_t n = 0;
+    while (n < keep) {
+      mass += probs[n++];
+      if (mass >= target) break;
+    }
+    keep = n;
+    total = mass;
+  }
+
+  const double u = u01 * total;
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += probs[i];
+    if (u < acc) return static_cast<int32_t>(order[i]);
+  }
+  return static_cast<int32_t>(order[keep - 1]);  // u within rounding of total
+}
+
+int32_t Backend::sample(const float* logits, size_t vocab, const SamplingParams& params, double u01) {
+  std::vector<float> host(vocab);
+  download(host.data(), logits, vocab);
+  return sample_logits(host.data(), vocab, params, u01, sampling_scratch_);
+}
+
+}  // namespace endor
