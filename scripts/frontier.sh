@@ -74,6 +74,7 @@ if [[ ,$models, == *,smollm2,* ]]; then
   row $m gptq-int4k-g32+h8 prune "$src" --method gptq --quant int4k --quant-head int8 "${cal[@]}"
   row $m int4k-g64+h8 prune "$src" --sparsity 0 --quant int4k --group-size 64 --quant-head int8
   row $m int8+h8 prune "$src" --sparsity 0 --quant int8 --quant-head int8
+  row $m gptq-int8+h8 prune "$src" --method gptq --quant int8 --quant-head int8 "${cal[@]}"
   row $m int4k-g32-v8d8+h8 prune "$src" --sparsity 0 --quant int4k --int8 'v_proj|down_proj' --quant-head int8
   row $m sparsegpt50 prune "$src" --method sparsegpt --sparsity 0.5 "${cal[@]}"
   row $m sparsegpt50-int4k-g32+h8 prune "$src" --method sparsegpt --sparsity 0.5 --quant int4k --quant-head int8 "${cal[@]}"

@@ -2,10 +2,12 @@
 """The size-perplexity frontier as Markdown and SVG, from scripts/frontier.sh's TSV (Endor) and
 scripts/llama_quants.sh's TSV (llama.cpp). Python standard library only.
 
-Usage: scripts/frontier_report.py ENDOR.tsv LLAMA.tsv OUT_DIR
+Usage: scripts/frontier_report.py ENDOR.tsv LLAMA.tsv OUT_DIR [EXACT.tsv]
 Writes OUT_DIR/<model>.svg and prints the Markdown: per model, every file by size with its
 perplexity (Endor's evaluator) and ratio to the dense model, then for each llama.cpp file the best
-Endor file no larger than it, and whether its perplexity is no higher.
+Endor file no larger than it, and whether its perplexity is no higher. With EXACT.tsv
+(scripts/frontier_exact.sh: the same files with f32 activations), an "exact" column and the same
+comparison in that arithmetic.
 """
 import csv
 import os
@@ -67,12 +69,34 @@ def svg(model, points, dense_ppl, path):
         f.write("\n".join(out) + "\n")
 
 
+def best_no_larger(e, l, key, caption):
+    """For each llama.cpp file, the Endor file of lowest perplexity (key) no larger than it."""
+    print(f"\n{caption}\n")
+    print("| llama.cpp | bytes | perplexity | best Endor file no larger | bytes | perplexity | no higher? |")
+    print("|---|---:|---:|---|---:|---:|---|")
+    for t in sorted(l, key=lambda t: t[2]):
+        label, b, p = t[0], t[2], key(t)
+        if label == "F16" or p is None:
+            continue
+        cands = [c for c in e if c[2] <= b and key(c) is not None]
+        if not cands:
+            print(f"| {label} | {b:,} | {p:.3f} | none measured | | | |")
+            continue
+        best = min(cands, key=key)
+        ok = "yes" if key(best) <= p else f"no (+{100 * (key(best) / p - 1):.2f} %)"
+        print(f"| {label} | {b:,} | {p:.3f} | {best[0]} | {best[2]:,} | {key(best):.3f} | {ok} |")
+
+
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
     endor = read_tsv(sys.argv[1])
     llama = read_tsv(sys.argv[2])
     out_dir = sys.argv[3]
+    exact = {}
+    if len(sys.argv) == 5:
+        for r in read_tsv(sys.argv[4]):
+            exact[(r["model"], r["engine"], r["config"])] = num(r["ppl_exact"])
     os.makedirs(out_dir, exist_ok=True)
     for model in sorted({r["model"] for r in endor} | {r["model"] for r in llama}):
         e = [(r["config"], "endor", int(r["file_bytes"]), num(r["ppl"]), r["decoder_bpw"]) for r in endor
@@ -82,28 +106,31 @@ def main():
         dense = next((p for c, _, _, p, _ in e if c == "dense"), None) or next((p for c, _, _, p, _ in l if c == "F16"), None)
         if not dense:
             continue
+        ex = lambda t: exact.get((model, t[1], t[0]))
+        dense_ex = next((ex(t) for t in e if t[0] == "dense"), None) or next((ex(t) for t in l if t[0] == "F16"), None)
         print(f"\n### {model}\n")
-        print("| engine | file | bytes | decoder bits/weight | perplexity | vs dense | llama-perplexity |")
-        print("|---|---|---:|---:|---:|---:|---:|")
-        for label, engine, b, p, extra in sorted(e + l, key=lambda t: t[2]):
+        head = "| engine | file | bytes | decoder bits/weight | perplexity | vs dense |"
+        rule = "|---|---|---:|---:|---:|---:|"
+        if exact:
+            head += " exact | vs dense |"
+            rule += "---:|---:|"
+        print(head + " llama-perplexity |")
+        print(rule + "---:|")
+        for t in sorted(e + l, key=lambda t: t[2]):
+            label, engine, b, p, extra = t
             ppl = f"{p:.3f}" if p is not None else "not measured"
             ratio = f"{p / dense:.3f}x" if p is not None else ""
             bpw = extra if engine == "endor" else ""
             lp = extra if engine == "llama.cpp" else ""
-            print(f"| {engine} | {label} | {b:,} | {bpw} | {ppl} | {ratio} | {lp} |")
-        print(f"\nFor each llama.cpp file, the Endor file of lowest perplexity that is no larger:\n")
-        print("| llama.cpp | bytes | perplexity | best Endor file no larger | bytes | perplexity | no higher? |")
-        print("|---|---:|---:|---|---:|---:|---|")
-        for label, _, b, p, _ in sorted(l, key=lambda t: t[2]):
-            if label == "F16" or p is None:
-                continue
-            cands = [t for t in e if t[2] <= b and t[3] is not None]
-            if not cands:
-                print(f"| {label} | {b:,} | {p:.3f} | none measured | | | |")
-                continue
-            best = min(cands, key=lambda t: t[3])
-            ok = "yes" if best[3] <= p else f"no (+{100 * (best[3] / p - 1):.2f} %)"
-            print(f"| {label} | {b:,} | {p:.3f} | {best[0]} | {best[2]:,} | {best[3]:.3f} | {ok} |")
+            cols = f"| {engine} | {label} | {b:,} | {bpw} | {ppl} | {ratio} |"
+            if exact:
+                x = ex(t)
+                cols += f" {x:.3f} | {x / dense_ex:.3f}x |" if x is not None and dense_ex else " | |"
+            print(f"{cols} {lp} |")
+        best_no_larger(e, l, lambda t: t[3],
+                       "For each llama.cpp file, the Endor file of lowest perplexity that is no larger (default path):")
+        if exact:
+            best_no_larger(e, l, ex, "The same in one arithmetic (`--exact`: f32 activations for every file):")
         svg(model, [(c, en, b, p) for c, en, b, p, _ in e + l], dense, os.path.join(out_dir, f"{model}.svg"))
 
 

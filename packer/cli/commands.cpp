@@ -283,6 +283,9 @@ int run_pack(const char* cmd, int argc, char** argv) {
     progress.finish();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const std::string& d : s.dropped) std::fprintf(stderr, "note: not packed: %s\n", d.c_str());
+    if (s.source_grid_tensors)
+      std::fprintf(stderr, "note: %llu int4 tensors keep the GGUF's own Q4_0/Q4_1/Q4_K codes and scales (not re-rounded)\n",
+                   (unsigned long long)s.source_grid_tensors);
     std::printf("wrote %s: %s, %.1f%% of the %s source; %llu tensors (%llu %s) in %.1f s\n", out.c_str(),
                 gib(s.file_bytes).c_str(), s.source_bytes ? 100.0 * double(s.file_bytes) / double(s.source_bytes) : 0.0,
                 gib(s.source_bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.pruned_tensors,

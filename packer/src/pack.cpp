@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "detail.h"
+#include "endor/gguf.h"
 #include "endor/packer.h"
 #include "endor/tokenizer.h"
 
@@ -331,6 +332,10 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
         throw Error(std::string("the precomputed encoding does not match the tensor (") + to_string(L.value_type) +
                     " " + std::to_string(L.rows) + "x" + std::to_string(L.cols) + ", expected " +
                     to_string(tr.value_type) + " " + std::to_string(t.rows()) + "x" + std::to_string(t.cols()) + ")");
+    } else if (!tr.prune && tr.value_type == ValueType::I4 && t.gguf &&
+               (encoded = gguf_exact_int4(t.gguf->info->type, ck.bytes(t), t.rows(), t.cols(), t.gguf->permute_heads,
+                                          p.info.int4_params, p.info.group_size))) {
+      p.kept_source_grid = true;  // the GGUF's own Q4_0/Q4_1/Q4_K codes: nothing rounded twice
     } else {
       std::vector<float> w = load_f32(ck, t);
       ck.release(t);
@@ -441,6 +446,7 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
     ck->release(t);
     summary.tensors += 1;
     summary.pruned_tensors += tr.prune;
+    summary.source_grid_tensors += p.kept_source_grid;
     progress.tensors_done += 1;
     progress.bytes_done += t.source_bytes();
     if (cb.on_progress) cb.on_progress(progress);

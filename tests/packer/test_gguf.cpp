@@ -8,7 +8,10 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <cmath>
 #include <cstring>
+#include <optional>
+#include <random>
 #include <fstream>
 #include <map>
 #include <set>
@@ -462,4 +465,126 @@ TEST_CASE("gguf: qwen2 maps q/k/v biases and is not un-permuted; llama refuses b
   l.tensor_f32("blk.0.attn_q.bias", {32});
   write_bytes(dir.path + "/l.gguf", l.build());
   CHECK_THROWS_WITH_AS(Checkpoint::open(dir.path + "/l.gguf"), doctest::Contains("bias is not supported for llama"), Error);
+}
+
+namespace {
+
+// Bit for bit, except that Q4_0's −0 (d < 0, q = 8: d·(q − 8)) is +0 once held as q·S + M.
+bool same_value(float got, float want) { return bits_of(got) == bits_of(want) || (got == 0.0f && want == 0.0f); }
+
+// decode_rows_f32 of an encoded tensor (the container's definition of its values).
+std::vector<float> decoded(const EncodedTensor& e) {
+  TensorInfo info;
+  info.shape = {e.layout.rows, e.layout.cols};
+  info.value_type = e.layout.value_type;
+  info.encoding = e.layout.encoding;
+  info.group_size = e.layout.group_size;
+  info.int4_params = e.layout.int4_params;
+  info.nnz = e.layout.nnz;
+  TensorView v{&info, e.layout, e.bytes.data()};
+  std::vector<float> out(e.layout.rows * e.layout.cols);
+  decode_rows_f32(v, 0, e.layout.rows, out.data());
+  return out;
+}
+
+// `rows` rows of `blocks_per_row` random blocks of a 4-bit type, scales finite f16 in [2^-20, 8].
+std::vector<uint8_t> random_blocks(GgmlType type, uint64_t rows, uint64_t blocks_per_row, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> b(rows * blocks_per_row * ggml_block_bytes(type));
+  for (uint8_t& x : b) x = uint8_t(rng());
+  std::uniform_real_distribution<float> mag(-20.0f, 3.0f);
+  const auto f16 = [&](bool sign) { return f32_to_f16((sign && (rng() & 1) ? -1.0f : 1.0f) * std::exp2(mag(rng))); };
+  for (uint64_t k = 0; k < rows * blocks_per_row; ++k) {
+    uint8_t* blk = b.data() + k * ggml_block_bytes(type);
+    const uint16_t d = f16(type != GgmlType::Q4_K), m = f16(true);
+    std::memcpy(blk, &d, 2);
+    if (type != GgmlType::Q4_0) std::memcpy(blk + 2, &m, 2);  // Q4_1's m, Q4_K's dmin
+  }
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("gguf: Q4_0, Q4_1 and Q4_K blocks kept as int4 / int4k decode to gguf-py's values bit for bit (−0 as +0)") {
+  struct Case {
+    GgmlType type;
+    Int4Params params;
+    uint64_t blocks_per_row;
+  };
+  for (const Case& c : {Case{GgmlType::Q4_0, Int4Params::F16, 5}, Case{GgmlType::Q4_1, Int4Params::F16, 3},
+                        Case{GgmlType::Q4_K, Int4Params::Coded6, 2}}) {
+    const std::string type = ggml_type_name(c.type);
+    CAPTURE(type);
+    const uint64_t rows = 8, cols = c.blocks_per_row * ggml_block_elements(c.type);
+    const std::vector<uint8_t> blocks = random_blocks(c.type, rows, c.blocks_per_row, 7);
+    std::vector<float> want(rows * cols);
+    ggml_dequantize(c.type, blocks.data(), rows * cols, want.data());  // gguf-py's values (tests above)
+    for (uint32_t heads : {0u, 2u}) {
+      CAPTURE(heads);
+      const std::optional<EncodedTensor> e = gguf_exact_int4(c.type, blocks.data(), rows, cols, heads, c.params, 32);
+      REQUIRE(e.has_value());
+      CHECK(e->layout.value_type == ValueType::I4);
+      CHECK(e->layout.int4_params == c.params);
+      CHECK(e->layout.encoding == Encoding::Dense);
+      const std::vector<float> got = decoded(*e);
+      size_t diff = 0;
+      for (uint64_t r = 0; r < rows; ++r) {
+        const uint64_t src = heads ? gguf_unpermuted_row(r, rows, heads) : r;
+        for (uint64_t i = 0; i < cols; ++i) diff += !same_value(got[r * cols + i], want[src * cols + i]);
+      }
+      CHECK(diff == 0);
+    }
+    // Another group size or parameter form cannot hold the blocks exactly.
+    CHECK_FALSE(gguf_exact_int4(c.type, blocks.data(), rows, cols, 0, c.params, 64).has_value());
+    CHECK_FALSE(gguf_exact_int4(c.type, blocks.data(), rows, cols, 0,
+                                c.params == Int4Params::F16 ? Int4Params::Coded6 : Int4Params::F16, 32)
+                    .has_value());
+  }
+  // Other types are not int4 grids; a Q4_0 scale whose −8·d leaves f16 has no exact minimum.
+  const std::vector<uint8_t> q5 = random_blocks(GgmlType::Q4_0, 1, 1, 3);
+  CHECK_FALSE(gguf_exact_int4(GgmlType::Q5_0, q5.data(), 1, 32, 0, Int4Params::F16, 32).has_value());
+  CHECK_FALSE(gguf_exact_int4(GgmlType::Q8_0, q5.data(), 1, 32, 0, Int4Params::F16, 32).has_value());
+  std::vector<uint8_t> big = random_blocks(GgmlType::Q4_0, 1, 1, 4);
+  const uint16_t d_max = f32_to_f16(65504.0f);
+  std::memcpy(big.data(), &d_max, 2);
+  CHECK_FALSE(gguf_exact_int4(GgmlType::Q4_0, big.data(), 1, 32, 0, Int4Params::F16, 32).has_value());
+}
+
+TEST_CASE("gguf: packing a Q4_K / Q4_0 / Q4_1 tensor to int4k / int4 at groups of 32 keeps the file's grid") {
+  // llama-mix.gguf's q_proj is Q4_K (rows permuted by llama.cpp's convert); the tiny llama holds
+  // Q4_0 and Q4_1 tensors. Packed with the matching encoding, every such tensor decodes to the
+  // checkpoint's (gguf-py's) values bit for bit; other types are rounded onto Endor's grid.
+  struct Source {
+    std::string file;
+    Quantization quant;
+  };
+  for (const Source& s : {Source{"gguf/llama-mix.gguf", Quantization::Int4k}, Source{"gguf/tiny-llama.gguf", Quantization::Int4}}) {
+    CAPTURE(s.file);
+    TempDir dir;
+    PackOptions o;
+    o.command = "prune";
+    o.quant = s.quant;
+    o.group_size = 32;
+    const PackSummary sum = pack_checkpoint(fixture(s.file), dir.path + "/q.endor", o);
+    const auto ck = Checkpoint::open(fixture(s.file));
+    const auto reader = ContainerReader::open(dir.path + "/q.endor");
+    uint64_t kept = 0;
+    for (const CheckpointTensor& t : ck->tensors()) {
+      const bool grid = (s.quant == Quantization::Int4k && t.source_type == "Q4_K") ||
+                        (s.quant == Quantization::Int4 && (t.source_type == "Q4_0" || t.source_type == "Q4_1"));
+      if (!grid || !t.role.prunable) continue;
+      CAPTURE(t.name);
+      ++kept;
+      const std::optional<TensorView> v = reader->find_tensor(t.name);
+      REQUIRE(v.has_value());
+      std::vector<float> got(t.numel());
+      decode_rows_f32(*v, 0, t.rows(), got.data());
+      const std::vector<float> want = values(*ck, t);
+      size_t diff = 0;
+      for (size_t i = 0; i < got.size(); ++i) diff += !same_value(got[i], want[i]);
+      CHECK(diff == 0);
+    }
+    CHECK(kept >= 1);
+    CHECK(sum.source_grid_tensors == kept);
+  }
 }

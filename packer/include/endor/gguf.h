@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,20 @@ class GgufFile {
 // fused multiply-add (the block layouts and formulas are listed in gguf_dequant.cpp). Any other
 // type throws Error naming it.
 void ggml_dequantize(GgmlType, const uint8_t* src, uint64_t n, float* out);
+
+// A quantized GGUF tensor's own codes and parameters, for the types an Endor int4 encoding holds
+// exactly (SPEC.md §7.3, codes chosen by another procedure), so that packing it to that encoding
+// keeps the source's grid instead of rounding its decoded values onto a new one:
+//   Q4_0, Q4_1 -> int4 (f16 parameters), groups of 32: S = d, M = −8·d or m;
+//   Q4_K       -> int4k, groups of 32: one 256-column Q4_K block is one int4k super-block
+//                 (d, dmin and the eight 6-bit scale/min codes as they are), S = d·sc, M = −dmin·m.
+// Decoding the result gives gguf-py's values bit for bit (same f32 operations), except that
+// Q4_0's −0 (d < 0, q = 8) decodes as +0. `data` is the
+// tensor's bytes, [rows, cols] with cols along ne[0]; row r of the result is GGUF row
+// gguf_unpermuted_row(r, rows, permute_heads) when permute_heads > 0. nullopt when this type
+// cannot be held by (params, group_size) exactly (another type or group size, −8·d outside f16).
+std::optional<EncodedTensor> gguf_exact_int4(GgmlType, const uint8_t* data, uint64_t rows, uint64_t cols,
+                                             uint32_t permute_heads, Int4Params, uint32_t group_size);
 
 // ==== the model it holds =====================================================================
 

@@ -297,6 +297,7 @@ struct PackCallbacks {
 
 struct PackSummary {
   uint64_t tensors = 0, pruned_tensors = 0;
+  uint64_t source_grid_tensors = 0;  // int4 tensors that kept a GGUF's Q4_0/Q4_1/Q4_K grid (gguf_exact_int4)
   uint64_t source_bytes = 0, file_bytes = 0;
   std::vector<std::string> dropped;
 };
@@ -323,6 +324,7 @@ struct PreparedTensor {
   std::vector<uint8_t> owned;
   const uint8_t* data = nullptr;       // the blob: owned.data() or inside the source mapping
   uint64_t n_bytes = 0;
+  bool kept_source_grid = false;       // a GGUF's own int4 codes and parameters (gguf_exact_int4)
 };
 PreparedTensor prepare_tensor(const Checkpoint&, const CheckpointTensor&, const TensorTreatment&,
                               Pruner* pruner, const PackOptions&);
