@@ -154,22 +154,25 @@ struct GroupParams {
   uint64_t next = 0;          // first column of group g + 1
   float gs = 0.0f, gm = 0.0f; // group g's scale and min (kPerLane)
 
-  std::vector<float> coded;  // int4k (SPEC.md §6.7): the row's scales, then its mins, as f32
+  const float* coded = nullptr;  // int4k (SPEC.md §6.7): the row's scales, then its mins, as f32
   uint64_t gpr = 0;
 
-  GroupParams(const TensorView& w, uint64_t r)
+  // coded_buf: the caller's buffer for an int4k row's decoded params, reused from row to row (one
+  // GroupParams of a thread is alive at a time), so a row costs no allocation.
+  GroupParams(const TensorView& w, uint64_t r, std::vector<float>& coded_buf)
       : scales(w.group_scales() + r * w.layout.groups_per_row),
         mins(w.group_mins() + r * w.layout.groups_per_row),
         group_size(w.layout.group_size),
         cols(w.layout.cols),
         gpr(w.layout.groups_per_row) {
     if (w.layout.int4_params == Int4Params::Coded6 && gpr > 0) {
-      coded.resize(2 * gpr);
-      int4_params_f32(w, r * gpr, gpr, coded.data(), coded.data() + gpr);
+      if (coded_buf.size() < 2 * gpr) coded_buf.resize(2 * gpr);
+      int4_params_f32(w, r * gpr, gpr, coded_buf.data(), coded_buf.data() + gpr);
+      coded = coded_buf.data();
     }
   }
-  inline float scale_of(uint64_t g) const { return coded.empty() ? half(scales[g]) : coded[g]; }
-  inline float min_of(uint64_t g) const { return coded.empty() ? half(mins[g]) : coded[gpr + g]; }
+  inline float scale_of(uint64_t g) const { return coded ? coded[g] : half(scales[g]); }
+  inline float min_of(uint64_t g) const { return coded ? coded[gpr + g] : half(mins[g]); }
 
   // Columns only grow along a row, so the group index advances without a division (a 64-bit
   // div per group costs as much as the rest of the group's work).
@@ -212,15 +215,16 @@ struct RowDecoder {
   GroupParams<kStep> group;
   float row_scale = 1.0f;
 
-  RowDecoder(const TensorView& w, uint64_t r) : group(init_group(w, r)) {
+  // coded_buf: see GroupParams (int4k rows' params; untouched for other weights).
+  RowDecoder(const TensorView& w, uint64_t r, std::vector<float>& coded_buf) : group(init_group(w, r, coded_buf)) {
     if constexpr (VT == ValueType::I8) row_scale = w.row_scales()[r] * kInt8LaneScale;  // exact: a power of 2
   }
-  static GroupParams<kStep> init_group(const TensorView& w, uint64_t r) {
-    if constexpr (VT == ValueType::I4) return GroupParams<kStep>(w, r);
+  static GroupParams<kStep> init_group(const TensorView& w, uint64_t r, std::vector<float>& coded_buf) {
+    if constexpr (VT == ValueType::I4) return GroupParams<kStep>(w, r, coded_buf);
     TensorView none = w;  // int4 fields unused: point the group at the row's (empty) params
     none.layout.groups_per_row = 0;
     none.layout.group_size = 1;
-    return GroupParams<kStep>(none, 0);
+    return GroupParams<kStep>(none, 0, coded_buf);
   }
 
   // Dense: the 8 stored values at k, for columns c0..c0+7 (int8: q·2^24).
@@ -509,8 +513,9 @@ inline void walk_row(const TensorView& w, uint64_t r, RowDecoder<VT, kStep>& dec
 template <ValueType VT, GroupStep kStep, int NT>
 void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, size_t xs, float* y, size_t ys) {
   BlockScratch scratch;
+  thread_local std::vector<float> coded;  // int4k params of the current row (grown once per thread)
   for (uint64_t r = r0; r < r1; ++r) {
-    RowDecoder<VT, kStep> dec(w, r);
+    RowDecoder<VT, kStep> dec(w, r, coded);
     DotSink<NT> sink{Accumulators<NT>(x, xs)};
     walk_row(w, r, dec, sink, scratch);
     sink.acc.store(y, ys, r, dec.row_scale);
@@ -543,8 +548,9 @@ template <ValueType VT, GroupStep kStep>
 void decode_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
   BlockScratch scratch;
   const uint64_t cols = w.layout.cols;
+  thread_local std::vector<float> coded;  // int4k params of the current row (grown once per thread)
   for (uint64_t r = r0; r < r1; ++r) {
-    RowDecoder<VT, kStep> dec(w, r);
+    RowDecoder<VT, kStep> dec(w, r, coded);
     StoreSink sink{out + (r - r0) * cols, _mm256_set1_ps(dec.row_scale)};
     walk_row(w, r, dec, sink, scratch);
   }
