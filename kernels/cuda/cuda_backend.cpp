@@ -269,6 +269,11 @@ class CudaBackend final : public Backend {
     check_tokens("rms_norm", n_tokens, dim);
     cuda::detail::launch_rms_norm(x, gamma, eps, n_tokens, dim, out, ctx_.compute);
   }
+  void add_rms_norm(float* x, const float* y, const float* gamma, float eps, size_t n_tokens, size_t dim,
+                    float* out) override {
+    check_tokens("add_rms_norm", n_tokens, dim);
+    cuda::detail::launch_add_rms_norm(x, y, gamma, eps, n_tokens, dim, out, ctx_.compute);
+  }
   void add(float* x, const float* y, size_t n) override {
     ctx_.activate();
     cuda::detail::launch_add(x, y, n, ctx_.compute);
@@ -292,13 +297,22 @@ class CudaBackend final : public Backend {
 
   // ---- attention ----
   void rope(float* x, size_t n_tokens, uint32_t n_heads, const int32_t* host_positions, const RopeParams& p) override {
+    rope_pair(x, n_heads, nullptr, 0, n_tokens, host_positions, p);
+  }
+  void rope_qk(float* q, uint32_t n_heads, float* k, uint32_t n_kv_heads, size_t n_tokens,
+               const int32_t* host_positions, const RopeParams& p) override {
+    rope_pair(q, n_heads, k, n_kv_heads, n_tokens, host_positions, p);
+  }
+  // x's heads and x2's (null with n_heads2 = 0) in one upload of the inputs and one launch.
+  void rope_pair(float* x, uint32_t n_heads, float* x2, uint32_t n_heads2, size_t n_tokens,
+                 const int32_t* host_positions, const RopeParams& p) {
     const uint32_t head_dim = p.head_dim;
     const uint32_t rotary_dim = p.rotary_dim ? p.rotary_dim : p.head_dim;
     if (head_dim == 0 || rotary_dim > head_dim || rotary_dim % 2 != 0)
       throw Error("rope: rotary_dim " + std::to_string(rotary_dim) + " must be even and <= head_dim " +
                   std::to_string(head_dim));
     if (!p.inv_freq) throw Error("rope: inv_freq table is null");
-    if (n_tokens == 0 || n_heads == 0 || rotary_dim == 0) return;
+    if (n_tokens == 0 || n_heads + n_heads2 == 0 || rotary_dim == 0) return;
     ctx_.activate();
     // One scratch upload: positions [n_tokens] int32, then inv_freq [rotary_dim/2] f32 (both 4 bytes).
     const size_t half = rotary_dim / 2;
@@ -306,8 +320,9 @@ class CudaBackend final : public Backend {
     std::memcpy(host.data(), host_positions, n_tokens * 4);
     std::memcpy(host.data() + n_tokens, p.inv_freq, half * 4);
     const uint32_t* dev = upload_params(host.data(), host.size());
-    cuda::detail::launch_rope(x, n_tokens, n_heads, head_dim, rotary_dim, reinterpret_cast<const int32_t*>(dev),
-                              reinterpret_cast<const float*>(dev + n_tokens), p.attention_factor, ctx_.compute);
+    cuda::detail::launch_rope(x, n_heads, x2, n_heads2, n_tokens, head_dim, rotary_dim,
+                              reinterpret_cast<const int32_t*>(dev), reinterpret_cast<const float*>(dev + n_tokens),
+                              p.attention_factor, ctx_.compute);
   }
 
   void attention(const float* q, const float* k_cache, const float* v_cache, size_t n_past, size_t n_tokens,

@@ -68,14 +68,20 @@ void launch_layer_norm(const float* x, const float* gamma, const float* beta, fl
                        size_t dim, float* out, cudaStream_t stream);
 void launch_rms_norm(const float* x, const float* gamma, float eps, size_t n_tokens, size_t dim, float* out,
                      cudaStream_t stream);
+// x += y, then out = rms_norm(x) (x and out [n_tokens, dim], not aliased): one launch.
+void launch_add_rms_norm(float* x, const float* y, const float* gamma, float eps, size_t n_tokens, size_t dim,
+                         float* out, cudaStream_t stream);
 void launch_add(float* x, const float* y, size_t n, cudaStream_t stream);
 void launch_scale(float* x, float s, size_t n, cudaStream_t stream);
 void launch_relu(float* x, size_t n, cudaStream_t stream);
 void launch_silu_mul(const float* gate, const float* up, size_t n, float* out, cudaStream_t stream);
 void launch_add_bias(float* x, const float* bias, size_t n_tokens, size_t dim, cudaStream_t stream);
-// positions: [n_tokens] int32, inv_freq: [rotary_dim/2] (both device copies of the host inputs).
-void launch_rope(float* x, size_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
-                 const int32_t* positions, const float* inv_freq, float attention_factor, cudaStream_t stream);
+// Rotates x [n_tokens, n_heads, head_dim] and x2 [n_tokens, n_heads2, head_dim] (q and k; x2 may be
+// null with n_heads2 = 0) in one launch. positions: [n_tokens] int32, inv_freq: [rotary_dim/2] (both
+// device copies of the host inputs).
+void launch_rope(float* x, uint32_t n_heads, float* x2, uint32_t n_heads2, size_t n_tokens, uint32_t head_dim,
+                 uint32_t rotary_dim, const int32_t* positions, const float* inv_freq, float attention_factor,
+                 cudaStream_t stream);
 
 // ---- sampling (sampling.cu) ----
 // *out (device) = sample_logits(logits[vocab], {temperature, top_k, top_p}, u01) (endor/kernels.h)

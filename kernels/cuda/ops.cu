@@ -56,18 +56,40 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
-// Hugging Face LlamaRMSNorm in f32: out = γ · (x · rsqrt(mean(x²) + eps)).
+// Hugging Face LlamaRMSNorm in f32: out = γ · (x · rsqrt(mean(x²) + eps)), given Σx² of the row
+// (each thread's share; every thread takes the same strided elements in both passes).
+__device__ __forceinline__ void rms_norm_row(const float* __restrict__ xt, double sq, const float* __restrict__ gamma,
+                                             float eps, size_t dim, float* __restrict__ ot, double* scratch) {
+  sq = block_sum(sq, scratch);
+  const float r = 1.0f / sqrtf(float(sq / double(dim)) + eps);
+  for (size_t i = threadIdx.x; i < dim; i += blockDim.x) ot[i] = gamma[i] * (xt[i] * r);
+}
+
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ gamma, float eps, size_t dim,
                     float* __restrict__ out) {
   __shared__ double scratch[32];
   const float* xt = x + size_t(blockIdx.x) * dim;
-  float* ot = out + size_t(blockIdx.x) * dim;
   double sq = 0.0;
   for (size_t i = threadIdx.x; i < dim; i += blockDim.x) sq += double(xt[i]) * double(xt[i]);
-  sq = block_sum(sq, scratch);
-  const float r = 1.0f / sqrtf(float(sq / double(dim)) + eps);
-  for (size_t i = threadIdx.x; i < dim; i += blockDim.x) ot[i] = gamma[i] * (xt[i] * r);
+  rms_norm_row(xt, sq, gamma, eps, dim, out + size_t(blockIdx.x) * dim, scratch);
+}
+
+// The residual add and the next RMSNorm in one pass: x += y, then out = rms_norm(x) — the values
+// add_kernel then rms_norm_kernel give (each thread reads back only the elements it wrote).
+__global__ void __launch_bounds__(kNormThreads)
+    add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ gamma,
+                        float eps, size_t dim, float* __restrict__ out) {
+  __shared__ double scratch[32];
+  float* xt = x + size_t(blockIdx.x) * dim;
+  const float* yt = y + size_t(blockIdx.x) * dim;
+  double sq = 0.0;
+  for (size_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = xt[i] + yt[i];
+    xt[i] = v;
+    sq += double(v) * double(v);
+  }
+  rms_norm_row(xt, sq, gamma, eps, dim, out + size_t(blockIdx.x) * dim, scratch);
 }
 
 #define ENDOR_GRID_STRIDE(i, n) \
@@ -88,20 +110,24 @@ __global__ void add_bias_kernel(float* x, const float* bias, size_t n_tokens, si
   ENDOR_GRID_STRIDE(i, n_tokens * dim) x[i] += bias[i % dim];
 }
 
-// One thread per (token, head, rotary pair i < half): x[i], x[i + half] rotate together.
-__global__ void rope_kernel(float* x, size_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t half,
-                            const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
-                            float attention_factor) {
-  ENDOR_GRID_STRIDE(i, n_tokens * n_heads * half) {
+// One thread per (token, head, rotary pair i < half): x[i], x[i + half] rotate together. Heads
+// [0, n_heads) of a token are x's, [n_heads, n_heads + n_heads2) x2's (q and k in one launch;
+// n_heads2 = 0 rotates x alone).
+__global__ void rope_kernel(float* x, uint32_t n_heads, float* x2, uint32_t n_heads2, size_t n_tokens,
+                            uint32_t head_dim, uint32_t half, const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, float attention_factor) {
+  const uint32_t heads = n_heads + n_heads2;
+  ENDOR_GRID_STRIDE(i, n_tokens * heads * half) {
     const uint32_t d = uint32_t(i % half);
     const size_t token_head = i / half;
-    const size_t t = token_head / n_heads;
+    const size_t t = token_head / heads;
+    const uint32_t h = uint32_t(token_head % heads);
     const float freq = float(positions[t]) * inv_freq[d];  // HF: inv_freq @ position_ids in f32
     float s, c;
     sincosf(freq, &s, &c);
     c = c * attention_factor;
     s = s * attention_factor;
-    float* v = x + token_head * head_dim;
+    float* v = h < n_heads ? x + (t * n_heads + h) * head_dim : x2 + (t * n_heads2 + (h - n_heads)) * head_dim;
     const float x1 = v[d], x2 = v[d + half];
     v[d] = x1 * c + (-x2) * s;  // q·cos + rotate_half(q)·sin
     v[d + half] = x2 * c + x1 * s;
@@ -123,6 +149,13 @@ void launch_rms_norm(const float* x, const float* gamma, float eps, size_t n_tok
                      cudaStream_t stream) {
   if (n_tokens == 0) return;
   rms_norm_kernel<<<unsigned(n_tokens), kNormThreads, 0, stream>>>(x, gamma, eps, dim, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_rms_norm(float* x, const float* y, const float* gamma, float eps, size_t n_tokens, size_t dim,
+                         float* out, cudaStream_t stream) {
+  if (n_tokens == 0) return;
+  add_rms_norm_kernel<<<unsigned(n_tokens), kNormThreads, 0, stream>>>(x, y, gamma, eps, dim, out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -156,13 +189,14 @@ void launch_add_bias(float* x, const float* bias, size_t n_tokens, size_t dim, c
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_rope(float* x, size_t n_tokens, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim,
-                 const int32_t* positions, const float* inv_freq, float attention_factor, cudaStream_t stream) {
+void launch_rope(float* x, uint32_t n_heads, float* x2, uint32_t n_heads2, size_t n_tokens, uint32_t head_dim,
+                 uint32_t rotary_dim, const int32_t* positions, const float* inv_freq, float attention_factor,
+                 cudaStream_t stream) {
   const uint32_t half = rotary_dim / 2;
-  const size_t n = n_tokens * n_heads * half;
+  const size_t n = n_tokens * (size_t(n_heads) + n_heads2) * half;
   if (n == 0) return;
-  rope_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(x, n_tokens, n_heads, head_dim, half,
-                                                                         positions, inv_freq, attention_factor);
+  rope_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(x, n_heads, x2, n_heads2, n_tokens, head_dim,
+                                                                         half, positions, inv_freq, attention_factor);
   CUDA_CHECK_LAUNCH();
 }
 

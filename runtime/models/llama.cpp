@@ -27,7 +27,7 @@ class LlamaModel final : public BlockModel {
  private:
   enum Slot : size_t { kNormed = kFirstArchSlot, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits };
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
-  void run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) override;
+  void run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) override;
   const float* run_head(const float* x, size_t rows) override;
   std::vector<LinearSlot> linear_slots(uint32_t layer) override;
   size_t kv_dim() const override { return size_t(config_.n_kv_heads) * config_.head_dim; }
@@ -107,7 +107,7 @@ void LlamaModel::run_embed(const int32_t* ids, size_t n, size_t /*n_past*/, floa
   backend_.embed(*embed_, ids, n, x);
 }
 
-void LlamaModel::run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) {
+void LlamaModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) {
   const ModelConfig& c = config_;
   const size_t n = rows.n, H = c.hidden, I = c.intermediate;
   const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
@@ -123,22 +123,21 @@ void LlamaModel::run_block(uint32_t l, float*& x, const BlockRows& rows, const L
   // New keys/values: the cache rows [n_past, n_past + n) (one sequence) or scratch.
   float* k_new = new_keys(rows, kv_dim);
   float* v_new = new_values(rows, kv_dim);
-  backend_.rms_norm(x, L.attn_norm, c.norm_eps, n, H, h);
+  if (!rows.next_input_normed) backend_.rms_norm(x, L.attn_norm, c.norm_eps, n, H, h);
+  rows.next_input_normed = false;
   hook_caller_(hook, l, "self_attn.q_proj", h, n, H);
   hook_caller_(hook, l, "self_attn.k_proj", h, n, H);
   hook_caller_(hook, l, "self_attn.v_proj", h, n, H);
   const Backend::LinearTarget qkv[] = {{L.q, L.q_bias, q}, {L.k, L.k_bias, k_new}, {L.v, L.v_bias, v_new}};
   linear_group_rows(rows, qkv, 3, h);
-  backend_.rope(q, n, c.n_heads, rows.positions.data(), rope_);
-  backend_.rope(k_new, n, c.n_kv_heads, rows.positions.data(), rope_);
+  backend_.rope_qk(q, c.n_heads, k_new, c.n_kv_heads, n, rows.positions.data(), rope_);
   store_kv(rows, k_new, v_new, kv_dim);
   for (const SequenceRows& s : rows.seqs)
     attend(s, q + s.row * q_dim, L.attention, attn + s.row * q_dim);
   hook_caller_(hook, l, "self_attn.o_proj", attn, n, q_dim);
   linear_rows(rows, *L.o, attn, L.o_bias, proj);
-  backend_.add(x, proj, n * H);
+  backend_.add_rms_norm(x, proj, L.mlp_norm, c.norm_eps, n, H, h);  // x += o_proj; h = mlp norm of x
 
-  backend_.rms_norm(x, L.mlp_norm, c.norm_eps, n, H, h);
   hook_caller_(hook, l, "mlp.gate_proj", h, n, H);
   hook_caller_(hook, l, "mlp.up_proj", h, n, H);
   const Backend::LinearTarget gate_up[] = {{L.gate, L.gate_bias, gate}, {L.up, L.up_bias, up}};
@@ -146,7 +145,14 @@ void LlamaModel::run_block(uint32_t l, float*& x, const BlockRows& rows, const L
   backend_.silu_mul(gate, up, n * I, act);
   hook_caller_(hook, l, "mlp.down_proj", act, n, I);
   linear_rows(rows, *L.down, act, L.down_bias, proj);
-  backend_.add(x, proj, n * H);
+  // Inside the forward loop the next block's input norm joins this add (one launch less a block on
+  // a device); its norm weights are always resident (WeightStore::vector), streamed blocks or not.
+  if (!hook && l + 1 < c.n_layers) {
+    backend_.add_rms_norm(x, proj, layers_[l + 1].attn_norm, c.norm_eps, n, H, h);
+    rows.next_input_normed = true;
+  } else {
+    backend_.add(x, proj, n * H);
+  }
 }
 
 const float* LlamaModel::run_head(const float* x, size_t rows) {

@@ -31,7 +31,7 @@ class OptModel final : public BlockModel {
   // kAlt: the residual stream's second buffer (post-LN blocks alternate between kX and kAlt).
   enum Slot : size_t { kAlt = kFirstArchSlot, kQ, kAttn, kProj, kFfn, kWordEmbed, kLogits };
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
-  void run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) override;
+  void run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) override;
   const float* run_head(const float* cur, size_t rows) override;
   std::vector<LinearSlot> linear_slots(uint32_t layer) override;
   size_t kv_dim() const override { return config_.hidden; }
@@ -136,7 +136,7 @@ void OptModel::run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) 
   backend_.add(x, proj, n * H);
 }
 
-void OptModel::run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) {
+void OptModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) {
   const ModelConfig& c = config_;
   const size_t n = rows.n, H = c.hidden, F = c.intermediate;
   // h: whichever of the two residual buffers x is not (post-LN swaps them).

@@ -54,6 +54,10 @@ class BlockModel : public Model {
     std::vector<SequenceRows> seqs;
     std::vector<RowRange> linear_calls;
     std::vector<int32_t> positions;     // [n] host: each row's position in its sequence
+    // Set by a block of run_blocks' loop that fused its last residual add with the next block's
+    // input norm (Backend::add_rms_norm): the architecture's norm scratch already holds the next
+    // block's normalized input. Read and cleared by that next block; never set with a hook.
+    bool next_input_normed = false;
   };
 
   // Linear(s) over every range of rows.linear_calls (x: [rows.n, in], y: [rows.n, out]).
@@ -76,8 +80,9 @@ class BlockModel : public Model {
   // Block l on the residual stream x [rows.n, hidden] (backend), writing each sequence's key/value
   // rows [n_past, n_past + n) of its k_cache/v_cache [.., kv_dim()]. May leave the result in another
   // buffer and repoint x (OPT's post-LN blocks alternate two buffers). The hook is only given
-  // with one sequence (calibration).
-  virtual void run_block(uint32_t l, float*& x, const BlockRows& rows, const LinearInputHook* hook) = 0;
+  // with one sequence (calibration). x is always the complete residual stream on return;
+  // rows.next_input_normed may carry a normalization done ahead (see BlockRows).
+  virtual void run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) = 0;
   // x [rows, hidden] (backend) -> logits [rows, vocab] (backend memory, a scratch slot valid until
   // the next call). x may be any scratch buffer.
   virtual const float* run_head(const float* x, size_t rows) = 0;

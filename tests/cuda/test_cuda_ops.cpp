@@ -207,6 +207,93 @@ GPU_TEST_CASE("cuda rope matches the CPU backend: partial rotary dims, attention
   CHECK_THROWS_AS(be.gpu->rope(dx.get(), 1, 1, &pos, odd), Error);
 }
 
+GPU_TEST_CASE("cuda add_rms_norm and rope_qk: one launch each, bit-identical to the unfused ops, the CPU's within their bounds") {
+  REQUIRE_GPU();
+  OpBackends be;
+  uint32_t seed = 70;
+  // add_rms_norm: x must be exactly add()'s (the same IEEE sums) on both backends, out exactly the
+  // GPU's rms_norm of that x, and within rms_norm's bound (16u·r·|γ·x|, test above) of the CPU's.
+  for (size_t dim : kDims)
+    for (size_t T : kTokens) {
+      CAPTURE(dim);
+      CAPTURE(T);
+      const auto x = random_normal(T * dim, ++seed, 0.5f, 2.0f);
+      const auto y = random_normal(T * dim, ++seed);
+      const auto gamma = random_normal(dim, ++seed, 1.0f, 0.5f);
+      const float eps = 1e-6f;
+      DeviceFloats dx(*be.gpu, x), dy(*be.gpu, y), dg(*be.gpu, gamma), dout(*be.gpu, T * dim);
+      be.gpu->add_rms_norm(dx.get(), dy.get(), dg.get(), eps, T, dim, dout.get());
+      DeviceFloats ux(*be.gpu, x), uout(*be.gpu, T * dim);
+      be.gpu->add(ux.get(), dy.get(), T * dim);
+      be.gpu->rms_norm(ux.get(), dg.get(), eps, T, dim, uout.get());
+      std::vector<float> ref_x = x, ref(T * dim);
+      be.cpu->add_rms_norm(ref_x.data(), y.data(), gamma.data(), eps, T, dim, ref.data());
+      const std::vector<float> got_x = dx.download(), got = dout.download();
+      CHECK(std::memcmp(got_x.data(), ux.download().data(), T * dim * 4) == 0);
+      CHECK(std::memcmp(got.data(), uout.download().data(), T * dim * 4) == 0);
+      CHECK(std::memcmp(got_x.data(), ref_x.data(), T * dim * 4) == 0);
+      size_t bad = 0;
+      for (size_t t = 0; t < T; ++t) {
+        double sq = 0.0;
+        for (size_t i = 0; i < dim; ++i) sq += double(ref_x[t * dim + i]) * ref_x[t * dim + i];
+        const double r = 1.0 / std::sqrt(sq / double(dim) + eps);
+        for (size_t i = 0; i < dim; ++i) {
+          const size_t k = t * dim + i;
+          const double tol = 16 * kU * r * std::fabs(double(gamma[i]) * ref_x[k]) + 1e-30;
+          bad += !(std::fabs(double(got[k]) - double(ref[k])) <= tol);
+        }
+      }
+      CHECK(bad == 0);
+    }
+  // rope_qk: q and k (GQA, partial rotary dims, attention factor) in one launch equal two rope()
+  // launches bit for bit, and the CPU's within rope's bound (16u·af·(|x1| + |x2|), test above).
+  struct Case {
+    uint32_t n_heads, n_kv_heads, head_dim, rotary_dim;
+    float attention_factor;
+  };
+  const Case cases[] = {{4, 4, 64, 64, 1.0f}, {8, 2, 128, 128, 1.0f}, {6, 3, 64, 32, 1.25f}, {1, 1, 2, 2, 1.0f}};
+  const std::vector<int32_t> positions = {5, 0, 131071, 17, 4095};
+  const size_t T = positions.size();
+  for (const Case& c : cases) {
+    CAPTURE(c.n_heads);
+    CAPTURE(c.n_kv_heads);
+    CAPTURE(c.rotary_dim);
+    std::vector<float> inv_freq(c.rotary_dim / 2);
+    for (uint32_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = float(1.0 / std::pow(500000.0, 2.0 * i / double(c.rotary_dim)));
+    RopeParams p;
+    p.head_dim = c.head_dim;
+    p.rotary_dim = c.rotary_dim;
+    p.inv_freq = inv_freq.data();
+    p.attention_factor = c.attention_factor;
+    const auto q = random_normal(T * c.n_heads * c.head_dim, ++seed);
+    const auto k = random_normal(T * c.n_kv_heads * c.head_dim, ++seed);
+    DeviceFloats dq(*be.gpu, q), dk(*be.gpu, k), uq(*be.gpu, q), uk(*be.gpu, k);
+    be.gpu->rope_qk(dq.get(), c.n_heads, dk.get(), c.n_kv_heads, T, positions.data(), p);
+    be.gpu->rope(uq.get(), T, c.n_heads, positions.data(), p);
+    be.gpu->rope(uk.get(), T, c.n_kv_heads, positions.data(), p);
+    std::vector<float> rq = q, rk = k;
+    be.cpu->rope_qk(rq.data(), c.n_heads, rk.data(), c.n_kv_heads, T, positions.data(), p);
+    const std::vector<float> gq = dq.download(), gk = dk.download();
+    CHECK(std::memcmp(gq.data(), uq.download().data(), gq.size() * 4) == 0);
+    CHECK(std::memcmp(gk.data(), uk.download().data(), gk.size() * 4) == 0);
+    size_t bad = 0, rotated = 0;
+    const uint32_t half = c.rotary_dim / 2;
+    for (const auto& [x, got, ref] : {std::tie(q, gq, rq), std::tie(k, gk, rk)})
+      for (size_t th = 0; th < x.size() / c.head_dim; ++th)
+        for (uint32_t i = 0; i < half; ++i) {
+          const float* xi = x.data() + th * c.head_dim;
+          const double tol = 16 * kU * c.attention_factor * (std::fabs(xi[i]) + std::fabs(xi[i + half]));
+          for (uint32_t d : {i, i + half}) {
+            bad += !(std::fabs(double(got[th * c.head_dim + d]) - double(ref[th * c.head_dim + d])) <= tol);
+            rotated += bits(got[th * c.head_dim + d]) != bits(xi[d]);
+          }
+        }
+    CHECK(bad == 0);
+    CHECK(rotated > 0);
+  }
+}
+
 GPU_TEST_CASE("cuda attention: causal, GQA, sliding window, prefill and decode, head_dim 1..256") {
   REQUIRE_GPU();
   OpBackends be;

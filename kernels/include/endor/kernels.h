@@ -106,6 +106,13 @@ class Backend {
   // Hugging Face Llama semantics in f32: out = γ · (x · rsqrt(mean(x²) + eps)).
   virtual void rms_norm(const float* x, const float* gamma, float eps, size_t n_tokens,
                         size_t dim, float* out) = 0;
+  // x += y, then out = rms_norm(x): a residual add and the norm after it, as one unit of work (one
+  // launch on a device). The same values as add() then rms_norm(); out must not alias x or y.
+  virtual void add_rms_norm(float* x, const float* y, const float* gamma, float eps, size_t n_tokens, size_t dim,
+                            float* out) {
+    add(x, y, n_tokens * dim);
+    rms_norm(x, gamma, eps, n_tokens, dim, out);
+  }
   virtual void add(float* x, const float* y, size_t n) = 0;            // x += y
   virtual void scale(float* x, float s, size_t n) = 0;                 // x *= s
   virtual void relu(float* x, size_t n) = 0;
@@ -118,6 +125,13 @@ class Backend {
   // times attention_factor; out = x·cos + rotate_half(x)·sin on the first rotary_dim dims.
   virtual void rope(float* x, size_t n_tokens, uint32_t n_heads, const int32_t* host_positions,
                     const RopeParams&) = 0;
+  // rope() of q [T, n_heads, head_dim] and k [T, n_kv_heads, head_dim] at the same positions, as
+  // one unit of work (one launch on a device); the same values as two rope() calls.
+  virtual void rope_qk(float* q, uint32_t n_heads, float* k, uint32_t n_kv_heads, size_t n_tokens,
+                       const int32_t* host_positions, const RopeParams& p) {
+    rope(q, n_tokens, n_heads, host_positions, p);
+    rope(k, n_tokens, n_kv_heads, host_positions, p);
+  }
   // Causal attention of T new queries at positions [n_past, n_past+T) over the cache.
   // q: [T, n_heads, head_dim]; k_cache, v_cache: [capacity, n_kv_heads, head_dim] holding
   // n_past + T valid rows; out: [T, n_heads, head_dim]. GQA: kv head = q head / (n_heads/n_kv).
