@@ -100,6 +100,17 @@ struct GgufTensor {
   uint64_t n_bytes = 0, offset = 0;
 };
 
+// An int4/int4k tensor as Q4_1/Q4_K blocks holding its decoded values exactly (gguf_blocks_exact),
+// rows in llama.cpp's order; nullopt when none does or --dtype forces floats.
+std::optional<GgufBlocks> exact_blocks(const ExportJob& job, const TensorInfo& t, uint32_t permute_heads) {
+  if (t.value_type != ValueType::I4 || t.shape.size() != 2 || job.options.dtype) return std::nullopt;
+  const std::vector<float> w = decode_tensor(job.reader, t);
+  const uint64_t rows = t.shape[0];
+  return gguf_blocks_exact(job.reader.tensor(t), w.data(), [&](uint64_t r) {
+    return permute_heads ? gguf_row_of_hf_row(r, rows, permute_heads) : r;
+  });
+}
+
 std::string gguf_name(const ExportJob& job, const TensorInfo& t, const std::string& arch) {
   if (t.name == "model.embed_tokens.weight") return "token_embd.weight";
   if (t.name == "model.norm.weight") return "output_norm.weight";
@@ -300,31 +311,43 @@ void export_gguf(ExportJob& job) {
   // Tensors, in container order, with their llama.cpp names and types.
   std::vector<GgufTensor> tensors;
   uint64_t offset = 0;
-  int n_f16 = 0, n_bf16 = 0;
+  int n_f16 = 0, n_bf16 = 0, n_q4_1 = 0, n_q4_k = 0;
   for (const TensorInfo& t : m.tensors) {
     GgufTensor g;
     g.info = &t;
     g.name = gguf_name(job, t, arch);
     if (t.shape.size() > 4) fail(job.where(t), "has more than 4 dimensions");
-    if (t.shape.size() == 1) {
-      g.value_type = ValueType::F32;  // llama.cpp keeps norms and biases in f32
-    } else {
-      g.value_type = export_float_type(job, t);
-    }
-    g.type = g.value_type == ValueType::F16 ? GgmlType::F16 : g.value_type == ValueType::BF16 ? GgmlType::BF16 : GgmlType::F32;
-    n_f16 += t.shape.size() == 2 && g.type == GgmlType::F16;
-    n_bf16 += t.shape.size() == 2 && g.type == GgmlType::BF16;
     if (arch == "llama" && (g.name.find(".attn_q.weight") != std::string::npos || g.name.find(".attn_k.weight") != std::string::npos)) {
       g.permute_heads = uint32_t(g.name.find(".attn_q.") != std::string::npos ? s.heads : s.kv_heads);
       if (t.shape.size() != 2 || t.shape[0] % (2 * g.permute_heads) != 0)
         fail(job.where(t), "rows are not 2 x a multiple of its heads; llama.cpp's rotary order cannot be applied");
     }
-    g.n_bytes = t.numel() * (value_bits(g.value_type) / 8);
+    // int4 in llama.cpp's own blocks where they hold it exactly (decided here, rebuilt when written:
+    // one tensor in memory at a time); otherwise floats by the exact rule.
+    std::optional<GgufBlocks> blocks = exact_blocks(job, t, g.permute_heads);
+    if (blocks) {
+      g.type = blocks->type;
+      g.n_bytes = blocks->bytes.size();
+      n_q4_1 += g.type == GgmlType::Q4_1;
+      n_q4_k += g.type == GgmlType::Q4_K;
+    } else {
+      // llama.cpp keeps norms and biases in f32
+      g.value_type = t.shape.size() == 1 ? ValueType::F32 : export_float_type(job, t);
+      g.type = g.value_type == ValueType::F16 ? GgmlType::F16 : g.value_type == ValueType::BF16 ? GgmlType::BF16 : GgmlType::F32;
+      g.n_bytes = t.numel() * (value_bits(g.value_type) / 8);
+    }
+    n_f16 += t.shape.size() == 2 && g.type == GgmlType::F16;
+    n_bf16 += t.shape.size() == 2 && g.type == GgmlType::BF16;
     g.offset = offset;
     offset += (g.n_bytes + kAlignment - 1) / kAlignment * kAlignment;
     tensors.push_back(g);
   }
-  kv.push_back({"general.file_type", gv_u32(n_f16 ? 1 : n_bf16 ? 32 : 0)});  // llama_ftype: MOSTLY_F16, MOSTLY_BF16, ALL_F32
+  // llama_ftype: MOSTLY_Q4_K_S, MOSTLY_Q4_1, MOSTLY_F16, MOSTLY_BF16, ALL_F32 (what most matrices are)
+  kv.push_back({"general.file_type", gv_u32(n_q4_k && n_q4_k >= n_q4_1 ? 14 : n_q4_1 ? 3 : n_f16 ? 1 : n_bf16 ? 32 : 0)});
+  if (n_q4_1 + n_q4_k)
+    job.summary.notes.push_back(std::to_string(n_q4_1 + n_q4_k) + " int4 tensors written as llama.cpp's " +
+                                (n_q4_k ? (n_q4_1 ? "Q4_1 and Q4_K" : "Q4_K") : "Q4_1") + " blocks (exact)");
+  job.summary.quantized_tensors += uint64_t(n_q4_1 + n_q4_k);
   for (auto& e : tokenizer_metadata(job, c)) kv.push_back(std::move(e));
 
   Bytes head;
@@ -352,6 +375,13 @@ void export_gguf(ExportJob& job) {
   for (const GgufTensor& g : tensors) {
     f.zeros(g.offset - at);
     const TensorInfo& t = *g.info;
+    if (g.type == GgmlType::Q4_1 || g.type == GgmlType::Q4_K) {
+      const std::optional<GgufBlocks> blocks = exact_blocks(job, t, g.permute_heads);
+      if (!blocks || blocks->type != g.type || blocks->bytes.size() != g.n_bytes) fail(job.where(t), "int4 blocks changed while exporting");
+      f.write(blocks->bytes.data(), blocks->bytes.size());
+      at = g.offset + g.n_bytes;
+      continue;
+    }
     const std::vector<float> w = decode_tensor(job.reader, t);
     std::vector<uint8_t> out(g.n_bytes);
     const uint64_t rows = t.shape.size() >= 2 ? t.shape[0] : 1, cols = t.numel() / rows, row_bytes = cols * (value_bits(g.value_type) / 8);

@@ -1,6 +1,7 @@
 // A GGUF tensor's Q4_0 / Q4_1 / Q4_K blocks as Endor int4 / int4k codes and parameters (gguf.h,
 // gguf_exact_int4): no value is rounded again, so a converted Q4_K_M file keeps llama-quantize's
 // choices where Endor's encodings can hold them. Block layouts as gguf_dequant.cpp lists them.
+#include <cmath>
 #include <cstring>
 
 #include "endor/gguf.h"
@@ -98,6 +99,92 @@ std::optional<EncodedTensor> gguf_exact_int4(GgmlType type, const uint8_t* data,
     q.param_codes = param_codes.data();
   }
   return encode_quantized({rows, cols}, Encoding::Dense, q);
+}
+
+}  // namespace endor
+
+namespace endor {
+namespace {
+
+void put_u16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
+
+// The six-bit code k (0..15) of an int4k super-block's 12 code bytes (SPEC.md §6.7: bits [6k, 6k+6)).
+uint8_t code6(const uint8_t* codes, int k) {
+  const int bit = 6 * k;
+  const uint32_t word = uint32_t(codes[bit / 8]) | (bit / 8 + 1 < 12 ? uint32_t(codes[bit / 8 + 1]) << 8 : 0u);
+  return uint8_t((word >> (bit % 8)) & 0x3F);
+}
+
+// Q4_K's 12 scale bytes from eight 6-bit scales and minimums (the inverse of k_scale_min).
+void pack_scale_min(const uint8_t sc[8], const uint8_t mn[8], uint8_t* s) {
+  for (int j = 0; j < 4; ++j) {
+    s[j] = uint8_t(sc[j] | ((sc[4 + j] >> 4) << 6));
+    s[4 + j] = uint8_t(mn[j] | ((mn[4 + j] >> 4) << 6));
+    s[8 + j] = uint8_t((sc[4 + j] & 0x0F) | ((mn[4 + j] & 0x0F) << 4));
+  }
+}
+
+// The code whose value q·S + M is `x` (x = 0 for an absent element: the code decoding to exactly 0).
+// Any code when none does; the dequantization check then refuses the tensor.
+uint8_t code_of(float x, float S, float M) {
+  if (!(S > 0.0f)) return 0;
+  const float q = std::nearbyint((x - M) / S);
+  return uint8_t(q < 0.0f ? 0 : q > 15.0f ? 15 : q);
+}
+
+}  // namespace
+
+std::optional<GgufBlocks> gguf_blocks_exact(const TensorView& v, const float* decoded,
+                                            const std::function<uint64_t(uint64_t)>& gguf_row) {
+  const TensorLayout& L = v.layout;
+  const uint32_t g = L.group_size;
+  if (L.value_type != ValueType::I4 || g == 0 || g % 32 != 0 || L.cols % g != 0) return std::nullopt;
+  const bool k = L.int4_params == Int4Params::Coded6;
+  const uint64_t gpr = L.cols / g;
+  if (k && (L.cols % 256 != 0 || gpr % kInt4kSuperGroups != 0)) return std::nullopt;
+  GgufBlocks out;
+  out.type = k ? GgmlType::Q4_K : GgmlType::Q4_1;
+  const uint64_t block = ggml_block_elements(out.type), block_bytes = ggml_block_bytes(out.type);
+  const uint64_t row_bytes = L.cols / block * block_bytes;
+  out.bytes.assign(L.rows * row_bytes, 0);
+  std::vector<float> S(gpr), M(gpr), check(L.cols);
+  for (uint64_t r = 0; r < L.rows; ++r) {
+    int4_params_f32(v, r * gpr, gpr, S.data(), M.data());
+    const float* x = decoded + r * L.cols;
+    uint8_t* row = out.bytes.data() + gguf_row(r) * row_bytes;
+    for (uint64_t b = 0; b < L.cols / block; ++b) {
+      uint8_t* blk = row + b * block_bytes;
+      if (!k) {  // Q4_1: d, m, 16 bytes of nibbles (element j < 16 low nibble of byte j, else high of j − 16)
+        const uint64_t grp = b * 32 / g, p = r * gpr + grp;
+        put_u16(blk, v.group_scales()[p]);
+        put_u16(blk + 2, v.group_mins()[p]);
+        for (int j = 0; j < 32; ++j) {
+          const uint8_t q = code_of(x[b * 32 + j], S[grp], M[grp]);
+          blk[4 + (j & 15)] |= uint8_t(j < 16 ? q : q << 4);
+        }
+        continue;
+      }
+      // Q4_K: d, dmin, 12 scale bytes, 128 bytes (element i·32 + e: nibble i % 2 of byte (i / 2)·32 + e)
+      const uint64_t p0 = r * gpr + b * 256 / g, sb = p0 / kInt4kSuperGroups;
+      put_u16(blk, v.super_scales()[2 * sb]);
+      put_u16(blk + 2, v.super_scales()[2 * sb + 1]);
+      uint8_t sc[8], mn[8];
+      for (int i = 0; i < 8; ++i) {
+        const uint64_t p = r * gpr + (b * 256 + uint64_t(i) * 32) / g;  // this sub-block's parameter
+        sc[i] = code6(v.param_codes() + 12 * sb, int(p % kInt4kSuperGroups));
+        mn[i] = code6(v.param_codes() + 12 * sb, int(8 + p % kInt4kSuperGroups));
+        const uint64_t grp = p - r * gpr;
+        for (int e = 0; e < 32; ++e) {
+          const uint8_t q = code_of(x[b * 256 + uint64_t(i) * 32 + e], S[grp], M[grp]);
+          blk[16 + (i / 2) * 32 + e] |= uint8_t(q << (4 * (i % 2)));
+        }
+      }
+      pack_scale_min(sc, mn, blk + 4);
+    }
+    ggml_dequantize(out.type, row, L.cols, check.data());
+    if (std::memcmp(check.data(), x, L.cols * 4) != 0) return std::nullopt;  // bit for bit, or not at all
+  }
+  return out;
 }
 
 }  // namespace endor

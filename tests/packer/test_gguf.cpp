@@ -588,3 +588,62 @@ TEST_CASE("gguf: packing a Q4_K / Q4_0 / Q4_1 tensor to int4k / int4 at groups o
     CHECK(sum.source_grid_tensors == kept);
   }
 }
+
+TEST_CASE("gguf: int4 / int4k tensors written as Q4_1 / Q4_K blocks dequantize to their decoded values bit for bit") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const auto matrix = [&](uint64_t rows, uint64_t cols, double zeros) {
+    std::vector<float> w(rows * cols);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (float& x : w) x = u(rng) < zeros ? 0.0f : normal(rng);
+    return w;
+  };
+  const auto reversed = [](uint64_t rows) { return [rows](uint64_t r) { return rows - 1 - r; }; };
+  struct Case {
+    Int4Params params;
+    uint64_t rows, cols;
+    uint32_t group;
+    double zeros;
+    bool exact;           // a block type holds it
+    GgmlType type;
+  };
+  for (const Case& c : {Case{Int4Params::F16, 6, 96, 32, 0.0, true, GgmlType::Q4_1},
+                        Case{Int4Params::F16, 4, 256, 128, 0.0, true, GgmlType::Q4_1},
+                        Case{Int4Params::F16, 5, 128, 64, 0.5, true, GgmlType::Q4_1},  // bitmap: zero codes
+                        Case{Int4Params::Coded6, 8, 512, 32, 0.0, true, GgmlType::Q4_K},
+                        Case{Int4Params::Coded6, 3, 1024, 64, 0.0, true, GgmlType::Q4_K},
+                        Case{Int4Params::F16, 4, 96, 16, 0.0, false, GgmlType::F32},      // groups of 16: no block
+                        Case{Int4Params::Coded6, 4, 576, 32, 0.0, false, GgmlType::F32},  // 576 = 2.25 blocks
+                        Case{Int4Params::Coded6, 2, 256, 64, 0.0, false, GgmlType::F32}}) {  // super-blocks span rows
+    CAPTURE(c.cols);
+    CAPTURE(c.group);
+    const std::vector<float> w = matrix(c.rows, c.cols, c.zeros);
+    EncodeOptions eo;
+    eo.value_type = ValueType::I4;
+    eo.group_size = c.group;
+    eo.int4_params = c.params;
+    eo.encoding = c.zeros > 0 ? Encoding::Bitmap : Encoding::Dense;
+    const EncodedTensor e = encode_tensor(w.data(), {c.rows, c.cols}, eo);
+    const std::vector<float> x = decoded(e);
+    TensorInfo info;
+    info.shape = {c.rows, c.cols};
+    TensorView v{&info, e.layout, e.bytes.data()};
+    const std::optional<GgufBlocks> b = gguf_blocks_exact(v, x.data(), reversed(c.rows));
+    REQUIRE(b.has_value() == c.exact);
+    if (!c.exact) continue;
+    CHECK(b->type == c.type);
+    REQUIRE(b->bytes.size() == c.rows * c.cols / ggml_block_elements(c.type) * ggml_block_bytes(c.type));
+    std::vector<float> back(c.rows * c.cols);
+    ggml_dequantize(c.type, b->bytes.data(), back.size(), back.data());
+    size_t diff = 0;
+    for (uint64_t r = 0; r < c.rows; ++r)
+      diff += std::memcmp(&back[(c.rows - 1 - r) * c.cols], &x[r * c.cols], c.cols * 4) != 0;
+    CHECK(diff == 0);
+    // ... and read back as int4 / int4k at groups of 32, the blocks decode the same again.
+    const std::optional<EncodedTensor> again =
+        gguf_exact_int4(c.type, b->bytes.data(), c.rows, c.cols, 0, c.params, 32);
+    REQUIRE(again.has_value());
+    const std::vector<float> y = decoded(*again);
+    for (uint64_t r = 0; r < c.rows; ++r) CHECK(std::memcmp(&y[(c.rows - 1 - r) * c.cols], &x[r * c.cols], c.cols * 4) == 0);
+  }
+}
