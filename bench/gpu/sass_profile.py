@@ -48,7 +48,9 @@ def describe(mangled):
     ints = [int(v) for v in re.findall(r'Li(\d+)E', rest)]
     bools = [v == '1' for v in re.findall(r'Lb(\d)E?', rest)]
     if kind == 'dense16':
-        return {'kernel': kind, 'values': vt, 'rows': ints[0], 'max_tokens': ints[1], 'vec': bools[0]}
+        # int4k: the instance for int4k's coded parameters (a template parameter since 2026-11-27)
+        return {'kernel': kind, 'values': vt, 'rows': ints[0], 'max_tokens': ints[1], 'vec': bools[0],
+                'int4k': len(bools) > 1 and bools[1]}
     return {'kernel': kind, 'values': vt, 'max_tokens': ints[0], 'uniform_groups': bools[0]}
 
 

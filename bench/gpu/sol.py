@@ -146,7 +146,7 @@ def main():
     print('|---|---|---|---|---|---|---|---|---|')
     for layout, v, s in forms:
         if layout == 'dense':
-            p = find(profile, kernel='dense16', values=v, max_tokens=1, vec=True)
+            p = find(profile, kernel='dense16', values=v, max_tokens=1, vec=True, int4k=False)
         else:
             p = find(profile, kernel='bitmap16', values=v, max_tokens=1, uniform_groups=True)
         r = predict(layout, p, 11008, 4096, layout, v, s, 'H200')
@@ -164,7 +164,7 @@ def main():
         for rows, cols in SHAPES:
             for layout, v, s in forms:
                 if layout == 'dense':
-                    p = find(profile, kernel='dense16', values=v, max_tokens=1, vec=True)
+                    p = find(profile, kernel='dense16', values=v, max_tokens=1, vec=True, int4k=False)
                 else:
                     p = find(profile, kernel='bitmap16', values=v, max_tokens=1, uniform_groups=True)
                 r = predict(layout, p, rows, cols, layout, v, s, dev)

@@ -33,8 +33,11 @@ __device__ __forceinline__ uint32_t int4k_code(const unsigned char* codes, uint3
   if (shift > 2) v |= uint32_t(__ldg(codes + byte + 1)) << 8;  // the code crosses into the next byte
   return (v >> shift) & 63u;
 }
-__device__ __forceinline__ void int4_group_params(const DeviceWeight& w, uint64_t p, float& s, float& m) {
-  if (w.int4_coded) {
+// kCoded: the parameter format known at compile time (a kernel instantiated per format keeps the
+// branch out of its loop); int4_group_params reads w.int4_coded at run time.
+template <bool kCoded>
+__device__ __forceinline__ void int4_group_params_as(const DeviceWeight& w, uint64_t p, float& s, float& m) {
+  if constexpr (kCoded) {
     const uint64_t b = p >> 3;
     const uint32_t j = uint32_t(p & 7);
     const float d = f16_bits_to_f32(__ldg(w.group_scales + 2 * b));
@@ -46,6 +49,12 @@ __device__ __forceinline__ void int4_group_params(const DeviceWeight& w, uint64_
     s = f16_bits_to_f32(__ldg(w.group_scales + p));
     m = f16_bits_to_f32(__ldg(w.group_mins + p));
   }
+}
+__device__ __forceinline__ void int4_group_params(const DeviceWeight& w, uint64_t p, float& s, float& m) {
+  if (w.int4_coded)
+    int4_group_params_as<true>(w, p, s, m);
+  else
+    int4_group_params_as<false>(w, p, s, m);
 }
 
 // The per-row decode parameters: the int8 row scale, the row's first int4 group parameter.

@@ -94,7 +94,9 @@ __device__ __forceinline__ void decode_quad(const uint4& raw, int e, float s, fl
 }
 
 // ---- dense ----
-template <Values VT, int kRows, int kMaxT, bool kVec>
+// kInt4Coded (int4 with kVec only): the weight's int4k parameters (w.int4_coded), a template
+// parameter so the chunk loop has no branch on the parameter format.
+template <Values VT, int kRows, int kMaxT, bool kVec, bool kInt4Coded = false>
 __global__ void __launch_bounds__(kDenseThreads)
     dense16_kernel(DeviceWeight w, const float* __restrict__ x, uint32_t n_tokens, const float* __restrict__ bias,
                    float* __restrict__ y) {
@@ -142,7 +144,7 @@ __global__ void __launch_bounds__(kDenseThreads)
           if constexpr (VT == Values::I8) s[r] = __ldg(w.row_scales + rr);
           if constexpr (VT == Values::I4) {  // the chunk lies in one group (group_size % 32 == 0)
             const uint64_t g = uint64_t(rr) * w.groups_per_row + c / w.group_size;
-            int4_group_params(w, g, s[r], m[r]);
+            int4_group_params_as<kInt4Coded>(w, g, s[r], m[r]);
           }
         }
 #pragma unroll
@@ -445,7 +447,10 @@ void launch_typed(const DeviceWeight& w, const float* x, uint32_t n_tokens, cons
     // 16-byte form: one thread a chunk of the row, up to 256 (a 4096-column int4 row has 128 chunks).
     const uint32_t n_chunks = w.cols / chunk_values<VT>();
     const unsigned threads = std::min<unsigned>(kDenseThreads, std::max<unsigned>(32, (n_chunks + 31) / 32 * 32));
-    if (vec)
+    constexpr bool kInt4 = VT == Values::I4;
+    if (vec && kInt4 && w.int4_coded)
+      dense16_kernel<VT, kRows, kMaxT, true, kInt4><<<n_blocks, threads, 0, stream>>>(w, x, n_tokens, bias, y);
+    else if (vec)
       dense16_kernel<VT, kRows, kMaxT, true><<<n_blocks, threads, 0, stream>>>(w, x, n_tokens, bias, y);
     else
       dense16_kernel<VT, kRows, kMaxT, false><<<n_blocks, kDenseThreads, 0, stream>>>(w, x, n_tokens, bias, y);

@@ -345,6 +345,28 @@ GPU_TEST_CASE("cuda linear: 16-byte and previous fused kernels on random values,
   }
 }
 
+// Dense int4's 16-byte kernel has one instance per parameter format (f16 or int4k's codes, a template
+// parameter) and per token bucket (1, 2, 4, 8 accumulators; 8 or 4 rows a block): every one of them.
+GPU_TEST_CASE("cuda linear: dense int4 and int4k, every 16-byte kernel instance, T 1..8") {
+  REQUIRE_GPU();
+  auto cpu = make_exact_cpu_backend(0);
+  auto gpu = gpu_backend(cuda::LinearPath::Fused);
+  uint32_t seed = 4000;
+  for (Int4Params ip : {Int4Params::F16, Int4Params::Coded6})
+    for (uint32_t g : {32u, 128u})
+      for (size_t T : {1, 2, 3, 5, 8}) {
+        CAPTURE(int(ip));
+        CAPTURE(g);
+        CAPTURE(T);
+        const auto w = random_weights(21, 2048, 0.0, ++seed);
+        const EncodedWeight ew = encode(w, 21, 2048, Encoding::Dense, ValueType::I4, g, ip);
+        const Outcome o = check_random(*gpu, *cpu, cuda::LinearPath::Fused, ew, T, T % 2 == 1, seed);
+        CAPTURE(o.worst);
+        CHECK(o.beyond_reference == 0);
+        CHECK(o.beyond_cpu == 0);
+      }
+}
+
 GPU_TEST_CASE("cuda linear: random values within the derived bound, every path, encoding, type and shape") {
   REQUIRE_GPU();
   auto cpu = make_exact_cpu_backend(0);
