@@ -503,9 +503,10 @@ TEST_CASE("endor-serve: a client that leaves frees its slot or queue place, stre
   queued_stream.close();
   in_slot.close();
   const auto left = std::chrono::steady_clock::now();
-  m = wait_for([](const std::string& t) {
+  const std::string two_499 = "endor_requests_total{route=\"/v1/completions\",status=\"499\"} 2";
+  m = wait_for([&](const std::string& t) {
     return metric_value(t, "endor_active_slots") == 0 && metric_value(t, "endor_queue_length") == 0 &&
-           metric_value(t, "endor_requests_cancelled_total") == 3;
+           metric_value(t, "endor_requests_cancelled_total") == 3 && t.find(two_499) != std::string::npos;
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - left).count();
   INFO(m);
@@ -516,7 +517,7 @@ TEST_CASE("endor-serve: a client that leaves frees its slot or queue place, stre
   CHECK(metric_value(m, "endor_generated_tokens_total") < kMaxTokens);
   CHECK(seconds < 10);
   // The non-streaming ones are logged 499 (nginx's "client closed request").
-  CHECK(m.find("endor_requests_total{route=\"/v1/completions\",status=\"499\"} 2") != std::string::npos);
+  CHECK(m.find(two_499) != std::string::npos);
   // The slot is free: the next request is answered.
   const auto [st, j] = post_json(server.port, "/v1/completions", {{"prompt", "And"}, {"max_tokens", 8}, {"temperature", 0}});
   CHECK(st == 200);
