@@ -86,13 +86,15 @@ void add_prune_options(cxxopts::Options& o) {
     ("clip", "sparsegpt, gptq with int4/int4k: mse (search each group's range for the least Hessian-weighted error) or none ([min, max])", cxxopts::value<std::string>()->default_value("mse"))
     ("skip", "regex (ECMAScript, searched in the canonical tensor name) of Linears to leave unpruned and unquantized", cxxopts::value<std::string>())
     ("calib", "calibration text (UTF-8 file) for --method wanda|sparsegpt", cxxopts::value<std::string>())
+    ("calib-ids", "calibration as token ids instead of text: a file of whitespace-separated ids (e.g. chat "
+                  "conversations rendered by the model's template: scripts/chat_calibration.py)", cxxopts::value<std::string>())
     ("calib-samples", "calibration windows drawn from --calib", cxxopts::value<uint64_t>()->default_value("128"))
     ("calib-seqlen", "tokens per calibration window (default: max_position_embeddings)", cxxopts::value<uint64_t>())
     ("seed", "seed of the calibration window sampling (std::mt19937_64)", cxxopts::value<uint64_t>()->default_value("0"));
 }
 
 bool any_prune_option_given(const cxxopts::ParseResult& r) {
-  for (const char* k : {"sparsity", "sparsity-ramp", "method", "pattern", "scope", "quant", "quant-head", "group-size", "skip", "calib", "dtype", "int8", "act-order", "clip",
+  for (const char* k : {"sparsity", "sparsity-ramp", "method", "pattern", "scope", "quant", "quant-head", "group-size", "skip", "calib", "calib-ids", "dtype", "int8", "act-order", "clip",
                         "calib-samples", "calib-seqlen", "seed"})
     if (r.count(k)) return true;
   return false;
@@ -124,11 +126,11 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
     throw Error("--method " + p.method + " needs calibration support, which this build lacks (runtime, tokenizer or LAPACK missing)");
 #endif
   if (p.method == "magnitude") {
-    for (const char* k : {"calib", "calib-samples", "calib-seqlen", "seed"})
+    for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed"})
       if (r.count(k))
         throw UsageError(std::string("--") + k + " is for --method wanda|sparsegpt|gptq; magnitude pruning needs no data");
-  } else if (!r.count("calib")) {
-    throw UsageError("--method " + p.method + " needs --calib TEXT_FILE (calibration text)");
+  } else if (r.count("calib") + r.count("calib-ids") != 1) {
+    throw UsageError("--method " + p.method + " needs one of --calib TEXT_FILE (calibration text) and --calib-ids IDS_FILE");
   }
 
   const std::string pattern = r["pattern"].as<std::string>();
@@ -269,7 +271,8 @@ int run_pack(const char* cmd, int argc, char** argv) {
     const bool calibrated = prune && o.prune.method != "magnitude";
     CalibrationOptions co;
     if (calibrated) {
-      co.text_path = r["calib"].as<std::string>();
+      co.ids = r.count("calib-ids") > 0;
+      co.text_path = r[co.ids ? "calib-ids" : "calib"].as<std::string>();
       co.n_samples = r["calib-samples"].as<uint64_t>();
       if (co.n_samples == 0) throw UsageError("--calib-samples must be at least 1");
       if (r.count("calib-seqlen")) co.seq_len = r["calib-seqlen"].as<uint64_t>();

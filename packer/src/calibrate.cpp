@@ -42,6 +42,30 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
+// --calib-ids: whitespace-separated decimal token ids, each below the vocabulary size.
+std::vector<int32_t> parse_ids(const std::string& text, uint64_t vocab, const std::string& path) {
+  std::vector<int32_t> ids;
+  size_t i = 0, line = 1;
+  while (i < text.size()) {
+    const char ch = text[i];
+    if (ch == '\n') ++line;
+    if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
+      ++i;
+      continue;
+    }
+    uint64_t v = 0;
+    size_t j = i;
+    while (j < text.size() && text[j] >= '0' && text[j] <= '9' && v < vocab) v = v * 10 + uint64_t(text[j++] - '0');
+    const bool end = j == text.size() || text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r';
+    if (j == i || !end || v >= vocab)
+      throw Error(path + ":" + std::to_string(line) + ": '" + text.substr(i, std::min<size_t>(text.find_first_of(" \t\r\n", i) - i, 20)) +
+                  "' is not a token id below the vocabulary size " + std::to_string(vocab));
+    ids.push_back(int32_t(v));
+    i = j;
+  }
+  return ids;
+}
+
 // A named temporary file: registered with the callback before it can exist, unlinked (and
 // released) by unlink_now() or on every way out.
 class NamedTemp {
@@ -209,6 +233,14 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   const std::string text = read_file(co.text_path);
   std::unique_ptr<Checkpoint> ck = Checkpoint::open(source_dir);
   packer_detail::check_output_is_not_input(output_path, *ck);  // before the long part, not after
+  std::vector<int32_t> given_ids;  // --calib-ids, checked before the long part too
+  if (co.ids) {
+    given_ids = parse_ids(text, ck->shape().vocab, co.text_path);
+    const uint64_t L = co.seq_len ? co.seq_len : ck->shape().max_positions;
+    if (given_ids.size() <= L)
+      throw Error(co.text_path + ": " + std::to_string(given_ids.size()) + " tokens; calibration windows of " +
+                  std::to_string(L) + " need more");
+  }
   std::map<std::string, const CheckpointTensor*> source_tensors;
   for (const CheckpointTensor& t : ck->tensors()) source_tensors[t.name] = &t;
   const std::string tag = ".tmp-" + std::to_string(::getpid());
@@ -238,10 +270,13 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   const ModelConfig c = model->config();
 
   // 2. Calibration windows, embedded into the activation store.
-  const std::optional<std::string_view> tok_json = reader->file("tokenizer.json");
-  if (!tok_json) throw Error(source_dir + ": no tokenizer.json; calibration needs the checkpoint's tokenizer");
-  const Tokenizer tokenizer = Tokenizer::from_json(*tok_json, source_dir + "/tokenizer.json");
-  const std::vector<int32_t> ids = tokenizer.encode(text, true);
+  std::vector<int32_t> ids = std::move(given_ids);
+  if (!co.ids) {
+    const std::optional<std::string_view> tok_json = reader->file("tokenizer.json");
+    if (!tok_json) throw Error(source_dir + ": no tokenizer.json; calibration needs the checkpoint's tokenizer");
+    const Tokenizer tokenizer = Tokenizer::from_json(*tok_json, source_dir + "/tokenizer.json");
+    ids = tokenizer.encode(text, true);
+  }
   const uint64_t L = co.seq_len ? co.seq_len : c.max_positions;
   if (L < 1 || L > c.max_positions)
     throw Error("--calib-seqlen " + std::to_string(L) + " must be in [1, " + std::to_string(c.max_positions) +
@@ -369,7 +404,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
 
   // 4. The output, through the normal packer path (the calibrated Linears come from `spilled`).
   // The text's file name only: the manifest must not carry the packer's file system layout.
-  nlohmann::json calibration = {{"text", packer_detail::base_name(co.text_path)}, {"samples", S}, {"seq_len", L}, {"seed", co.seed},
+  nlohmann::json calibration = {{co.ids ? "ids" : "text", packer_detail::base_name(co.text_path)}, {"samples", S}, {"seq_len", L}, {"seed", co.seed},
                                 {"tokens", ids.size()}, {"sampling", "uniform window start, std::mt19937_64"}};
   return pack_checkpoint_with_pruner(source_dir, output_path, o, &spilled, cb, calibration);
 }

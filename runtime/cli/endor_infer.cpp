@@ -307,7 +307,9 @@ int run_batch(endor::Model& model, const endor::Tokenizer* tokenizer, const Batc
       }
       const std::string text = continuation(*tokenizer, br.prompts[printed], ids, eos, gen.stop_at_eos);
       if (br.jsonl) {
-        nlohmann::json j = {{"prompt", br.texts[printed]}, {"text", text}, {"ids", ids}};
+        // prompt_ids: the prompt as the model read it (with --chat, rendered by the chat template), so
+        // prompt_ids + ids is the whole conversation (scripts/chat_calibration.py)
+        nlohmann::json j = {{"prompt", br.texts[printed]}, {"prompt_ids", br.prompts[printed]}, {"text", text}, {"ids", ids}};
         emit(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
       } else {
         const std::string all = br.texts[printed] + text;
@@ -372,7 +374,7 @@ int run(int argc, char** argv) {
      cxxopts::value<std::string>())
     ("batch", "throughput mode: sequences generated together, each block read once per step for all of them",
      cxxopts::value<size_t>()->default_value("8"))
-    ("jsonl", "throughput mode: one JSON object per prompt {\"prompt\", \"text\", \"ids\"} instead of text")
+    ("jsonl", "throughput mode: one JSON object per prompt {\"prompt\", \"prompt_ids\", \"text\", \"ids\"} instead of text")
     ("perplexity", "measure perplexity on this text file instead of generating",
      cxxopts::value<std::string>())
     ("ctx", "perplexity window, or --chat conversation length, in tokens (default: the model's "

@@ -514,3 +514,61 @@ TEST_CASE("signals during calibrated pruning leave nothing behind (temporary mod
   CHECK(snapshot(dir + "/big") == before);
   remove_tree(dir);
 }
+
+#ifdef ENDOR_TEST_TOKENIZER
+#include "endor/tokenizer.h"
+
+TEST_CASE("--calib-ids: the ids of the calibration text prune as the text does; bad ids are one line") {
+  const std::string dir = make_temp_dir("cli-calib-ids");
+  const std::string sample = std::string(ENDOR_SOURCE_DIR) + "/samples/kjv-llama";
+  const std::string text = read_bytes(sample + "/calib.txt");
+  const endor::Tokenizer tok = endor::Tokenizer::from_json(read_bytes(sample + "/tokenizer.json"), "tokenizer.json");
+  const std::vector<int32_t> ids = tok.encode(text, true);
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) line += (i ? (i % 50 ? " " : "\n") : "") + std::to_string(ids[i]);
+  write_bytes(dir + "/calib.ids", line + "\n");
+  const std::vector<std::string> common = {"--method", "sparsegpt", "--sparsity", "0.5", "--quant", "int4k",
+                                           "--calib-samples", "4", "--calib-seqlen", "64"};
+  auto prune = [&](const std::string& out, const std::vector<std::string>& calib) {
+    std::vector<std::string> a = {"prune", sample, "-o", out};
+    a.insert(a.end(), common.begin(), common.end());
+    a.insert(a.end(), calib.begin(), calib.end());
+    return run(a);
+  };
+  Run r = prune(dir + "/text.endor", {"--calib", sample + "/calib.txt"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = prune(dir + "/ids.endor", {"--calib-ids", dir + "/calib.ids"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto a = endor::ContainerReader::open(dir + "/text.endor"), b = endor::ContainerReader::open(dir + "/ids.endor");
+  REQUIRE(a->manifest().tensors.size() == b->manifest().tensors.size());
+  size_t same = 0;
+  for (const endor::TensorInfo& t : a->manifest().tensors) {
+    const std::optional<endor::TensorView> x = a->find_tensor(t.name), y = b->find_tensor(t.name);
+    REQUIRE(y.has_value());
+    same += x->layout.total_bytes == y->layout.total_bytes && std::memcmp(x->data, y->data, x->layout.total_bytes) == 0;
+  }
+  CHECK(same == a->manifest().tensors.size());
+  CHECK(b->manifest().provenance["calibration"]["ids"] == "calib.ids");
+  CHECK(b->manifest().provenance["calibration"]["tokens"] == ids.size());
+
+  // Other ids prune otherwise (the file is read, not ignored).
+  std::string shifted;
+  for (size_t i = 0; i < ids.size(); ++i) shifted += std::to_string((ids[i] + 7) % 1000) + " ";
+  write_bytes(dir + "/other.ids", shifted);
+  r = prune(dir + "/other.endor", {"--calib-ids", dir + "/other.ids"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(read_bytes(dir + "/other.endor") != read_bytes(dir + "/ids.endor"));
+
+  const std::string out = dir + "/bad.endor";
+  write_bytes(dir + "/word.ids", "1 2 3\n4 five 6\n");
+  check_one_line_error(prune(out, {"--calib-ids", dir + "/word.ids"}), 1, "word.ids:2: 'five' is not a token id");
+  write_bytes(dir + "/big.ids", "1 2 99999999999999999999\n");
+  check_one_line_error(prune(out, {"--calib-ids", dir + "/big.ids"}), 1, "is not a token id below the vocabulary size");
+  write_bytes(dir + "/short.ids", "1 2 3\n");
+  check_one_line_error(prune(out, {"--calib-ids", dir + "/short.ids"}), 1, "short.ids: 3 tokens");
+  check_one_line_error(prune(out, {"--calib-ids", dir + "/short.ids", "--calib", sample + "/calib.txt"}), 2,
+                       "needs one of --calib TEXT_FILE");
+  CHECK(list_dir(dir).size() == 8);  // 5 inputs, 3 outputs: nothing left by the failures
+  remove_tree(dir);
+}
+#endif

@@ -353,7 +353,8 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
 // std::uniform_int_distribution<uint64_t>(0, n_tokens - seq_len - 1)(rng) (the reference's
 // random.randint(0, len - seqlen - 1) over one C4 document; here the whole text is one document).
 struct CalibrationOptions {
-  std::string text_path;               // --calib
+  std::string text_path;               // --calib (or --calib-ids: then a file of token ids)
+  bool ids = false;                    // text_path holds whitespace-separated token ids, not text
   uint64_t n_samples = 128;            // --calib-samples
   uint64_t seq_len = 0;                // --calib-seqlen; 0 = the model's max_position_embeddings
   uint64_t seed = 0;                   // --seed
