@@ -1,5 +1,5 @@
 // The CUDA Backend: device memory, device-resident compressed weights, and the kernels of
-// decode.cu / fused_linear.cu / ops.cu / attention.cu behind the Backend interface; plus the
+// decode.cu / fused_linear*.cu / ops.cu / attention.cu / sampling.cu behind the Backend interface; plus the
 // cuda:: helpers of cuda_backend.h (whole-tensor decode, timing, copy bandwidth).
 #include "endor/cuda_backend.h"
 
