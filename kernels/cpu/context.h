@@ -66,7 +66,8 @@ LinearPath choose_linear_path(const Context&, const TensorLayout&, size_t n_toke
 // y[T, out] = x[T, in]·Wᵀ (+ bias[out] when non-null), all host memory.
 void linear(Context&, const TensorView& w, const float* x, size_t n_tokens, const float* bias, float* y);
 // The jobs' results as linear() gives them, all of one input x[T, in] (every job's cols = in).
-// At fused token counts their row chunks share one parallel region; otherwise one linear() each.
+// When every job takes the fused path (any T, in blocks of 8 tokens) their row chunks share one
+// parallel region; otherwise one linear() each.
 void linear_group(Context&, const LinearJob* jobs, size_t n_jobs, const float* x, size_t n_tokens);
 // y[t·ldy + n] = Σ_k x[t·k_dim + k]·a[n·k_dim + k] for n < n_rows, t < n_tokens (a GEMM x·aᵀ).
 void gemm_xat(Context&, const float* x, size_t n_tokens, size_t k_dim, const float* a, size_t n_rows,

@@ -10,9 +10,28 @@
 namespace endor::cpu::detail {
 namespace {
 
-// Auto thresholds (bench/RESULTS.md "CPU kernels" has the measurements behind them).
+// Auto's thresholds. Prefill token counts T > 8 go through the fused kernels in blocks of 8 (or
+// row-decode, fused_blocks_pay) until PanelGemm's one f32 decode of the weight is cheaper than
+// decoding it in registers once per block. bench/bench_prefill on the EPYC VM (AMD EPYC, Zen 4,
+// AVX-512, 2 threads, 2026-11-27, load ~8), CPU ms per token of one linear call, fused / row-decode
+// / panel:
+//   1536x576 bitmap int4 @ 50 %: T=16 .036/.038/.045, T=24 .036/.034/.035, T=32 .035/.031/.030,
+//     T=64 .036/.029/.026; bitmap int8 T=32 .027/.027/.028, T=48 .027/.048/.025; 576x1536 int4
+//     T=32 .032/.033/.034, T=48 .032/.031/.030.
+//   5632x2048 bitmap int4 @ 50 %: T=16 .31/.46/2.49, T=64 .30/.38/.77, T=128 .30/.39/.50
+//     (panel ≈ 35 ms a call to decode + .22 ms a token: even with fused at T ≈ 470); int8 T=128
+//     .37/.39/.50 (even ≈ 230); dense f16 T=128 .63/.39/.50 (row-decode even ≈ 210; 2048x5632 ≈ 120).
+// Decoding a weight to f32 is ~0.5 ns a weight while the panel stays in cache (SmolLM2's 3.5 MiB)
+// and ~3 ns once it does not (the 1 B shape's 16 MiB panels): hence two regimes, split at
+// kCachedPanelBytes of f32. In the model (endor-infer, 1 B int4 @ 50 %, 2 threads): T=16 2.2 s
+// fused blocks vs 5.8 s panel, T=128 11.0 s vs 16.6 s.
 constexpr size_t kFusedMaxTokens = kMaxFusedTokens;
-constexpr size_t kDefaultGemmMinTokens = 16;
+constexpr uint64_t kCachedPanelBytes = uint64_t(8) << 20;
+constexpr size_t kSmallGemmMinTokens = 32;   // weights whose f32 copy fits kCachedPanelBytes
+constexpr size_t kInt4GemmMinTokens = 384;   // larger int4 weights
+constexpr size_t kInt8GemmMinTokens = 256;   // larger int8 weights
+constexpr size_t kFloatGemmMinTokens = 128;  // larger f16/bf16/f32 weights (row-decode below)
+constexpr size_t kDenseF32GemmMinTokens = 16;  // dense f32: the GEMM reads the mapping, no decode
 constexpr size_t kRowDecodeRows = 4;              // rows each thread decodes at a time
 constexpr size_t kPanelBytes = size_t(16) << 20;  // decoded f32 panel size for PanelGemm
 
@@ -45,19 +64,20 @@ QuantizedX quantize_into_scratch(Context& ctx, const float* x, size_t n_tokens, 
   return quantize_activations(x, cols, n_tokens, cols, ctx.act_scratch.floats(floats));
 }
 
+// Prefill through the fused kernels: each task multiplies its rows by every block of <=
+// kMaxFusedTokens tokens in turn, so the rows are read from memory once and the later blocks find
+// them in L1/L2. Each (rows, token block) is the same kernel call as a separate linear() of that
+// block makes: y is bit-identical to running the blocks one by one.
 void linear_fused_q8(Context& ctx, const TensorView& w, const QuantizedX& qx, size_t n_tokens, float* y) {
   const uint64_t rows = w.layout.rows, cols = w.layout.cols;
   const size_t chunk = rows_per_task(rows, ctx.n_threads);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
   const WeightKernels& k = *ctx.kernels;
-  for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
-    const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
-    const QuantizedX q0 = qx.token(t0);
-    ctx.pool.run(n_chunks, threads_for(rows * cols * nt, ctx.n_threads), [&](int64_t b, int) {
-      const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
-      k.dot_rows_q8(w, r0, r1, q0, nt, y + t0 * rows, rows);
-    });
-  }
+  ctx.pool.run(n_chunks, threads_for(rows * cols * n_tokens, ctx.n_threads), [&](int64_t b, int) {
+    const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
+    for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens)
+      k.dot_rows_q8(w, r0, r1, qx.token(t0), std::min(kMaxFusedTokens, n_tokens - t0), y + t0 * rows, rows);
+  });
 }
 
 // XT: float, or uint16_t for x rounded to f16 (half_activations).
@@ -67,15 +87,15 @@ void linear_fused(Context& ctx, const TensorView& w, const XT* x, size_t n_token
   const size_t chunk = rows_per_task(rows, ctx.n_threads);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
   const WeightKernels& k = *ctx.kernels;
-  // Token blocks beyond kMaxFusedTokens re-read the weight; Auto never asks for that.
-  for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
-    const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
-    ctx.pool.run(n_chunks, threads_for(rows * cols * nt, ctx.n_threads), [&](int64_t b, int) {
-      const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
+  // Token blocks as linear_fused_q8's: a task's rows stay in cache from one block to the next.
+  ctx.pool.run(n_chunks, threads_for(rows * cols * n_tokens, ctx.n_threads), [&](int64_t b, int) {
+    const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
+    for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
+      const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
       if constexpr (std::is_same_v<XT, uint16_t>) k.dot_rows_hx(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
       else k.dot_rows(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
-    });
-  }
+    }
+  });
 }
 
 void linear_row_decode(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, float* y) {
@@ -123,15 +143,33 @@ void add_bias_rows(Context& ctx, float* y, const float* bias, size_t n_tokens, s
   });
 }
 
+// Whether prefill below the GEMM crossover goes through the fused kernels in blocks of 8 tokens
+// (else row-decode). int8-activation weights have integer fused kernels that beat decoding rows to
+// f32, except bitmap int4 in groups that are not a multiple of 64 (int4k's 32), which the AVX-512
+// kernels hand to the AVX2 one; f16/bf16/f32 rows pay their conversions once per block of 8 where
+// row-decode pays them once.
+bool fused_blocks_pay(const Context& ctx, const TensorLayout& L) {
+  if (ctx.options.exact || !int8_activation_weight(L.value_type)) return false;
+  return !(L.value_type == ValueType::I4 && L.encoding == Encoding::Bitmap && L.group_size % 64 != 0);
+}
+
+// The T from which Auto takes PanelGemm (see the thresholds above).
+size_t default_gemm_min_tokens(const TensorLayout& L) {
+  if (L.encoding == Encoding::Dense && L.value_type == ValueType::F32) return kDenseF32GemmMinTokens;
+  if (L.rows * L.cols * 4 <= kCachedPanelBytes) return kSmallGemmMinTokens;
+  if (L.value_type == ValueType::I4) return kInt4GemmMinTokens;
+  if (L.value_type == ValueType::I8) return kInt8GemmMinTokens;
+  return kFloatGemmMinTokens;
+}
+
 }  // namespace
 
 LinearPath choose_linear_path(const Context& ctx, const TensorLayout& layout, size_t n_tokens) {
   if (ctx.options.linear_path != LinearPath::Auto) return ctx.options.linear_path;
-  (void)layout;
-  const size_t gemm_min = ctx.options.gemm_min_tokens ? ctx.options.gemm_min_tokens : kDefaultGemmMinTokens;
-  if (n_tokens >= gemm_min) return LinearPath::PanelGemm;
   if (n_tokens <= kFusedMaxTokens) return LinearPath::Fused;
-  return LinearPath::RowDecode;
+  const size_t gemm_min = ctx.options.gemm_min_tokens ? ctx.options.gemm_min_tokens : default_gemm_min_tokens(layout);
+  if (n_tokens >= gemm_min) return LinearPath::PanelGemm;
+  return fused_blocks_pay(ctx, layout) ? LinearPath::Fused : LinearPath::RowDecode;
 }
 
 void linear(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, const float* bias, float* y) {
@@ -176,7 +214,7 @@ void linear(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, 
 void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const float* x, size_t n_tokens) {
   if (n_tokens == 0 || n_jobs == 0) return;
   uint64_t total_rows = 0, work = 0;
-  bool fused = n_tokens <= kFusedMaxTokens;
+  bool fused = true;
   for (size_t i = 0; i < n_jobs; ++i) {
     const TensorLayout& L = jobs[i].w->layout;
     const LinearPath path = choose_linear_path(ctx, L, n_tokens);
@@ -206,12 +244,18 @@ void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const floa
   bool any_half = false;
   for (size_t i = 0; i < n_jobs; ++i) any_half = any_half || half_activations(ctx, *jobs[i].w);
   const uint16_t* xh = any_half ? round_into_scratch(ctx, x, n_tokens, jobs[0].w->layout.cols) : nullptr;
+  // Token blocks of <= kMaxFusedTokens as in linear_fused: a task's rows stay in cache between them.
   ctx.pool.run(n_tasks, threads_for(work, ctx.n_threads), [&](int64_t i, int) {
     const LinearGroupTask& t = tasks[size_t(i)];
     const uint64_t rows = t.job->w->layout.rows, cols = t.job->w->layout.cols;
-    if (int8_activations(ctx, *t.job->w)) k.dot_rows_q8(*t.job->w, t.r0, t.r1, qx, n_tokens, t.job->y, rows);
-    else if (xh && half_activations(ctx, *t.job->w)) k.dot_rows_hx(*t.job->w, t.r0, t.r1, xh, cols, n_tokens, t.job->y, rows);
-    else k.dot_rows(*t.job->w, t.r0, t.r1, x, cols, n_tokens, t.job->y, rows);
+    const bool q8 = int8_activations(ctx, *t.job->w), hx = xh && half_activations(ctx, *t.job->w);
+    for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
+      const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
+      float* y = t.job->y + t0 * rows;
+      if (q8) k.dot_rows_q8(*t.job->w, t.r0, t.r1, qx.token(t0), nt, y, rows);
+      else if (hx) k.dot_rows_hx(*t.job->w, t.r0, t.r1, xh + t0 * cols, cols, nt, y, rows);
+      else k.dot_rows(*t.job->w, t.r0, t.r1, x + t0 * cols, cols, nt, y, rows);
+    }
     if (const float* b = t.job->bias)
       for (size_t tok = 0; tok < n_tokens; ++tok)
         for (uint64_t r = t.r0; r < t.r1; ++r) t.job->y[tok * rows + r] += b[r];

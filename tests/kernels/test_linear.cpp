@@ -265,3 +265,99 @@ TEST_CASE("linear_group: bit-identical to one linear() per target, with and with
       }
     }
 }
+
+TEST_CASE("linear: prefill token counts through the fused kernels equal the 8-token blocks run one by one") {
+  // Auto sends prefill below a per-weight crossover through the fused kernels in blocks of <= 8
+  // tokens (kernels/cpu/linear.cpp; gemm_min_tokens = 128 here puts all of these T below it);
+  // forced Fused does so at any T. Each block must give what a
+  // separate linear() of that block gives (bit for bit), with and without int8/f16 activations,
+  // through linear() and linear_group(), and the exact path must stay within the reference bound.
+  const uint64_t cols = 4200;  // over kHalfXMinCols: bitmap f16 takes f16 activations when not exact
+  const uint64_t rows[] = {37, 20};
+  struct Form {
+    Encoding enc;
+    ValueType vt;
+    Int4Params ip;
+    uint32_t group;
+  };
+  const Form forms[] = {{Encoding::Bitmap, ValueType::I4, Int4Params::F16, 128},
+                        {Encoding::Bitmap, ValueType::I4, Int4Params::Coded6, 32},
+                        {Encoding::Bitmap, ValueType::I8, Int4Params::F16, 0},
+                        {Encoding::Bitmap, ValueType::F16, Int4Params::F16, 0},
+                        {Encoding::Dense, ValueType::I4, Int4Params::F16, 128},
+                        {Encoding::Dense, ValueType::F16, Int4Params::F16, 0}};
+  for (cpu::Isa isa : cpu_isas())
+    for (cpu::LinearPath path : {cpu::LinearPath::Auto, cpu::LinearPath::Fused})
+      for (bool exact : {false, true}) {
+        cpu::Options opt;
+        opt.isa = isa;
+        opt.n_threads = 2;
+        opt.exact = exact;
+        opt.linear_path = path;
+        opt.gemm_min_tokens = 128;
+        auto backend = make_cpu_backend(opt);
+        cpu::Options fused_opt = opt;  // the reference blocks: always the fused kernels
+        fused_opt.linear_path = cpu::LinearPath::Fused;
+        auto blocks = make_cpu_backend(fused_opt);
+        cpu::Options row_opt = opt;  // what Auto takes instead for the other weights
+        row_opt.linear_path = cpu::LinearPath::RowDecode;
+        auto row_decode = make_cpu_backend(row_opt);
+        uint32_t seed = 900;
+        for (const Form& f : forms) {
+          // Auto's fused blocks serve int8-activation weights (not bitmap int4 in groups of 32);
+          // the rest take row-decode below the crossover (endor/kernels.h).
+          const bool fused_blocks = path == cpu::LinearPath::Fused ||
+                                    (!exact && (f.vt == ValueType::I8 || f.vt == ValueType::I4) &&
+                                     !(f.enc == Encoding::Bitmap && f.vt == ValueType::I4 && f.group % 64 != 0));
+          std::vector<EncodedWeight> enc;
+          std::vector<std::unique_ptr<Weight>> ws, wb, wr;
+          std::vector<std::vector<float>> biases;
+          for (uint64_t r : rows) {
+            enc.push_back(encode(random_weights(r, cols, f.enc == Encoding::Bitmap ? 0.5 : 0.0, ++seed), r, cols, f.enc,
+                                 f.vt, f.group ? f.group : kDefaultGroupSize, f.ip));
+            biases.push_back(random_activations(r, ++seed));
+          }
+          for (const EncodedWeight& e : enc) {
+            ws.push_back(backend->prepare_weight(e.view()));
+            wb.push_back(blocks->prepare_weight(e.view()));
+            wr.push_back(row_decode->prepare_weight(e.view()));
+          }
+          for (size_t T : {size_t(16), size_t(24), size_t(77)}) {
+            CAPTURE(std::string(isa_name(isa)));
+            CAPTURE(std::string(path_name(path)));
+            CAPTURE(exact);
+            CAPTURE(std::string(to_string(f.enc)));
+            CAPTURE(std::string(to_string(f.vt)));
+            CAPTURE(int(f.ip));
+            CAPTURE(fused_blocks);
+            CAPTURE(T);
+            const std::vector<float> x = random_activations(T * cols, ++seed);
+            std::vector<std::vector<float>> want(2), got(2), grouped(2);
+            std::vector<Backend::LinearTarget> targets;
+            for (size_t i = 0; i < 2; ++i) {
+              want[i].assign(T * rows[i], 0.0f);
+              got[i].assign(T * rows[i], -1.0f);
+              grouped[i].assign(T * rows[i], -2.0f);
+              if (fused_blocks) {
+                for (size_t t0 = 0; t0 < T; t0 += 8) {
+                  const size_t nt = std::min<size_t>(8, T - t0);
+                  blocks->linear(*wb[i], x.data() + t0 * cols, nt, biases[i].data(), want[i].data() + t0 * rows[i]);
+                }
+              } else {
+                row_decode->linear(*wr[i], x.data(), T, biases[i].data(), want[i].data());
+              }
+              backend->linear(*ws[i], x.data(), T, biases[i].data(), got[i].data());
+              targets.push_back({ws[i].get(), biases[i].data(), grouped[i].data()});
+            }
+            backend->linear_group(targets.data(), targets.size(), x.data(), T);
+            for (size_t i = 0; i < 2; ++i) {
+              CHECK(std::memcmp(want[i].data(), got[i].data(), want[i].size() * 4) == 0);
+              CHECK(std::memcmp(want[i].data(), grouped[i].data(), want[i].size() * 4) == 0);
+            }
+            if (exact)
+              for (size_t i = 0; i < 2; ++i)
+                CHECK(check_linear(*backend, enc[i], T, true, double(cols), seed + uint32_t(i)) == 0);
+          }
+        }
+      }
+}

@@ -167,11 +167,15 @@ namespace cpu {
 // ENDOR_ISA=portable|avx2|avx512 caps what Auto picks (benchmarks, reproducing a CI machine).
 enum class Isa : uint8_t { Auto, Portable, Avx2, Avx512 };
 
-// How linear() multiplies by an encoded weight. Auto: Fused for T <= 8, RowDecode for 9..15,
-// PanelGemm from T = gemm_min_tokens (default 16); bench/RESULTS.md "CPU kernels" has the
-// measurements behind these thresholds.
-//   Fused     — decode in registers and multiply in one pass (each weight byte read once per
-//               call; up to 8 tokens share the decoded row). Best for decode (small T).
+// How linear() multiplies by an encoded weight. Auto: Fused for T <= 8; then, below the weight's
+// GEMM crossover, Fused in blocks of 8 tokens for int8/int4 weights (int8 activations; not bitmap
+// int4 in groups that are not a multiple of 64) and RowDecode for the others; PanelGemm from the
+// crossover: 32 tokens for weights whose f32 copy fits 8 MiB, else 384 (int4), 256 (int8), 128
+// (f16/bf16/f32), 16 for dense f32; Options::gemm_min_tokens overrides it. The measurements behind
+// these (bench/bench_prefill) are in kernels/cpu/linear.cpp.
+//   Fused     — decode in registers and multiply in one pass (up to 8 tokens share the decoded
+//               row; a larger T runs blocks of 8 over each thread's rows, which stay in cache).
+//               Best for decode and short prompts.
 //   RowDecode — each thread decodes 4 rows into an L1/L2-resident f32 scratch, then dense dots.
 //   PanelGemm — decode 16 MiB row panels to f32 and run a GEMM (oneDNN matmul when built with
 //               it); dense f32 weights go to the GEMM straight from the mapping.
@@ -186,7 +190,7 @@ struct Options {
   Isa isa = Isa::Auto;
   LinearPath linear_path = LinearPath::Auto;
   GemmImpl gemm = GemmImpl::Auto;
-  size_t gemm_min_tokens = 0;             // Auto path: T >= this uses PanelGemm; 0 = default
+  size_t gemm_min_tokens = 0;             // Auto path: T >= this uses PanelGemm; 0 = per weight (above)
   // false (default): int8 and int4 weights multiply activations quantized to int8 per 32-column
   // block (integer dot products: vpdpbusd with AVX-512 VNNI, vpmaddubsw with AVX2); prefill paths
   // multiply the same dequantized activations, so decode and prefill compute one function. Dense
