@@ -129,8 +129,10 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
     for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed"})
       if (r.count(k))
         throw UsageError(std::string("--") + k + " is for --method wanda|sparsegpt|gptq; magnitude pruning needs no data");
-  } else if (r.count("calib") + r.count("calib-ids") != 1) {
-    throw UsageError("--method " + p.method + " needs one of --calib TEXT_FILE (calibration text) and --calib-ids IDS_FILE");
+  } else if (r.count("calib") && r.count("calib-ids")) {
+    throw UsageError("--calib and --calib-ids both given; calibration comes from one of them");
+  } else if (!r.count("calib") && !r.count("calib-ids")) {
+    throw UsageError("--method " + p.method + " needs --calib TEXT_FILE (calibration text) or --calib-ids IDS_FILE");
   }
 
   const std::string pattern = r["pattern"].as<std::string>();

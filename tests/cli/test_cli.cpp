@@ -567,7 +567,7 @@ TEST_CASE("--calib-ids: the ids of the calibration text prune as the text does; 
   write_bytes(dir + "/short.ids", "1 2 3\n");
   check_one_line_error(prune(out, {"--calib-ids", dir + "/short.ids"}), 1, "short.ids: 3 tokens");
   check_one_line_error(prune(out, {"--calib-ids", dir + "/short.ids", "--calib", sample + "/calib.txt"}), 2,
-                       "needs one of --calib TEXT_FILE");
+                       "--calib and --calib-ids both given");
   CHECK(list_dir(dir).size() == 8);  // 5 inputs, 3 outputs: nothing left by the failures
   remove_tree(dir);
 }
