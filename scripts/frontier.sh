@@ -80,6 +80,8 @@ if [[ ,$models, == *,smollm2,* ]]; then
   row $m sparsegpt50-int4k-g32+h8 prune "$src" --method sparsegpt --sparsity 0.5 --quant int4k --quant-head int8 "${cal[@]}"
   row $m sparsegpt50-int4-g64+h8 prune "$src" --method sparsegpt --sparsity 0.5 --quant int4 --group-size 64 --quant-head int8 "${cal[@]}"
   row $m int4-g128+h8 prune "$src" --sparsity 0 --quant int4 --quant-head int8
+  # groups of 32 with f16 parameters: the source's own Q4_1 grid, kept exactly (gguf_exact_int4)
+  row $m int4-g32+h8 prune "$src" --sparsity 0 --quant int4 --group-size 32 --quant-head int8
 fi
 
 if [[ ,$models, == *,kjv,* ]]; then
