@@ -23,15 +23,22 @@ namespace {
 //     .37/.39/.50 (even ≈ 230); dense f16 T=128 .63/.39/.50 (row-decode even ≈ 210; 2048x5632 ≈ 120).
 // Decoding a weight to f32 is ~0.5 ns a weight while the panel stays in cache (SmolLM2's 3.5 MiB)
 // and ~3 ns once it does not (the 1 B shape's 16 MiB panels): hence two regimes, split at
-// kCachedPanelBytes of f32. In the model (endor-infer, 1 B int4 @ 50 %, 2 threads): T=16 2.2 s
-// fused blocks vs 5.8 s panel, T=128 11.0 s vs 16.6 s.
+// kCachedPanelBytes of f32. One linear call on a warm weight favours the panel earlier than the
+// model does (there the weights stream and each new GEMM shape is compiled on first use), so the
+// int4/int8 crossovers are set from whole prefills (bench/prefill/run.sh, endor-infer, 2 threads,
+// prefill tok/s of fused blocks up to T vs the panel from 32 or 96): SmolLM2 int4 @ 50 % T=32
+// 217 vs 170, T=80 235 vs 220, T=96 239 vs 249, T=128 253 vs 271 (panel ahead from ~96); int8 @ 50 %
+// T=48 282 vs 170, T=128 306 vs 278, T=192 289 vs 283, T=256 289 vs 288 (even by ~192-256); 1 B
+// int4 @ 50 %: T=128 11.0 s fused blocks vs 16.6 s panel. f16/bf16 (row-decode) from the per-call
+// figures only.
 constexpr size_t kFusedMaxTokens = kMaxFusedTokens;
 constexpr uint64_t kCachedPanelBytes = uint64_t(8) << 20;
-constexpr size_t kSmallGemmMinTokens = 32;   // weights whose f32 copy fits kCachedPanelBytes
-constexpr size_t kInt4GemmMinTokens = 384;   // larger int4 weights
-constexpr size_t kInt8GemmMinTokens = 256;   // larger int8 weights
-constexpr size_t kFloatGemmMinTokens = 128;  // larger f16/bf16/f32 weights (row-decode below)
-constexpr size_t kDenseF32GemmMinTokens = 16;  // dense f32: the GEMM reads the mapping, no decode
+constexpr size_t kInt4GemmMinTokens = 96;          // int4 weights whose f32 copy fits kCachedPanelBytes
+constexpr size_t kInt4LargeGemmMinTokens = 384;    // larger int4 weights
+constexpr size_t kInt8GemmMinTokens = 256;         // int8 weights
+constexpr size_t kFloatGemmMinTokens = 64;         // f16/bf16/f32 weights that fit (row-decode below)
+constexpr size_t kFloatLargeGemmMinTokens = 128;   // larger f16/bf16/f32 weights
+constexpr size_t kDenseF32GemmMinTokens = 16;      // dense f32: the GEMM reads the mapping, no decode
 constexpr size_t kRowDecodeRows = 4;              // rows each thread decodes at a time
 constexpr size_t kPanelBytes = size_t(16) << 20;  // decoded f32 panel size for PanelGemm
 
@@ -156,10 +163,10 @@ bool fused_blocks_pay(const Context& ctx, const TensorLayout& L) {
 // The T from which Auto takes PanelGemm (see the thresholds above).
 size_t default_gemm_min_tokens(const TensorLayout& L) {
   if (L.encoding == Encoding::Dense && L.value_type == ValueType::F32) return kDenseF32GemmMinTokens;
-  if (L.rows * L.cols * 4 <= kCachedPanelBytes) return kSmallGemmMinTokens;
-  if (L.value_type == ValueType::I4) return kInt4GemmMinTokens;
+  const bool cached = L.rows * L.cols * 4 <= kCachedPanelBytes;
+  if (L.value_type == ValueType::I4) return cached ? kInt4GemmMinTokens : kInt4LargeGemmMinTokens;
   if (L.value_type == ValueType::I8) return kInt8GemmMinTokens;
-  return kFloatGemmMinTokens;
+  return cached ? kFloatGemmMinTokens : kFloatLargeGemmMinTokens;
 }
 
 }  // namespace

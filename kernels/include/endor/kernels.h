@@ -170,8 +170,8 @@ enum class Isa : uint8_t { Auto, Portable, Avx2, Avx512 };
 // How linear() multiplies by an encoded weight. Auto: Fused for T <= 8; then, below the weight's
 // GEMM crossover, Fused in blocks of 8 tokens for int8/int4 weights (int8 activations; not bitmap
 // int4 in groups that are not a multiple of 64) and RowDecode for the others; PanelGemm from the
-// crossover: 32 tokens for weights whose f32 copy fits 8 MiB, else 384 (int4), 256 (int8), 128
-// (f16/bf16/f32), 16 for dense f32; Options::gemm_min_tokens overrides it. The measurements behind
+// crossover: int4 96 tokens where the weight's f32 copy fits 8 MiB, else 384; int8 256; f16/bf16/f32
+// 64 or 128; dense f32 16. Options::gemm_min_tokens overrides it. The measurements behind
 // these (bench/bench_prefill) are in kernels/cpu/linear.cpp.
 //   Fused     — decode in registers and multiply in one pass (up to 8 tokens share the decoded
 //               row; a larger T runs blocks of 8 over each thread's rows, which stay in cache).
