@@ -22,9 +22,13 @@
 #include <cstring>
 
 #include "endor/gguf.h"
+#include "gguf_blocks.h"
 
 namespace endor {
 namespace {
+
+using gguf_blocks::k_scale_min;
+using gguf_blocks::nibble32;
 
 inline float f16_at(const uint8_t* p) {
   uint16_t h;
@@ -35,20 +39,7 @@ inline float f16_at(const uint8_t* p) {
 // IQ4_NL / IQ4_XS: the 16 non-uniform levels a 4-bit index selects.
 constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-// The 4-bit nibble of element j (0..31) of a 32-element block's 16 bytes.
-inline uint8_t nibble32(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4; }
 
-// Q4_K / Q5_K: eight 6-bit scales and minimums packed in 12 bytes (bytes 0..3 low six bits of
-// scales 0..3, bytes 4..7 of minimums 0..3; bytes 8..11 the low nibbles of scales 4..7 and high
-// nibbles of minimums 4..7, whose top two bits are bytes 0..3 / 4..7's top two bits).
-void k_scale_min(const uint8_t* s, uint8_t sc[8], uint8_t mn[8]) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 0x3F;
-    mn[j] = s[4 + j] & 0x3F;
-    sc[4 + j] = uint8_t((s[8 + j] & 0x0F) | ((s[j] >> 2) & 0x30));
-    mn[4 + j] = uint8_t((s[8 + j] >> 4) | ((s[4 + j] >> 2) & 0x30));
-  }
-}
 
 void q5_block(const uint8_t* qh_bytes, const uint8_t* qs, uint8_t q[32]) {
   uint32_t qh;

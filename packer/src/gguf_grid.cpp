@@ -5,9 +5,13 @@
 #include <cstring>
 
 #include "endor/gguf.h"
+#include "gguf_blocks.h"
 
 namespace endor {
 namespace {
+
+using gguf_blocks::k_scale_min;
+using gguf_blocks::nibble32;
 
 uint16_t u16_at(const uint8_t* p) {
   uint16_t h;
@@ -15,18 +19,7 @@ uint16_t u16_at(const uint8_t* p) {
   return h;
 }
 
-// Element j (0..31) of a 32-element block's 16 nibble bytes (as gguf_dequant.cpp's nibble32).
-uint8_t nibble32(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4; }
 
-// Q4_K's eight 6-bit scales and minimums from its 12 packed bytes (gguf_dequant.cpp's k_scale_min).
-void k_scale_min(const uint8_t* s, uint8_t sc[8], uint8_t mn[8]) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 0x3F;
-    mn[j] = s[4 + j] & 0x3F;
-    sc[4 + j] = uint8_t((s[8 + j] & 0x0F) | ((s[j] >> 2) & 0x30));
-    mn[4 + j] = uint8_t((s[8 + j] >> 4) | ((s[4 + j] >> 2) & 0x30));
-  }
-}
 
 }  // namespace
 
