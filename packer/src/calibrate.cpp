@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <deque>
 #include <fstream>
 #include <map>
@@ -45,25 +46,26 @@ std::string read_file(const std::string& path) {
 // --calib-ids: whitespace-separated decimal token ids, each below the vocabulary size.
 std::vector<int32_t> parse_ids(const std::string& text, uint64_t vocab, const std::string& path) {
   std::vector<int32_t> ids;
-  size_t i = 0, line = 1;
-  while (i < text.size()) {
-    const char ch = text[i];
-    if (ch == '\n') ++line;
-    if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
-      ++i;
-      continue;
-    }
+  const char* const space = " \t\r\n";
+  for (size_t i = text.find_first_not_of(space); i != std::string::npos; i = text.find_first_not_of(space, i)) {
+    const size_t end = std::min(text.find_first_of(space, i), text.size());
     uint64_t v = 0;
-    size_t j = i;
-    while (j < text.size() && text[j] >= '0' && text[j] <= '9' && v < vocab) v = v * 10 + uint64_t(text[j++] - '0');
-    const bool end = j == text.size() || text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r';
-    if (j == i || !end || v >= vocab)
-      throw Error(path + ":" + std::to_string(line) + ": '" + text.substr(i, std::min<size_t>(text.find_first_of(" \t\r\n", i) - i, 20)) +
-                  "' is not a token id below the vocabulary size " + std::to_string(vocab));
+    const auto [ptr, ec] = std::from_chars(text.data() + i, text.data() + end, v);
+    if (ec != std::errc() || ptr != text.data() + end || v >= vocab)
+      throw Error(path + ":" + std::to_string(1 + std::count(text.begin(), text.begin() + ptrdiff_t(i), '\n')) + ": '" +
+                  text.substr(i, std::min<size_t>(end - i, 20)) + "' is not a token id below the vocabulary size " +
+                  std::to_string(vocab));
     ids.push_back(int32_t(v));
-    i = j;
+    i = end;
   }
   return ids;
+}
+
+// Calibration windows of L tokens need more than L tokens to start in.
+void require_windows(size_t n_ids, uint64_t L, const std::string& path) {
+  if (n_ids <= L)
+    throw Error(path + ": " + std::to_string(n_ids) + " tokens; calibration windows of " + std::to_string(L) +
+                " need more");
 }
 
 // A named temporary file: registered with the callback before it can exist, unlinked (and
@@ -236,10 +238,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   std::vector<int32_t> given_ids;  // --calib-ids, checked before the long part too
   if (co.ids) {
     given_ids = parse_ids(text, ck->shape().vocab, co.text_path);
-    const uint64_t L = co.seq_len ? co.seq_len : ck->shape().max_positions;
-    if (given_ids.size() <= L)
-      throw Error(co.text_path + ": " + std::to_string(given_ids.size()) + " tokens; calibration windows of " +
-                  std::to_string(L) + " need more");
+    require_windows(given_ids.size(), co.seq_len ? co.seq_len : ck->shape().max_positions, co.text_path);
   }
   std::map<std::string, const CheckpointTensor*> source_tensors;
   for (const CheckpointTensor& t : ck->tensors()) source_tensors[t.name] = &t;
@@ -281,9 +280,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   if (L < 1 || L > c.max_positions)
     throw Error("--calib-seqlen " + std::to_string(L) + " must be in [1, " + std::to_string(c.max_positions) +
                 "] (max_position_embeddings)");
-  if (ids.size() <= L)
-    throw Error(co.text_path + ": " + std::to_string(ids.size()) + " tokens; calibration windows of " +
-                std::to_string(L) + " need more");
+  require_windows(ids.size(), L, co.text_path);
   const uint64_t S = co.n_samples, H = c.hidden;
   std::optional<ActivationStore> acts;
   acts.emplace(output_path + ".calib-acts" + tag, L * H, cb.on_temp_file);

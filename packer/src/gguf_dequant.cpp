@@ -27,6 +27,7 @@
 namespace endor {
 namespace {
 
+using gguf_blocks::k_nibble;
 using gguf_blocks::k_scale_min;
 using gguf_blocks::nibble32;
 
@@ -95,11 +96,9 @@ void dequant_q45_k(const uint8_t* blk, const uint8_t* qh, const uint8_t* qs, flo
   for (int i = 0; i < 8; ++i) {
     const float dl = d * float(sc[i]), ml = dmin * float(mn[i]);
     for (int b = 0; b < 32; ++b) {
-      const int e = i * 32 + b;
-      const int c = i / 2, h = i % 2;
-      int q = (qs[c * 32 + b] >> (4 * h)) & 0x0F;
+      int q = k_nibble(qs, i, b);
       if (qh) q |= ((qh[b] >> i) & 1) << 4;
-      out[e] = dl * float(q) - ml;
+      out[i * 32 + b] = dl * float(q) - ml;
     }
   }
 }

@@ -10,6 +10,7 @@
 namespace endor {
 namespace {
 
+using gguf_blocks::k_nibble;
 using gguf_blocks::k_scale_min;
 using gguf_blocks::nibble32;
 
@@ -63,8 +64,7 @@ std::optional<EncodedTensor> gguf_exact_int4(GgmlType type, const uint8_t* data,
         for (int i = 0; i < 8; ++i) {
           param_codes[2 * (p + i)] = sc[i];
           param_codes[2 * (p + i) + 1] = mn[i];
-          // element i·32 + k is nibble (i % 2) of qs[(i / 2)·32 + k]
-          for (int k = 0; k < 32; ++k) out[b * 256 + i * 32 + k] = (blk[16 + (i / 2) * 32 + k] >> (4 * (i % 2))) & 0x0F;
+          for (int k = 0; k < 32; ++k) out[b * 256 + i * 32 + k] = k_nibble(blk + 16, i, k);
         }
         continue;
       }
