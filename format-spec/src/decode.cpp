@@ -34,6 +34,11 @@ float stored_value(const TensorView& t, uint64_t v, uint64_t r, uint64_t c) {
       std::memcpy(&s, t.data + L.scales_offset + 4 * r, 4);
       return float(int8_t(values[v])) * s;
     }
+    case ValueType::I8G: {
+      // §6.8: q·S is exact in binary32 (8-bit × 11-bit significands): one value, no rounding.
+      const float s = f16_to_f32(detail::load_u16(t.data + L.scales_offset + 2 * (r * L.groups_per_row + c / L.group_size)));
+      return float(int8_t(values[v])) * s;
+    }
     case ValueType::I4: {
       const uint8_t byte = values[v / 2];
       const uint32_t q = (v % 2 == 0) ? (byte & 0x0F) : (byte >> 4);  // even value: low nibble

@@ -67,13 +67,23 @@ static float int8_row_scale(const float* row, uint64_t cols, bool bitmap, uint64
   return std::max(amax, 1e-5f) / 127.0f;
 }
 
+// int8g group scale (SPEC.md §7.5): S = f16(amax / 127), +0 for a group whose present values are all
+// 0 (or that has none). Refuses a group whose scale passes the f16 range.
+static uint16_t int8g_scale(float amax, uint64_t r) {
+  const uint16_t h = f32_to_f16(amax / 127.0f);
+  if ((h & 0x7C00) == 0x7C00)
+    throw Error("int8g: a group of row " + std::to_string(r) + " holds |w| = " + std::to_string(amax) +
+                ", past what an f16 scale can reach (127 · 65504)");
+  return h;
+}
+
 EncodedTensor encode_tensor(const float* x, const std::vector<uint64_t>& shape, const EncodeOptions& opt) {
   if (opt.value_type == ValueType::I4 && opt.int4_params == Int4Params::Coded6)
     return encode_int4k(x, shape, opt.encoding, opt.group_size);
   if (opt.int4_params != Int4Params::F16)
     throw Error(std::string("coded int4 parameters requested for ") + to_string(opt.value_type));
   const bool bitmap = opt.encoding == Encoding::Bitmap;
-  const uint32_t group_size = opt.value_type == ValueType::I4 ? opt.group_size : 0;
+  const uint32_t group_size = opt.value_type == ValueType::I4 || opt.value_type == ValueType::I8G ? opt.group_size : 0;
   const uint64_t numel = element_count(shape);
   uint64_t nnz = numel;
   if (bitmap) {
@@ -124,6 +134,23 @@ EncodedTensor encode_tensor(const float* x, const std::vector<uint64_t>& shape, 
           if (present(c)) values[v++] = uint8_t(int8_t(round_clamp(row[c] / s, -127, 127)));
         break;
       }
+      case ValueType::I8G:
+        // Per (row, group of group_size consecutive columns), over the group's present values only.
+        for (uint64_t g = 0; g < L.groups_per_row; ++g) {
+          const uint64_t c0 = g * group_size, c1 = std::min<uint64_t>(L.cols, c0 + group_size);
+          float amax = 0.0f;
+          for (uint64_t c = c0; c < c1; ++c)
+            if (present(c)) {
+              if (!std::isfinite(row[c])) not_finite("int8g", r, c, row[c]);
+              amax = std::max(amax, std::fabs(row[c]));
+            }
+          const uint16_t scale_h = int8g_scale(amax, r);
+          detail::store_u16(base + L.scales_offset + 2 * (r * L.groups_per_row + g), scale_h);
+          const float s = f16_to_f32(scale_h);  // codes against the stored scale
+          for (uint64_t c = c0; c < c1; ++c)
+            if (present(c)) values[v++] = s == 0.0f ? 0 : uint8_t(int8_t(round_clamp(row[c] / s, -127, 127)));
+        }
+        break;
       case ValueType::I4: {
         // Per (row, group of group_size consecutive columns), over the group's present values only.
         for (uint64_t g = 0; g < L.groups_per_row; ++g) {

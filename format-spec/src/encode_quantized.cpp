@@ -26,9 +26,12 @@ bool f16_finite(uint16_t h) { return (h & 0x7C00) != 0x7C00; }
 
 EncodedTensor encode_quantized(const std::vector<uint64_t>& shape, Encoding encoding, const QuantizedValues& q) {
   const bool int8 = q.value_type == ValueType::I8, int4 = q.value_type == ValueType::I4;
-  if (!int8 && !int4)
-    detail::fail(kFn, std::string("value type must be int8 or int4, got ") + to_string(q.value_type));
+  const bool int8g = q.value_type == ValueType::I8G;
+  if (!int8 && !int4 && !int8g)
+    detail::fail(kFn, std::string("value type must be int8, int8g or int4, got ") + to_string(q.value_type));
   if (int8 && (!q.int8_codes || !q.row_scales)) detail::fail(kFn, "int8 needs codes and row scales");
+  if (int8g && (!q.int8_codes || !q.group_scales)) detail::fail(kFn, "int8g needs codes and group scales");
+  if (int8g && q.group_size == 0) detail::fail(kFn, "int8g group_size must be at least 1");
   const bool coded = int4 && q.int4_params == Int4Params::Coded6;
   if (int4 && !coded && (!q.int4_codes || !q.group_scales || !q.group_mins))
     detail::fail(kFn, "int4 needs codes, group scales and group mins");
@@ -44,7 +47,8 @@ EncodedTensor encode_quantized(const std::vector<uint64_t>& shape, Encoding enco
     for (uint64_t i = 0; i < numel; ++i) nnz += q.present[i] != 0;
   }
   EncodedTensor out;
-  out.layout = compute_layout(shape, encoding, q.value_type, int4 ? q.group_size : 0, nnz, q.int4_params);
+  out.layout = compute_layout(shape, encoding, q.value_type, int4 || int8g ? q.group_size : 0, nnz,
+                              int8g ? Int4Params::F16 : q.int4_params);
   const TensorLayout& L = out.layout;
   auto present = [&](uint64_t i) { return !q.present || q.present[i] != 0; };
   if (!bitmap && int4 && q.present)
@@ -81,15 +85,24 @@ EncodedTensor encode_quantized(const std::vector<uint64_t>& shape, Encoding enco
         }
       }
     }
-    if (int8) {
-      const float s = q.row_scales[r];
-      if (!std::isfinite(s)) detail::fail(kFn, "int8 scale of row " + std::to_string(r) + " is not finite");
-      std::memcpy(base + L.scales_offset + 4 * r, &s, 4);
+    if (int8 || int8g) {
+      if (int8) {
+        const float s = q.row_scales[r];
+        if (!std::isfinite(s)) detail::fail(kFn, "int8 scale of row " + std::to_string(r) + " is not finite");
+        std::memcpy(base + L.scales_offset + 4 * r, &s, 4);
+      }
+      for (uint64_t g = 0; g < L.groups_per_row && int8g; ++g) {
+        const uint64_t p = r * L.groups_per_row + g;
+        if (!f16_finite(q.group_scales[p]))
+          detail::fail(kFn, "int8g scale of row " + std::to_string(r) + ", group " + std::to_string(g) +
+                                " is not a finite f16");
+        detail::store_u16(base + L.scales_offset + 2 * p, q.group_scales[p]);
+      }
       for (uint64_t c = 0; c < L.cols; ++c) {
         const bool here = present(row0 + c);
         if (bitmap && !here) continue;
         const int8_t code = here ? q.int8_codes[row0 + c] : int8_t(0);
-        if (code < -127) detail::fail(kFn, "int8 code -128 at " + at(r, c) + " (codes are in [-127, 127])");
+        if (code < -127) detail::fail(kFn, std::string(to_string(q.value_type)) + " code -128 at " + at(r, c) + " (codes are in [-127, 127])");
         values[v++] = uint8_t(code);
       }
     } else {

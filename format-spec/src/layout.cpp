@@ -33,9 +33,11 @@ TensorLayout compute_layout(const std::vector<uint64_t>& shape, Encoding encodin
   }
   const uint64_t numel = checked_mul(L.rows, L.cols, "tensor element count");
 
-  if (value_type == ValueType::I4) {
-    if (group_size == 0) throw Error("int4 needs group_size >= 1");
+  if (value_type == ValueType::I4 || value_type == ValueType::I8G) {
+    if (group_size == 0) throw Error(std::string(to_string(value_type)) + " needs group_size >= 1");
     L.groups_per_row = ceil_div(L.cols, group_size);
+    if (value_type == ValueType::I8G && int4_params != Int4Params::F16)
+      throw Error("coded int4 parameters given for int8g");
     L.int4_params = int4_params;
   } else if (group_size != 0) {
     throw Error(std::string("group_size must be 0 for ") + to_string(value_type));
@@ -75,6 +77,9 @@ TensorLayout compute_layout(const std::vector<uint64_t>& shape, Encoding encodin
   place(L.values_offset, L.values_bytes, values_bytes);
   if (value_type == ValueType::I8) {
     place(L.scales_offset, L.scales_bytes, checked_mul(L.rows, 4, "scales size"));
+  } else if (value_type == ValueType::I8G) {  // §6.8: one f16 scale per (row, group), no mins
+    place(L.scales_offset, L.scales_bytes,
+          checked_mul(checked_mul(L.rows, L.groups_per_row, "int8g scale count"), 2, "scales size"));
   } else if (value_type == ValueType::I4) {
     const uint64_t n_params = checked_mul(L.rows, L.groups_per_row, "int4 parameter count");
     if (int4_params == Int4Params::Coded6) {  // §6.7: (d, dmin) f16 pairs, then 12 code bytes, per super-block

@@ -52,7 +52,7 @@ json Manifest::to_json() const {
               {"dtype", dtype_string(t.value_type, t.int4_params)},
               {"nnz", t.nnz},
               {"source_dtype", t.source_dtype}};
-    if (t.value_type == ValueType::I4) j["group_size"] = t.group_size;
+    if (t.value_type == ValueType::I4 || t.value_type == ValueType::I8G) j["group_size"] = t.group_size;
     tensors_json.push_back(std::move(j));
   }
   for (const FileInfo& f : files)
@@ -239,7 +239,7 @@ Manifest Manifest::from_json(const json& root, const Header& header, const std::
       info.value_type = v->value_type;
       info.int4_params = v->int4_params;
     } else {
-      p.fail(what + ": unsupported dtype '" + dtype + "' (this build reads f16, bf16, f32, int8, int4, int4k)");
+      p.fail(what + ": unsupported dtype '" + dtype + "' (this build reads f16, bf16, f32, int8, int4, int4k, int8g)");
     }
     info.nnz = p.u64(p.member(t, key, "nnz"), key + ".nnz");
     if (auto it = t.find("group_size"); it != t.end()) info.group_size = p.u32(*it, key + ".group_size");

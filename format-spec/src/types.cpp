@@ -13,6 +13,7 @@ const char* to_string(ValueType t) {
     case ValueType::F32: return "f32";
     case ValueType::I8: return "int8";
     case ValueType::I4: return "int4";
+    case ValueType::I8G: return "int8g";
   }
   return "?";
 }
@@ -38,6 +39,7 @@ std::optional<ValueType> parse_value_type(std::string_view s) {
   if (s == "f32") return ValueType::F32;
   if (s == "int8") return ValueType::I8;
   if (s == "int4") return ValueType::I4;
+  if (s == "int8g") return ValueType::I8G;
   return std::nullopt;
 }
 std::optional<Encoding> parse_encoding(std::string_view s) {
@@ -69,6 +71,7 @@ uint32_t value_bits(ValueType t) {
     case ValueType::F32: return 32;
     case ValueType::I8: return 8;
     case ValueType::I4: return 4;
+    case ValueType::I8G: return 8;
   }
   return 0;
 }

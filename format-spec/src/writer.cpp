@@ -1,5 +1,6 @@
 // ContainerWriter: streams groups into "<path>.tmp-<pid>", then writes the manifest and header
 // and renames atomically (SPEC.md §2: the manifest comes last so memory stays bounded).
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -141,10 +142,14 @@ void ContainerWriter::commit(const nlohmann::json& config, const nlohmann::json&
   manifest_.config = config;
   manifest_.generation_config = generation_config;
   manifest_.provenance = provenance;
-  // SPEC.md §8: the lowest minor version whose features the file uses (1.1: dtype "int4k").
-  bool coded = false;
-  for (const TensorInfo& t : manifest_.tensors) coded = coded || t.int4_params == Int4Params::Coded6;
-  manifest_.version_minor = coded ? 1 : 0;
+  // SPEC.md §8: the lowest minor version whose features the file uses (1.1: dtype "int4k";
+  // 1.2: dtype "int8g").
+  uint16_t minor = 0;
+  for (const TensorInfo& t : manifest_.tensors) {
+    if (t.int4_params == Int4Params::Coded6) minor = std::max<uint16_t>(minor, 1);
+    if (t.value_type == ValueType::I8G) minor = std::max<uint16_t>(minor, 2);
+  }
+  manifest_.version_minor = minor;
 
   std::string text;
   try {

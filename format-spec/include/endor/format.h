@@ -28,7 +28,7 @@ class Error : public std::runtime_error {
 // ---- constants of format v1 (SPEC.md §1-§3) ----------------------------------------------
 inline constexpr char kMagic[8] = {'\x89', 'E', 'N', 'D', 'O', 'R', '\r', '\n'};
 inline constexpr uint16_t kVersionMajor = 1;
-inline constexpr uint16_t kVersionMinor = 1;  // the newest this build writes (1.1: int4k)
+inline constexpr uint16_t kVersionMinor = 2;  // the newest this build writes (1.1: int4k, 1.2: int8g)
 inline constexpr uint32_t kHeaderBytes = 128;
 inline constexpr uint32_t kGroupAlignment = 4096;   // every group starts on this boundary
 inline constexpr uint32_t kTensorAlignment = 64;    // every tensor/file blob inside a group
@@ -39,7 +39,9 @@ inline constexpr int kMaxManifestDepth = 64;        // nesting of JSON arrays/ob
 inline constexpr uint32_t kDefaultGroupSize = 128;  // int4 group of consecutive input columns
 inline constexpr size_t kMaxRank = 8;               // tensor shapes have 1..kMaxRank dimensions
 
-enum class ValueType : uint8_t { F16, BF16, F32, I8, I4 };
+// I8G (dtype "int8g", format 1.2, SPEC.md §6.8): int8 codes with one f16 scale per (row, group of
+// group_size columns), decoded q·S; at groups of 32 this is llama.cpp's Q8_0 grid (8.5 bits a weight).
+enum class ValueType : uint8_t { F16, BF16, F32, I8, I4, I8G };
 enum class Encoding : uint8_t { Dense, Bitmap };
 enum class Tier : uint8_t { Gpu, Cpu, Disk };
 // How an int4 tensor stores its per-(row, group) scale S and min M (SPEC.md §6.7):
@@ -59,7 +61,7 @@ const char* to_string(Tier);
 std::optional<ValueType> parse_value_type(std::string_view);
 std::optional<Encoding> parse_encoding(std::string_view);
 std::optional<Tier> parse_tier(std::string_view);
-// Bits one stored value occupies (16, 16, 32, 8, 4).
+// Bits one stored value occupies (16, 16, 32, 8, 4, 8).
 uint32_t value_bits(ValueType);
 // The manifest's dtype string of a value type ("int4k" for int4 with Coded6 parameters), and back.
 const char* dtype_string(ValueType, Int4Params);
@@ -102,16 +104,16 @@ struct TensorLayout {
   ValueType value_type = ValueType::F32;
   uint64_t rows = 0, cols = 0;
   uint64_t nnz = 0;               // stored values (dense: rows·cols)
-  uint32_t group_size = 0;        // int4 only; 0 otherwise
+  uint32_t group_size = 0;        // int4 and int8g only; 0 otherwise
   Int4Params int4_params = Int4Params::F16;  // int4 only
   uint64_t words_per_row = 0;     // bitmap: ceil(cols/64) 64-bit words per row (rows padded)
   uint64_t blocks_per_row = 0;    // bitmap: ceil(cols/4096) index entries per row
-  uint64_t groups_per_row = 0;    // int4: ceil(cols/group_size)
+  uint64_t groups_per_row = 0;    // int4, int8g: ceil(cols/group_size)
   // Byte offsets are relative to the tensor blob start; unused sections have 0 bytes.
   uint64_t bitmap_offset = 0, bitmap_bytes = 0;  // u64 words, bit c%64 of word c/64 = column c
   uint64_t index_offset = 0, index_bytes = 0;    // u32 per (row, block): values before it
   uint64_t values_offset = 0, values_bytes = 0;  // nnz values in row-major order of set bits
-  // int8: f32 per row; int4: f16 per (row, group); int4k: f16 (d, dmin) per super-block
+  // int8: f32 per row; int4, int8g: f16 per (row, group); int4k: f16 (d, dmin) per super-block
   uint64_t scales_offset = 0, scales_bytes = 0;
   // int4: f16 min per (row, group); int4k: 12 bytes of six-bit codes per super-block
   uint64_t mins_offset = 0, mins_bytes = 0;
@@ -129,7 +131,7 @@ struct TensorInfo {
   std::vector<uint64_t> shape;
   Encoding encoding = Encoding::Dense;
   ValueType value_type = ValueType::F32;
-  uint32_t group_size = 0;       // int4 only
+  uint32_t group_size = 0;       // int4 and int8g only
   Int4Params int4_params = Int4Params::F16;  // int4 only ("int4k" in the manifest when Coded6)
   uint64_t nnz = 0;
   std::string source_dtype;      // informational: dtype in the source checkpoint ("F16", ...)
@@ -201,7 +203,7 @@ struct TensorView {
 struct EncodeOptions {
   Encoding encoding = Encoding::Bitmap;
   ValueType value_type = ValueType::F16;
-  uint32_t group_size = kDefaultGroupSize;  // int4 only
+  uint32_t group_size = kDefaultGroupSize;  // int4 and int8g only
   Int4Params int4_params = Int4Params::F16;  // int4 only (Coded6: SPEC.md §7.4's grid)
 };
 
@@ -228,19 +230,21 @@ Int4Grid int4_grid(float mn, float mx);
 // decode(encode(x)) is what the spec's dequantization yields). Pruned zeros stay zero.
 EncodedTensor encode_tensor(const float* values, const std::vector<uint64_t>& shape, const EncodeOptions&);
 // The int4k reference grid (SPEC.md §7.4), what encode_tensor does for int4 with Coded6 params.
+// (encode_tensor with I8G is SPEC.md §7.5's grid: S = f16(amax/127) per group, q = round(w/S).)
 EncodedTensor encode_int4k(const float* values, const std::vector<uint64_t>& shape, Encoding, uint32_t group_size);
 
-// int8/int4 content whose codes and parameters were chosen outside encode_tensor (SPEC.md §7.3),
+// int8/int8g/int4 content whose codes and parameters were chosen outside encode_tensor (SPEC.md §7.3),
 // e.g. by SparseGPT/GPTQ, which quantize column by column while compensating the error: stored
 // exactly as given. Arrays are row-major over the tensor's [rows, cols] view (§6).
 struct QuantizedValues {
-  ValueType value_type = ValueType::I8;     // I8 or I4
-  uint32_t group_size = 0;                  // I4: input columns per group (>= 1); I8: 0
+  ValueType value_type = ValueType::I8;     // I8, I8G or I4
+  uint32_t group_size = 0;                  // I4, I8G: input columns per group (>= 1); I8: 0
   const uint8_t* present = nullptr;         // [rows·cols] nonzero = stored; nullptr = all present
-  const int8_t* int8_codes = nullptr;       // I8: [rows·cols] in [-127, 127]
+  const int8_t* int8_codes = nullptr;       // I8, I8G: [rows·cols] in [-127, 127]
   const float* row_scales = nullptr;        // I8: [rows] finite f32
   const uint8_t* int4_codes = nullptr;      // I4: [rows·cols] one code in [0, 15] per byte
-  const uint16_t* group_scales = nullptr;   // I4: [rows·ceil(cols/group_size)] f16 bits, finite
+  // I4, I8G: [rows·ceil(cols/group_size)] f16 bits, finite
+  const uint16_t* group_scales = nullptr;
   const uint16_t* group_mins = nullptr;     // I4: same shape, f16 bits, finite
   // I4 with Coded6 parameters (group_scales/group_mins unused):
   Int4Params int4_params = Int4Params::F16;
@@ -250,7 +254,7 @@ struct QuantizedValues {
 // Encodes explicit codes and parameters. Decoding the result gives, bit for bit, §6.6's value of
 // the given code and parameters at every present element and +0 at every absent one. Bitmap:
 // absent elements are not stored; a present element is stored even when its value is 0. Dense:
-// an absent int8 element is stored as code 0 (decodes to +0); dense int4 refuses absent elements
+// an absent int8/int8g element is stored as code 0 (decodes to +0); dense int4 refuses absent elements
 // (the asymmetric grid has no exact zero in general). Codes of absent elements are ignored.
 // Throws endor::Error on another value type, a missing array, a code or parameter out of range.
 EncodedTensor encode_quantized(const std::vector<uint64_t>& shape, Encoding, const QuantizedValues&);
