@@ -39,7 +39,8 @@ void check_weight(const TensorView& v) {
   const std::string what = v.info ? "tensor " + v.info->name : std::string("weight");
   if (!v.data) throw Error("cpu backend: " + what + " has no data");
   if (L.rows == 0 || L.cols == 0) throw Error("cpu backend: " + what + " has an empty shape");
-  if (L.value_type == ValueType::I4 && L.group_size == 0) throw Error("cpu backend: " + what + " int4 group size 0");
+  if ((L.value_type == ValueType::I4 || L.value_type == ValueType::I8G) && L.group_size == 0)
+    throw Error("cpu backend: " + what + " " + to_string(L.value_type) + " group size 0");
   if (L.encoding == Encoding::Dense && L.nnz != L.rows * L.cols)
     throw Error("cpu backend: dense " + what + " has nnz != rows·cols");
   if (L.encoding != Encoding::Bitmap) return;

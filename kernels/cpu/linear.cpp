@@ -35,7 +35,7 @@ constexpr size_t kFusedMaxTokens = kMaxFusedTokens;
 constexpr uint64_t kCachedPanelBytes = uint64_t(8) << 20;
 constexpr size_t kInt4GemmMinTokens = 96;          // int4 weights whose f32 copy fits kCachedPanelBytes
 constexpr size_t kInt4LargeGemmMinTokens = 384;    // larger int4 weights
-constexpr size_t kInt8GemmMinTokens = 256;         // int8 weights
+constexpr size_t kInt8GemmMinTokens = 256;         // int8 and int8g weights
 constexpr size_t kFloatGemmMinTokens = 64;         // f16/bf16/f32 weights that fit (row-decode below)
 constexpr size_t kFloatLargeGemmMinTokens = 128;   // larger f16/bf16/f32 weights
 constexpr size_t kDenseF32GemmMinTokens = 16;      // dense f32: the GEMM reads the mapping, no decode
@@ -153,10 +153,12 @@ void add_bias_rows(Context& ctx, float* y, const float* bias, size_t n_tokens, s
 // Whether prefill below the GEMM crossover goes through the fused kernels in blocks of 8 tokens
 // (else row-decode). int8-activation weights have integer fused kernels that beat decoding rows to
 // f32, except bitmap int4 in groups that are not a multiple of 64 (int4k's 32), which the AVX-512
-// kernels hand to the AVX2 one; f16/bf16/f32 rows pay their conversions once per block of 8 where
-// row-decode pays them once.
+// kernels hand to the AVX2 one, and int8g in groups that are not a multiple of 32 (the scalar
+// portable kernel's); f16/bf16/f32 rows pay their conversions once per block of 8 where row-decode
+// pays them once.
 bool fused_blocks_pay(const Context& ctx, const TensorLayout& L) {
   if (ctx.options.exact || !int8_activation_weight(L.value_type)) return false;
+  if (L.value_type == ValueType::I8G) return L.group_size % kActBlock == 0;
   return !(L.value_type == ValueType::I4 && L.encoding == Encoding::Bitmap && L.group_size % 64 != 0);
 }
 
@@ -165,7 +167,7 @@ size_t default_gemm_min_tokens(const TensorLayout& L) {
   if (L.encoding == Encoding::Dense && L.value_type == ValueType::F32) return kDenseF32GemmMinTokens;
   const bool cached = L.rows * L.cols * 4 <= kCachedPanelBytes;
   if (L.value_type == ValueType::I4) return cached ? kInt4GemmMinTokens : kInt4LargeGemmMinTokens;
-  if (L.value_type == ValueType::I8) return kInt8GemmMinTokens;
+  if (L.value_type == ValueType::I8 || L.value_type == ValueType::I8G) return kInt8GemmMinTokens;  // int8g: int8's, not measured apart
   return cached ? kFloatGemmMinTokens : kFloatLargeGemmMinTokens;
 }
 
@@ -243,7 +245,7 @@ void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const floa
       tasks.push_back({&jobs[i], r0, std::min<uint64_t>(jobs[i].w->layout.rows, r0 + chunk)});
   const WeightKernels& k = *ctx.kernels;
   const int64_t n_tasks = int64_t(tasks.size());
-  // x quantized once for every int8/int4 job of the group (they share it, as they share x).
+  // x quantized once for every int8/int4/int8g job of the group (they share it, as they share x).
   bool any_q8 = false;
   for (size_t i = 0; i < n_jobs; ++i) any_q8 = any_q8 || int8_activations(ctx, *jobs[i].w);
   const QuantizedX qx = any_q8 ? quantize_into_scratch(ctx, x, n_tokens, jobs[0].w->layout.cols) : QuantizedX{};

@@ -32,7 +32,7 @@ void with_token_count(size_t nt, F&& f) {
   }
 }
 
-// ---- int8 activations (the default for int8/int4 weights; Options::exact turns them off) -------
+// ---- int8 activations (the default for int8/int4/int8g weights; Options::exact turns them off) -
 //
 // x is quantized per token in blocks of kActBlock consecutive columns: d = amax/127 (f32),
 // q = nearbyint(x · (1/d)) in [−127, 127] (round half to even; d = 0 and q = 0 for an all-zero
@@ -40,7 +40,13 @@ void with_token_count(size_t nt, F&& f) {
 // exact, the float steps rounded in any order the kernel likes):
 //   int8 weights (row scale s):    y = s · Σ_b d_b · Σ_{c∈b} q_w[c]·q[c]
 //   int4 weights (scale S, min M): y = Σ_b d_b · Σ_{g} (S_g·Σ_{c∈b∩g} q_w[c]·q[c] + M_g·Σ_{c∈b∩g, present} q[c])
-// (absent bitmap elements contribute 0 to both sums). 32 columns, not the int4 group: it is the
+//   int8g weights (f16 scale S per row group, no min):
+//                                  y = Σ_b d_b · Σ_{g} S_g·Σ_{c∈b∩g} q_w[c]·q[c]
+//     for groups that are multiples of kActBlock (32: Q8_0's grid, 64, 128) each block lies in one
+//     group g(b), so y = Σ_b (d_b·S_{g(b)})·Σ_{c∈b} q_w[c]·q[c]: one exact int32 sum and one f32
+//     factor per block, as int8's d_b with the row scale moved inside the sum; any other group
+//     size splits a block at the group boundaries (the portable kernel's fallback)
+// (absent bitmap elements contribute 0 to both sums: code 0, which int8/int8g decode to exactly 0). 32 columns, not the int4 group: it is the
 // finest block whose scale costs nothing extra in the AVX-512 kernel (a vpdpbusd lane sums 4
 // columns, so the two blocks of a 64-column word are the two halves of one accumulator, scaled by
 // one vector of d), and activation outliers then spoil 32 columns, not 128.
@@ -75,8 +81,10 @@ inline void dense_group_sums(const QuantizedX& xt, const TensorLayout& L, float*
     p[g] = sum;
   }
 }
-// True for the value types the int8-activation kernels serve (int8, int4).
-inline bool int8_activation_weight(ValueType vt) { return vt == ValueType::I8 || vt == ValueType::I4; }
+// True for the value types the int8-activation kernels serve (int8, int4, int8g).
+inline bool int8_activation_weight(ValueType vt) {
+  return vt == ValueType::I8 || vt == ValueType::I4 || vt == ValueType::I8G;
+}
 
 struct WeightKernels {
   const char* name;
@@ -92,7 +100,7 @@ struct WeightKernels {
   // n < n_rows, t < n_tokens (any n_tokens); `a` is a decoded row panel.
   void (*dense_dot)(const float* a, size_t a_stride, size_t n_rows, size_t k, const float* x,
                     size_t x_stride, size_t n_tokens, float* y, size_t y_stride);
-  // int8 or int4 weights only: y[t·y_stride + r] = the int8-activation product above of row r with
+  // int8, int4 or int8g weights only: y[t·y_stride + r] = the int8-activation product above of row r with
   // token t of qx (the QuantizedX of t = 0), r in [r0, r1), 1 ≤ n_tokens ≤ kMaxFusedTokens.
   void (*dot_rows_q8)(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t n_tokens,
                       float* y, size_t y_stride);
@@ -124,7 +132,7 @@ void dot_rows_hx_widened(const WeightKernels& k, const TensorView& w, uint64_t r
 
 const WeightKernels& portable_kernels();
 // The portable dot_rows_q8 (the reference of the int8-activation arithmetic; also the fallback of
-// the x86 sets for int4 group sizes their kernels do not take).
+// the x86 sets for int4 and int8g group sizes their kernels do not take).
 void portable_dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t n_tokens,
                           float* y, size_t y_stride);
 // Only valid when cpu_has_avx2(): compiled with -mavx2 -mfma -mf16c in its own translation unit.

@@ -541,6 +541,8 @@ void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, siz
         case kPerChunk: return dot_rows_vt<ValueType::I4, kPerChunk>(w, r0, r1, x, xs, nt, y, ys);
         case kPerLane: return dot_rows_vt<ValueType::I4, kPerLane>(w, r0, r1, x, xs, nt, y, ys);
       }
+      return;
+    case ValueType::I8G: return portable_kernels().dot_rows(w, r0, r1, x, xs, nt, y, ys);
   }
 }
 
@@ -568,6 +570,8 @@ void decode_rows(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
         case kPerChunk: return decode_rows_t<ValueType::I4, kPerChunk>(w, r0, r1, out);
         case kPerLane: return decode_rows_t<ValueType::I4, kPerLane>(w, r0, r1, out);
       }
+      return;
+    case ValueType::I8G: return portable_kernels().decode_rows(w, r0, r1, out);
   }
 }
 
@@ -898,7 +902,8 @@ void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX
       w.layout.cols % 2 == 0)
     return dot_rows_q8_i4_dense128_1(w, r0, r1, qx, y);
   if (w.layout.value_type == ValueType::I8) return dot_rows_q8_vt<ValueType::I8>(w, r0, r1, qx, nt, y, ys);
-  if (w.layout.group_size % kActBlock == 0) return dot_rows_q8_vt<ValueType::I4>(w, r0, r1, qx, nt, y, ys);
+  if (w.layout.value_type == ValueType::I4 && w.layout.group_size % kActBlock == 0)
+    return dot_rows_q8_vt<ValueType::I4>(w, r0, r1, qx, nt, y, ys);
   return portable_dot_rows_q8(w, r0, r1, qx, nt, y, ys);
 }
 

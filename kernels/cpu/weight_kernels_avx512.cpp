@@ -523,6 +523,7 @@ void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, siz
     case ValueType::I4:
       if (w.layout.group_size % 64 == 0) return dot_rows_vt<ValueType::I4>(w, r0, r1, x, xs, nt, y, ys);
       return avx2_kernels().dot_rows(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::I8G: return avx2_kernels().dot_rows(w, r0, r1, x, xs, nt, y, ys);
   }
 }
 
@@ -1230,6 +1231,7 @@ void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
 void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
   if (!cpu_has_vnni()) return avx2_kernels().dot_rows_q8(w, r0, r1, qx, nt, y, ys);
   if (w.layout.value_type == ValueType::I8) return dot_rows_q8_vt<ValueType::I8>(w, r0, r1, qx, nt, y, ys);
+  if (w.layout.value_type == ValueType::I8G) return avx2_kernels().dot_rows_q8(w, r0, r1, qx, nt, y, ys);
   // Decode on dense int4 in groups of 32 or 64 (int4k's usual groups): the packed-byte kernel.
   if (nt == 1 && w.layout.encoding == Encoding::Dense && w.layout.cols % 2 == 0) {
     if (w.layout.group_size == 32) return dot_rows_q8_i4_dense_1<4>(w, r0, r1, qx, y);

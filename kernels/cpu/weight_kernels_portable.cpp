@@ -9,8 +9,8 @@
 namespace endor::cpu::detail {
 namespace {
 
-// Decodes stored value number v of row r (at column c) exactly as SPEC.md §6.3 defines it.
-// One per row: caches the row's int8 scale and the current int4 group's scale/min.
+// Decodes stored value number v of row r (at column c) exactly as SPEC.md §6.3/§6.8 define it.
+// One per row: caches the row's int8 scale and the current int4 group's scale/min (int8g: its scale).
 template <ValueType VT>
 class RowValues {
  public:
@@ -28,6 +28,9 @@ class RowValues {
       return f;
     } else if constexpr (VT == ValueType::I8) {
       return float(int8_t(values_[v])) * row_scale_;
+    } else if constexpr (VT == ValueType::I8G) {
+      if (c >= group_end_ || c < group_begin_) load_group(c / w_.layout.group_size);
+      return float(int8_t(values_[v])) * scale_;  // exact (8-bit x 11-bit significands): no rounding
     } else {
       if (c >= group_end_ || c < group_begin_) load_group(c / w_.layout.group_size);  // one division per group
       const uint8_t byte = values_[v / 2];
@@ -39,7 +42,8 @@ class RowValues {
  private:
   void load_group(uint64_t g) {
     const uint64_t p = r_ * w_.layout.groups_per_row + g;
-    int4_params_f32(w_, p, 1, &scale_, &min_);  // f16 or int4k (SPEC.md §6.7) parameters
+    if constexpr (VT == ValueType::I8G) scale_ = half_to_f32(w_.group_scales()[p]);
+    else int4_params_f32(w_, p, 1, &scale_, &min_);  // f16 or int4k (SPEC.md §6.7) parameters
     group_begin_ = g * w_.layout.group_size;
     group_end_ = group_begin_ + w_.layout.group_size;
   }
@@ -47,7 +51,7 @@ class RowValues {
   uint64_t r_;
   const uint8_t* values_;
   float row_scale_ = 0.0f;
-  uint64_t group_begin_ = 0, group_end_ = 0;  // columns of the cached int4 group
+  uint64_t group_begin_ = 0, group_end_ = 0;  // columns of the cached int4/int8g group
   float scale_ = 0.0f, min_ = 0.0f;
 };
 
@@ -108,6 +112,7 @@ void decode_rows(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
     case ValueType::F32: return decode_rows_vt<ValueType::F32>(w, r0, r1, out);
     case ValueType::I8: return decode_rows_vt<ValueType::I8>(w, r0, r1, out);
     case ValueType::I4: return decode_rows_vt<ValueType::I4>(w, r0, r1, out);
+    case ValueType::I8G: return decode_rows_vt<ValueType::I8G>(w, r0, r1, out);
   }
 }
 
@@ -142,6 +147,7 @@ void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, siz
     case ValueType::F32: return dot_rows_vt<ValueType::F32>(w, r0, r1, x, x_stride, n_tokens, y, y_stride);
     case ValueType::I8: return dot_rows_vt<ValueType::I8>(w, r0, r1, x, x_stride, n_tokens, y, y_stride);
     case ValueType::I4: return dot_rows_vt<ValueType::I4>(w, r0, r1, x, x_stride, n_tokens, y, y_stride);
+    case ValueType::I8G: return dot_rows_vt<ValueType::I8G>(w, r0, r1, x, x_stride, n_tokens, y, y_stride);
   }
 }
 
@@ -167,13 +173,13 @@ void dense_dot(const float* a, size_t a_stride, size_t n_rows, size_t k, const f
   }
 }
 
-// The stored codes of row r (int8: the signed code, int4: the unsigned one) at their columns, 0
+// The stored codes of row r (int8/int8g: the signed code, int4: the unsigned one) at their columns, 0
 // where absent, and present[c] = 1 where stored. code and present hold cols entries.
 void row_codes(const TensorView& w, uint64_t r, int32_t* code, uint8_t* present) {
   const TensorLayout& L = w.layout;
   const uint8_t* values = w.values();
   auto code_of = [&](uint64_t v) -> int32_t {
-    if (L.value_type == ValueType::I8) return int8_t(values[v]);
+    if (L.value_type != ValueType::I4) return int8_t(values[v]);
     const uint8_t byte = values[v / 2];
     return (v % 2 == 0) ? (byte & 0x0F) : (byte >> 4);
   };
@@ -202,8 +208,8 @@ void row_codes(const TensorView& w, uint64_t r, int32_t* code, uint8_t* present)
 
 }  // namespace
 
-// Straight from the definition in weight_kernels.h, block by block (and, for int4, group by group
-// inside a block): the reference every x86 int8-activation kernel is tested beside.
+// Straight from the definition in weight_kernels.h, block by block (and, for int4 and int8g, group
+// by group inside a block): the reference every x86 int8-activation kernel is tested beside.
 void portable_dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t n_tokens,
                           float* y, size_t y_stride) {
   const TensorLayout& L = w.layout;
@@ -211,7 +217,8 @@ void portable_dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const Q
   thread_local std::vector<uint8_t> present;
   code.resize(L.cols);
   present.resize(L.cols);
-  const bool int4 = L.value_type == ValueType::I4;
+  const bool grouped = L.value_type != ValueType::I8;  // int4, int8g: a scale per (row, group)
+  const bool int8g = L.value_type == ValueType::I8G;
   for (uint64_t r = r0; r < r1; ++r) {
     row_codes(w, r, code.data(), present.data());
     for (size_t t = 0; t < n_tokens; ++t) {
@@ -220,7 +227,7 @@ void portable_dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const Q
       for (uint64_t c0 = 0; c0 < L.cols; c0 += kActBlock) {
         const uint64_t c1 = std::min<uint64_t>(L.cols, c0 + kActBlock);
         float block = 0.0f;
-        if (!int4) {
+        if (!grouped) {
           int32_t s = 0;
           for (uint64_t c = c0; c < c1; ++c) s += code[c] * xt.q[c];
           block = float(s);
@@ -233,15 +240,19 @@ void portable_dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const Q
               sp += present[c] * xt.q[c];
             }
             const uint64_t p = r * L.groups_per_row + g;
-            float scale, min;
-            int4_params_f32(w, p, 1, &scale, &min);
-            block += scale * float(sq) + min * float(sp);
+            if (int8g) {  // no mins: the presence sum is not needed
+              block += half_to_f32(w.group_scales()[p]) * float(sq);
+            } else {
+              float scale, min;
+              int4_params_f32(w, p, 1, &scale, &min);
+              block += scale * float(sq) + min * float(sp);
+            }
             g0 = g1;
           }
         }
         acc += xt.d[c0 / kActBlock] * block;
       }
-      if (!int4) acc *= w.row_scales()[r];
+      if (!grouped) acc *= w.row_scales()[r];
       y[t * y_stride + r] = acc;
     }
   }

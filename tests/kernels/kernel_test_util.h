@@ -62,13 +62,14 @@ struct EncodedWeight {
   }
 };
 
-// ip: int4's parameter storage (F16, or int4k's codes, SPEC.md §6.7); ignored for other types.
+// group_size: int4's and int8g's (ignored for other types); ip: int4's parameter storage (F16, or
+// int4k's codes, SPEC.md §6.7; ignored for other types).
 inline EncodedWeight encode(const std::vector<float>& w, uint64_t rows, uint64_t cols, Encoding e, ValueType vt,
                             uint32_t group_size = kDefaultGroupSize, Int4Params ip = Int4Params::F16) {
   EncodeOptions opt;
   opt.encoding = e;
   opt.value_type = vt;
-  opt.group_size = vt == ValueType::I4 ? group_size : 0;
+  opt.group_size = vt == ValueType::I4 || vt == ValueType::I8G ? group_size : 0;
   opt.int4_params = vt == ValueType::I4 ? ip : Int4Params::F16;
   return EncodedWeight{encode_tensor(w.data(), {rows, cols}, opt)};
 }

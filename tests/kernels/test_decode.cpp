@@ -1,6 +1,6 @@
 // Whole-tensor and row decoders (cpu::decode_f32, cpu::decode_u16, Backend::embed) must give
 // bit-identical values to the reference decoder, on both instruction sets, for every encoding,
-// value type, int4 group size and sparsity, at shapes that hit every partial word and block.
+// value type, int4/int8g group size and sparsity, at shapes that hit every partial word and block.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -19,7 +19,7 @@ struct Shape {
 const Shape kShapes[] = {{1, 1}, {3, 63}, {2, 64}, {65, 65}, {7, 127}, {3, 4097}, {2, 5000}, {1, 8200}};
 const double kSparsities[] = {0.0, 0.5, 0.9, 1.0};
 const uint32_t kGroupSizes[] = {1, 7, 24, 32, 64, 128};
-const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32, ValueType::I8, ValueType::I4};
+const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32, ValueType::I8, ValueType::I4, ValueType::I8G};
 
 std::vector<cpu::Isa> isas() {
   std::vector<cpu::Isa> v{cpu::Isa::Portable};

@@ -5,9 +5,10 @@
 //   x per token in blocks of 32 columns: d = f32(amax/127), q = nearbyint(f32(x·f32(1/d))) in [−127, 127];
 //   int8 weights:  y = s · Σ_b d_b · Σ_{c∈b} q_w·q
 //   int4 weights:  y = Σ_b d_b · Σ_g (S_g·Σ_{c∈b∩g} q_w·q + M_g·Σ_{c∈b∩g, present} q)
+//   int8g weights: y = Σ_b d_b · Σ_g S_g·Σ_{c∈b∩g} q_w·q   (f16 S per row group, no min)
 //
 // Integer sums are exact in every kernel; only the f32 steps round, so with B = Σ_c |d_b|·(|s·q_w·q|)
-// (int8) or Σ_c |d_b|·(|S_g·q_w·q| + |M_g·q|) (int4, present c) every partial sum is bounded by B
+// (int8), Σ_c |d_b·S_g·q_w·q| (int8g) or Σ_c |d_b|·(|S_g·q_w·q| + |M_g·q|) (int4, present c) every partial sum is bounded by B
 // and |y − y_ref| ≤ (k + 8)·u·B, k the longest chain of f32 additions: at most one per 32 columns
 // plus the groups and a 16-lane reduction (cols/32 + 24 covers every kernel), or the exact path's
 // chain (cols/8; cols with oneDNN) when a prefill path multiplies x̂ = d·q.
@@ -53,7 +54,7 @@ QuantX quantize(const std::vector<float>& x, size_t n_tokens, uint64_t cols) {
   return r;
 }
 
-// A weight row's codes (int8 signed, int4 unsigned) and presence, read from the encoded bytes
+// A weight row's codes (int8/int8g signed, int4 unsigned) and presence, read from the encoded bytes
 // as SPEC.md §6 lays them out.
 void row_codes(const TensorView& v, uint64_t r, std::vector<int32_t>& code, std::vector<uint8_t>& present) {
   const TensorLayout& L = v.layout;
@@ -61,7 +62,7 @@ void row_codes(const TensorView& v, uint64_t r, std::vector<int32_t>& code, std:
   present.assign(L.cols, 0);
   const uint8_t* values = v.values();
   auto code_of = [&](uint64_t k) -> int32_t {
-    if (L.value_type == ValueType::I8) return int8_t(values[k]);
+    if (L.value_type != ValueType::I4) return int8_t(values[k]);
     return (k % 2 == 0) ? (values[k / 2] & 0x0F) : (values[k / 2] >> 4);
   };
   if (L.encoding == Encoding::Dense) {
@@ -104,7 +105,7 @@ Reference reference_q8(const TensorView& v, const QuantX& qx, size_t n_tokens) {
   Reference ref{std::vector<double>(n_tokens * L.rows), std::vector<double>(n_tokens * L.rows)};
   std::vector<int32_t> code;
   std::vector<uint8_t> present;
-  const bool int4 = L.value_type == ValueType::I4;
+  const bool int4 = L.value_type == ValueType::I4, int8g = L.value_type == ValueType::I8G;
   for (uint64_t r = 0; r < L.rows; ++r) {
     row_codes(v, r, code, present);
     for (size_t t = 0; t < n_tokens; ++t) {
@@ -123,6 +124,10 @@ Reference reference_q8(const TensorView& v, const QuantX& qx, size_t n_tokens) {
           const bool zero_code = z == std::round(z) && z >= 0.0 && z <= 15.0;
           const double c_eff = present[c] || !zero_code ? code[c] : z, p_eff = present[c] || zero_code ? 1.0 : 0.0;
           bound += std::fabs(d) * (std::fabs(s * c_eff * q) + std::fabs(m * p_eff * q));
+        } else if (int8g) {
+          const double s = f16(v.group_scales()[r * L.groups_per_row + c / L.group_size]);
+          y += d * s * code[c] * q;
+          bound += std::fabs(d * s * code[c] * q);
         } else {
           const double s = v.row_scales()[r];
           y += d * s * code[c] * q;
@@ -173,12 +178,12 @@ struct Shape {
   uint64_t rows, cols;
 };
 
-// f(enc, vt, shape, sparsity) for dense and bitmap, int8 and int4, every shape and sparsity; dense
+// f(enc, vt, shape, sparsity) for dense and bitmap, int8, int4 and int8g, every shape and sparsity; dense
 // only up to dense_max sparsity (a dense tensor's zeros are stored like any value).
 template <typename F, size_t NS, size_t NP>
 void for_each_q8_case(const Shape (&shapes)[NS], const double (&sparsities)[NP], double dense_max, F&& f) {
   for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
-    for (ValueType vt : {ValueType::I8, ValueType::I4})
+    for (ValueType vt : {ValueType::I8, ValueType::I4, ValueType::I8G})
       for (const Shape& s : shapes)
         for (double sp : sparsities)
           if (enc == Encoding::Bitmap || sp <= dense_max) f(enc, vt, s, sp);
@@ -426,7 +431,7 @@ TEST_CASE("int8 activations: every token count and path computes the same functi
       opt.linear_path = path;
       auto backend = make_cpu_backend(opt);
       const auto w = random_weights(70, 333, 0.5, 5);
-      for (ValueType vt : {ValueType::I8, ValueType::I4})
+      for (ValueType vt : {ValueType::I8, ValueType::I4, ValueType::I8G})
         for (Encoding enc : {Encoding::Dense, Encoding::Bitmap}) {
           const EncodedWeight ew = encode(w, 70, 333, enc, vt, 64);
           for (size_t T : {size_t(1), size_t(8), size_t(9), size_t(17)}) {
@@ -448,8 +453,8 @@ TEST_CASE("int8 activations: every token count and path computes the same functi
 
 TEST_CASE("int8 activations: linear_group quantizes once and gives what linear() gives, beside an f16 job") {
   const uint64_t cols = 200;
-  const uint64_t rows[] = {67, 16, 130};
-  const ValueType vts[] = {ValueType::I4, ValueType::F16, ValueType::I8};
+  const uint64_t rows[] = {67, 16, 130, 45};
+  const ValueType vts[] = {ValueType::I4, ValueType::F16, ValueType::I8, ValueType::I8G};
   for (cpu::Isa isa : cpu_isas()) {
     cpu::Options opt;
     opt.isa = isa;
@@ -457,7 +462,7 @@ TEST_CASE("int8 activations: linear_group quantizes once and gives what linear()
     auto backend = make_cpu_backend(opt);
     std::vector<EncodedWeight> enc;
     std::vector<std::unique_ptr<Weight>> ws;
-    for (size_t i = 0; i < 3; ++i)
+    for (size_t i = 0; i < std::size(vts); ++i)
       enc.push_back(encode(random_weights(rows[i], cols, 0.5, uint32_t(60 + i)), rows[i], cols, Encoding::Bitmap, vts[i], 64));
     for (const EncodedWeight& e : enc) ws.push_back(backend->prepare_weight(e.view()));
     for (size_t T : {size_t(1), size_t(3), size_t(8)}) {
@@ -465,9 +470,9 @@ TEST_CASE("int8 activations: linear_group quantizes once and gives what linear()
       const auto [want, got] = run_group_and_singles(*backend, ws, rows, x, T);
       CAPTURE(isa_name(isa));
       CAPTURE(T);
-      for (size_t i = 0; i < 3; ++i) CHECK(std::memcmp(want[i].data(), got[i].data(), want[i].size() * 4) == 0);
-      // And the int8/int4 jobs really are the quantized function.
-      for (size_t i : {size_t(0), size_t(2)}) {
+      for (size_t i = 0; i < std::size(vts); ++i) CHECK(std::memcmp(want[i].data(), got[i].data(), want[i].size() * 4) == 0);
+      // And the int8/int4/int8g jobs really are the quantized function.
+      for (size_t i : {size_t(0), size_t(2), size_t(3)}) {
         const Reference ref = reference_q8(enc[i].view(), quantize(x, T, cols), T);
         for (size_t j = 0; j < got[i].size(); ++j)
           CHECK(std::fabs(double(got[i][j]) - ref.y[j]) <= (fused_chain(cols) + 8) * kEpsF32 * ref.bound[j]);
@@ -476,7 +481,7 @@ TEST_CASE("int8 activations: linear_group quantizes once and gives what linear()
   }
 }
 
-TEST_CASE("int8 activations are the default for int8/int4 weights; Options::exact keeps f32, and f16 is never quantized") {
+TEST_CASE("int8 activations are the default for int8/int4/int8g weights; Options::exact keeps f32, and f16 is never quantized") {
   const uint64_t rows = 40, cols = 256;
   const auto w = random_weights(rows, cols, 0.5, 11);
   const auto x = random_activations(cols, 12);
@@ -485,7 +490,7 @@ TEST_CASE("int8 activations are the default for int8/int4 weights; Options::exac
     q8_opt.isa = exact_opt.isa = isa;
     exact_opt.exact = true;
     auto q8 = make_cpu_backend(q8_opt), exact = make_cpu_backend(exact_opt);
-    for (ValueType vt : {ValueType::I8, ValueType::I4, ValueType::F16}) {
+    for (ValueType vt : {ValueType::I8, ValueType::I4, ValueType::I8G, ValueType::F16}) {
       const EncodedWeight ew = encode(w, rows, cols, Encoding::Bitmap, vt, 64);
       auto w1 = q8->prepare_weight(ew.view()), w2 = exact->prepare_weight(ew.view());
       std::vector<float> y1(rows), y2(rows);
@@ -516,7 +521,7 @@ TEST_CASE("int8 activations: the bound sees one activation code off by one") {
   const uint64_t cols = 576;
   const auto w = random_weights(8, cols, 0.5, 21);
   const auto x = random_activations(cols, 22);
-  for (ValueType vt : {ValueType::I8, ValueType::I4}) {
+  for (ValueType vt : {ValueType::I8, ValueType::I4, ValueType::I8G}) {
     const EncodedWeight ew = encode(w, 8, cols, Encoding::Bitmap, vt, 64);
     QuantX qx = quantize(x, 1, cols);
     const Reference ref = reference_q8(ew.view(), qx, 1);

@@ -8,7 +8,7 @@
 // (eight column lanes, c mod 8, reduced pairwise: +3; each product and the int8 row scale round
 // once more: +2; +1 slack), and `in` for oneDNN, whose summation order we do not control.
 // Every kernel forms the exactly-decoded weight (int4: q·s is exact, so q·s + m rounds once as
-// the reference does; int8 factors the row scale out, which Σ|W·x| still bounds).
+// the reference does; int8 factors the row scale out, which Σ|W·x| still bounds; int8g's q·S is exact).
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -30,7 +30,7 @@ const Case kShapes[] = {{1, 1}, {3, 63}, {65, 65}, {63, 127}, {17, 4097}, {5, 50
 const double kSparsities[] = {0.0, 0.5, 0.9, 1.0};
 const size_t kTokenCounts[] = {1, 2, 3, 8, 17, 64};
 const uint32_t kGroupSizes[] = {1, 7, 24, 32, 64, 128};
-const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32, ValueType::I8, ValueType::I4};
+const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32, ValueType::I8, ValueType::I4, ValueType::I8G};
 
 const char* path_name(cpu::LinearPath p) {
   switch (p) {
