@@ -22,7 +22,7 @@ HEADER_BYTES = 128
 ALIGNMENT = 4096
 INDEX_BLOCK_COLS = 4096
 MAX_MANIFEST_BYTES = 64 << 20
-VALUE_BITS = {"f16": 16, "bf16": 16, "f32": 32, "int8": 8, "int4": 4, "int4k": 4}
+VALUE_BITS = {"f16": 16, "bf16": 16, "f32": 32, "int8": 8, "int4": 4, "int4k": 4, "int8g": 8}
 INT4K_SUPER = 8  # parameters per int4k super-block (SPEC.md §6.7)
 
 try:
@@ -49,8 +49,8 @@ def layout(shape, encoding, dtype, group_size, nnz):
         raise FormatError("dense tensor needs nnz == numel")
     if encoding == "bitmap" and (nnz > numel or nnz > 2**32 - 1):
         raise FormatError("nnz out of range")
-    if (dtype in ("int4", "int4k")) != (group_size >= 1):
-        raise FormatError("group_size must be >= 1 for int4/int4k and 0 otherwise")
+    if (dtype in ("int4", "int4k", "int8g")) != (group_size >= 1):
+        raise FormatError("group_size must be >= 1 for int4/int4k/int8g and 0 otherwise")
     L = {"rows": rows, "cols": cols, "nnz": nnz, "group_size": group_size}
     sections = []
     if encoding == "bitmap":
@@ -63,6 +63,9 @@ def layout(shape, encoding, dtype, group_size, nnz):
     if dtype == "int4":
         L["groups_per_row"] = -(-cols // group_size)
         sections += [("scales", rows * L["groups_per_row"] * 2), ("mins", rows * L["groups_per_row"] * 2)]
+    if dtype == "int8g":  # §6.8: one f16 scale per (row, group), no mins
+        L["groups_per_row"] = -(-cols // group_size)
+        sections.append(("scales", rows * L["groups_per_row"] * 2))
     if dtype == "int4k":
         L["groups_per_row"] = -(-cols // group_size)
         L["n_super"] = -(-(rows * L["groups_per_row"]) // INT4K_SUPER)
@@ -173,6 +176,11 @@ class EndorFile:
             q = section("values", "i1", nnz).astype(np.float32)
             scale = section("scales", "<f4", rows)
             vals = q * scale[r_idx]
+        elif dtype == "int8g":
+            q = section("values", "i1", nnz).astype(np.float32)
+            gpr = L["groups_per_row"]
+            scale = section("scales", "<f2", rows * gpr).astype(np.float32).reshape(rows, gpr)
+            vals = q * scale[r_idx, c_idx // L["group_size"]]  # exact in f32
         elif dtype in ("int4", "int4k"):
             packed = section("values", "u1", -(-nnz // 2))
             codes = np.empty(packed.size * 2, dtype=np.uint8)

@@ -78,9 +78,9 @@ void add_prune_options(cxxopts::Options& o) {
     ("pattern", "unstructured or N:M (zero N of every M consecutive inputs, e.g. 2:4)", cxxopts::value<std::string>()->default_value("unstructured"))
     ("sparsity-ramp", "wanda|sparsegpt, unstructured: block sparsity rises linearly from S-D (first block) to S+D (last), mean S", cxxopts::value<std::string>())
     ("scope", "row (the int(in*S) smallest |w| of each row) or matrix (one threshold)", cxxopts::value<std::string>()->default_value("row"))
-    ("quant", "none, int8 (per row), int4 (per group, f16 scale and zero-code min) or int4k (per group, six-bit scale and float-min codes under f16 super-block scales: 4.5 bits a weight at groups of 32) for the pruned Linears (sparsegpt, gptq: with error compensation; magnitude, wanda: after pruning)", cxxopts::value<std::string>()->default_value("none"))
-    ("quant-head", "none, int8, int4 or int4k for the token embedding and the lm_head (one matrix when tied), never pruned; int4/int4k use --group-size", cxxopts::value<std::string>()->default_value("none"))
-    ("group-size", "int4/int4k group: consecutive input columns sharing a scale and min (default 128 for int4, 32 for int4k)", cxxopts::value<uint32_t>())
+    ("quant", "none, int8 (per row), int8g (per group, f16 scale: llama.cpp's Q8_0 grid at groups of 32, 8.5 bits a weight), int4 (per group, f16 scale and zero-code min) or int4k (per group, six-bit scale and float-min codes under f16 super-block scales: 4.5 bits a weight at groups of 32) for the pruned Linears (sparsegpt, gptq: with error compensation; magnitude, wanda: after pruning)", cxxopts::value<std::string>()->default_value("none"))
+    ("quant-head", "none, int8, int8g, int4 or int4k for the token embedding and the lm_head (one matrix when tied), never pruned; int8g/int4/int4k use --group-size", cxxopts::value<std::string>()->default_value("none"))
+    ("group-size", "int4/int4k/int8g group: consecutive input columns sharing a scale (and min) (default 128 for int4, 32 for int4k and int8g)", cxxopts::value<uint32_t>())
     ("int8", "regex (ECMAScript) of Linears quantized int8 instead of --quant (mixed precision, e.g. 'v_proj|down_proj')", cxxopts::value<std::string>())
     ("act-order", "sparsegpt, gptq: quantize columns in order of decreasing Hessian diagonal (GPTQ's act-order)")
     ("clip", "sparsegpt, gptq with int4/int4k: mse (search each group's range for the least Hessian-weighted error) or none ([min, max])", cxxopts::value<std::string>()->default_value("mse"))
@@ -177,16 +177,21 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
   else if (quant == "int8") o.quant = Quantization::Int8;
   else if (quant == "int4") o.quant = Quantization::Int4;
   else if (quant == "int4k") o.quant = Quantization::Int4k;
-  else throw UsageError("--quant must be none, int8, int4 or int4k, got '" + quant + "'");
+  else if (quant == "int8g") o.quant = Quantization::Int8g;
+  else throw UsageError("--quant must be none, int8, int8g, int4 or int4k, got '" + quant + "'");
   if (p.method == "gptq" && o.quant == Quantization::None)
-    throw UsageError("--method gptq needs --quant int8, int4 or int4k");
+    throw UsageError("--method gptq needs --quant int8, int8g, int4 or int4k");
   const std::string quant_head = r["quant-head"].as<std::string>();
   if (quant_head == "none") o.quant_head = Quantization::None;
   else if (quant_head == "int8") o.quant_head = Quantization::Int8;
   else if (quant_head == "int4") o.quant_head = Quantization::Int4;
   else if (quant_head == "int4k") o.quant_head = Quantization::Int4k;
-  else throw UsageError("--quant-head must be none, int8, int4 or int4k, got '" + quant_head + "'");
-  const bool k_grid = o.quant == Quantization::Int4k || (o.quant != Quantization::Int4 && o.quant_head == Quantization::Int4k);
+  else if (quant_head == "int8g") o.quant_head = Quantization::Int8g;
+  else throw UsageError("--quant-head must be none, int8, int8g, int4 or int4k, got '" + quant_head + "'");
+  // Groups of 32 for int4k and int8g (Q4_K's and Q8_0's), 128 for int4, whichever of --quant and
+  // --quant-head asks (--quant first).
+  const auto wants_32 = [](Quantization q) { return q == Quantization::Int4k || q == Quantization::Int8g; };
+  const bool k_grid = wants_32(o.quant) || (o.quant != Quantization::Int4 && wants_32(o.quant_head));
   o.group_size = r.count("group-size") ? r["group-size"].as<uint32_t>() : (k_grid ? 32 : kDefaultGroupSize);
   if (o.group_size == 0) throw UsageError("--group-size must be at least 1");
   if (r.count("int8")) {
@@ -289,7 +294,7 @@ int run_pack(const char* cmd, int argc, char** argv) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const std::string& d : s.dropped) std::fprintf(stderr, "note: not packed: %s\n", d.c_str());
     if (s.source_grid_tensors)
-      std::fprintf(stderr, "note: %llu int4 tensors keep the GGUF's own Q4_0/Q4_1/Q4_K codes and scales (not re-rounded)\n",
+      std::fprintf(stderr, "note: %llu tensors keep the GGUF's own Q4_0/Q4_1/Q4_K/Q8_0 codes and scales (not re-rounded)\n",
                    (unsigned long long)s.source_grid_tensors);
     std::printf("wrote %s: %s, %.1f%% of the %s source; %llu tensors (%llu %s) in %.1f s\n", out.c_str(),
                 gib(s.file_bytes).c_str(), s.source_bytes ? 100.0 * double(s.file_bytes) / double(s.source_bytes) : 0.0,

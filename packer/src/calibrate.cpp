@@ -158,7 +158,7 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
                            const pruning::HessianAccumulator* hessian, const pruning::SparsityTarget& target,
                            const PruneSpec& spec, const PackOptions& o, const TensorTreatment& tr) {
   const std::vector<uint64_t> shape{rows, cols};
-  const uint32_t group_size = tr.value_type == ValueType::I4 ? o.group_size : 0;
+  const uint32_t group_size = stored_group_size(tr.value_type, o);
   if (wanda) {
     pruning::wanda_prune(w, rows, cols, wanda->scaler_row().data(), target);
     return encode_for_pack(w, shape, tr.value_type, group_size, tr.int4_params);
@@ -169,6 +169,10 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
   so.quant.mse_clip = o.mse_clip;
   if (spec.structured() && so.block_size % spec.m != 0) so.block_size = spec.m * std::max<size_t>(1, 128 / spec.m);
   if (tr.value_type == ValueType::I8) so.quant.scheme = pruning::QuantScheme::Int8Row;
+  if (tr.value_type == ValueType::I8G) {
+    so.quant.scheme = pruning::QuantScheme::Int8Group;
+    so.quant.group_size = group_size;
+  }
   if (tr.value_type == ValueType::I4) {
     so.quant.scheme = tr.int4_params == Int4Params::Coded6 ? pruning::QuantScheme::Int4Coded : pruning::QuantScheme::Int4Group;
     so.quant.group_size = group_size;
@@ -198,6 +202,10 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
   if (res.scheme == pruning::QuantScheme::Int8Row) {
     q.int8_codes = res.int8_codes.data();
     q.row_scales = res.row_scales.data();
+  } else if (res.scheme == pruning::QuantScheme::Int8Group) {
+    q.group_size = res.group_size;
+    q.int8_codes = res.int8_codes.data();
+    q.group_scales = res.group_scales_f16.data();
   } else {
     q.group_size = res.group_size;
     q.int4_codes = res.int4_codes.data();
@@ -226,7 +234,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     throw Error("calibrated pruning needs --method wanda, sparsegpt or gptq, got '" + spec.method + "'");
   if (gptq && (spec.structured() || spec.sparsity > 0.0))
     throw Error("--method gptq quantizes without pruning; for pruning with GPTQ's error feedback use --method sparsegpt");
-  if (gptq && o.quant == Quantization::None) throw Error("--method gptq needs --quant int8, int4 or int4k");
+  if (gptq && o.quant == Quantization::None) throw Error("--method gptq needs --quant int8, int8g, int4 or int4k");
   if (!spec.active()) throw Error("calibrated pruning needs --sparsity S > 0 or --pattern N:M");
   if (spec.structured() && (spec.n == 0 || spec.n >= spec.m))
     throw Error("N:M pattern needs 0 < N < M");

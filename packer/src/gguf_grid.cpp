@@ -94,6 +94,35 @@ std::optional<EncodedTensor> gguf_exact_int4(GgmlType type, const uint8_t* data,
   return encode_quantized({rows, cols}, Encoding::Dense, q);
 }
 
+std::optional<EncodedTensor> gguf_exact_int8g(GgmlType type, const uint8_t* data, uint64_t rows, uint64_t cols,
+                                              uint32_t permute_heads, uint32_t group_size) {
+  if (type != GgmlType::Q8_0 || group_size != 32 || cols == 0 || cols % 32 != 0) return std::nullopt;
+  const uint64_t block_bytes = ggml_block_bytes(type), row_bytes = cols / 32 * block_bytes, groups = cols / 32;
+  std::vector<int8_t> codes(rows * cols);
+  std::vector<uint16_t> scales(rows * groups);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t src = permute_heads ? gguf_unpermuted_row(r, rows, permute_heads) : r;
+    const uint8_t* row = data + src * row_bytes;
+    for (uint64_t b = 0; b < groups; ++b) {
+      const uint8_t* blk = row + b * block_bytes;  // Q8_0: f16 d, 32 int8 codes
+      const uint16_t d = u16_at(blk);
+      if ((d & 0x7C00) == 0x7C00) return std::nullopt;
+      scales[r * groups + b] = d;
+      for (int j = 0; j < 32; ++j) {
+        const int8_t q = int8_t(blk[2 + j]);
+        if (q == -128) return std::nullopt;  // llama.cpp never writes it; Endor's int8 codes stop at −127
+        codes[r * cols + b * 32 + uint64_t(j)] = q;
+      }
+    }
+  }
+  QuantizedValues q;
+  q.value_type = ValueType::I8G;
+  q.group_size = 32;
+  q.int8_codes = codes.data();
+  q.group_scales = scales.data();
+  return encode_quantized({rows, cols}, Encoding::Dense, q);
+}
+
 }  // namespace endor
 
 namespace endor {
@@ -125,12 +154,44 @@ uint8_t code_of(float x, float S, float M) {
   return uint8_t(q < 0.0f ? 0 : q > 15.0f ? 15 : q);
 }
 
+// int8g as Q8_0 blocks: d = the group's S, q = x / S (0 for an absent element: exactly 0).
+std::optional<GgufBlocks> q8_0_blocks(const TensorView& v, const float* decoded,
+                                      const std::function<uint64_t(uint64_t)>& gguf_row) {
+  const TensorLayout& L = v.layout;
+  const uint32_t g = L.group_size;
+  if (g == 0 || g % 32 != 0 || L.cols % g != 0) return std::nullopt;
+  GgufBlocks out;
+  out.type = GgmlType::Q8_0;
+  const uint64_t block_bytes = ggml_block_bytes(out.type), row_bytes = L.cols / 32 * block_bytes;
+  const uint64_t gpr = L.cols / g;
+  out.bytes.assign(L.rows * row_bytes, 0);
+  std::vector<float> check(L.cols);
+  for (uint64_t r = 0; r < L.rows; ++r) {
+    const float* x = decoded + r * L.cols;
+    uint8_t* row = out.bytes.data() + gguf_row(r) * row_bytes;
+    for (uint64_t b = 0; b < L.cols / 32; ++b) {
+      uint8_t* blk = row + b * block_bytes;
+      const uint16_t d = v.group_scales()[r * gpr + b * 32 / g];
+      const float s = f16_to_f32(d);
+      put_u16(blk, d);
+      for (int j = 0; j < 32; ++j) {
+        const float q = s == 0.0f ? 0.0f : std::nearbyint(x[b * 32 + uint64_t(j)] / s);
+        blk[2 + j] = uint8_t(int8_t(q < -127.0f ? -127.0f : q > 127.0f ? 127.0f : q));
+      }
+    }
+    ggml_dequantize(out.type, row, L.cols, check.data());
+    if (std::memcmp(check.data(), x, L.cols * 4) != 0) return std::nullopt;  // bit for bit, or not at all
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<GgufBlocks> gguf_blocks_exact(const TensorView& v, const float* decoded,
                                             const std::function<uint64_t(uint64_t)>& gguf_row) {
   const TensorLayout& L = v.layout;
   const uint32_t g = L.group_size;
+  if (L.value_type == ValueType::I8G) return q8_0_blocks(v, decoded, gguf_row);
   if (L.value_type != ValueType::I4 || g == 0 || g % 32 != 0 || L.cols % g != 0) return std::nullopt;
   const bool k = L.int4_params == Int4Params::Coded6;
   const uint64_t gpr = L.cols / g;

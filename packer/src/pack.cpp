@@ -184,8 +184,7 @@ namespace packer_detail {
 void validate_options(const PackOptions& o) {
   if (o.dtype && *o.dtype != ValueType::F16 && *o.dtype != ValueType::BF16 && *o.dtype != ValueType::F32)
     throw Error(std::string("--dtype must be f16, bf16 or f32, got ") + to_string(*o.dtype));
-  const auto is_int4 = [](Quantization q) { return q == Quantization::Int4 || q == Quantization::Int4k; };
-  if ((is_int4(o.quant) || is_int4(o.quant_head)) && o.group_size == 0) throw Error("--group-size must be at least 1");
+  if ((grouped(o.quant) || grouped(o.quant_head)) && o.group_size == 0) throw Error("--group-size must be at least 1");
   if (!o.int8_regex.empty()) {
     try {
       std::regex re(o.int8_regex);
@@ -225,6 +224,7 @@ const char* to_string(Quantization q) {
     case Quantization::Int8: return "int8";
     case Quantization::Int4: return "int4";
     case Quantization::Int4k: return "int4k";
+    case Quantization::Int8g: return "int8g";
   }
   return "?";
 }
@@ -247,7 +247,7 @@ TensorTreatment plan_treatment(const CheckpointTensor& t, const PackOptions& o) 
   tr.prune = in_scope && o.prune.active();
   tr.quantize = in_scope && o.quant != Quantization::None;
   auto set_quant = [&](Quantization q) {
-    tr.value_type = q == Quantization::Int8 ? ValueType::I8 : ValueType::I4;
+    tr.value_type = q == Quantization::Int8 ? ValueType::I8 : q == Quantization::Int8g ? ValueType::I8G : ValueType::I4;
     tr.int4_params = q == Quantization::Int4k ? Int4Params::Coded6 : Int4Params::F16;
   };
   if (tr.quantize) {
@@ -263,7 +263,7 @@ TensorTreatment plan_treatment(const CheckpointTensor& t, const PackOptions& o) 
 }
 
 Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType vt, uint32_t group_size, uint64_t nnz) {
-  const uint32_t gs = vt == ValueType::I4 ? group_size : 0;
+  const uint32_t gs = vt == ValueType::I4 || vt == ValueType::I8G ? group_size : 0;
   const TensorLayout dense = compute_layout(shape, Encoding::Dense, vt, gs, [&] {
     uint64_t n = 1;
     for (uint64_t d : shape) n *= d;
@@ -291,7 +291,7 @@ EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape
   EncodeOptions eo;
   eo.encoding = choose_encoding(shape, vt, group_size, nnz);
   eo.value_type = vt;
-  eo.group_size = vt == ValueType::I4 ? group_size : kDefaultGroupSize;
+  eo.group_size = vt == ValueType::I4 || vt == ValueType::I8G ? group_size : kDefaultGroupSize;
   eo.int4_params = vt == ValueType::I4 ? int4_params : Int4Params::F16;
   return encode_tensor(w, shape, eo);
 }
@@ -302,7 +302,7 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
   p.info.name = t.name;
   p.info.shape = t.shape;
   p.info.value_type = tr.value_type;
-  p.info.group_size = tr.value_type == ValueType::I4 ? o.group_size : 0;
+  p.info.group_size = stored_group_size(tr.value_type, o);
   p.info.int4_params = tr.value_type == ValueType::I4 ? tr.int4_params : Int4Params::F16;
   p.info.source_dtype = t.source_type;
   const std::string where = ck.dir() + ": tensor '" + t.source_name + "'";
@@ -336,6 +336,10 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
                (encoded = gguf_exact_int4(t.gguf->info->type, ck.bytes(t), t.rows(), t.cols(), t.gguf->permute_heads,
                                           p.info.int4_params, p.info.group_size))) {
       p.kept_source_grid = true;  // the GGUF's own Q4_0/Q4_1/Q4_K codes: nothing rounded twice
+    } else if (!tr.prune && tr.value_type == ValueType::I8G && t.gguf &&
+               (encoded = gguf_exact_int8g(t.gguf->info->type, ck.bytes(t), t.rows(), t.cols(), t.gguf->permute_heads,
+                                           p.info.group_size))) {
+      p.kept_source_grid = true;  // the GGUF's own Q8_0 codes
     } else {
       std::vector<float> w = load_f32(ck, t);
       ck.release(t);
@@ -373,8 +377,7 @@ nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&
   p["scope"] = o.prune.structured() ? "n:m" : (o.prune.scope == PruneScope::Row ? "row" : "matrix");
   p["quant"] = to_string(o.quant);
   p["quant_head"] = to_string(o.quant_head);
-  const auto is_int4 = [](Quantization q) { return q == Quantization::Int4 || q == Quantization::Int4k; };
-  p["group_size"] = is_int4(o.quant) || is_int4(o.quant_head) ? nlohmann::json(o.group_size) : nlohmann::json(nullptr);
+  p["group_size"] = grouped(o.quant) || grouped(o.quant_head) ? nlohmann::json(o.group_size) : nlohmann::json(nullptr);
   if (!o.int8_regex.empty()) p["int8_tensors"] = o.int8_regex;
   if (o.prune.method == "sparsegpt" || o.prune.method == "gptq") {
     p["act_order"] = o.act_order;

@@ -194,6 +194,21 @@ int main(int argc, char** argv) {
             return half(r, c) ? 0.0f : irregular(i, 16);
           }}}},
        {}},
+      {"dense-int8g",
+       "dense int8g [3,40], group_size 32 (groups of 32 and 8 columns: Q8_0's grid), one all-zero group (scale +0, "
+       "codes 0), values that round half away from zero",
+       {{{"w", {3, 40}, {Encoding::Dense, ValueType::I8G, 32},
+          [](uint64_t r, uint64_t c, uint64_t i) { return r == 1 && c >= 32 ? 0.0f : irregular(i, 64); }}}},
+       {}},
+      {"bitmap-int8g",
+       "bitmap int8g [3,70], group_size 16: 5 groups (the last of 6 columns) over two bitmap words, an empty group "
+       "(scale +0)",
+       {{{"w", {3, 70}, {Encoding::Bitmap, ValueType::I8G, 16},
+          [&](uint64_t r, uint64_t c, uint64_t i) {
+            if (r == 0 && c >= 16 && c < 32) return 0.0f;  // empty group
+            return half(r, c) ? 0.0f : irregular(i, 64);
+          }}}},
+       {}},
   };
   try {
     for (const Vector& v : vectors) write_vector(dir, v);

@@ -232,7 +232,7 @@ TEST_CASE("encode_quantized refuses what the format cannot hold, with one line")
 
   QuantizedValues q = int8();
   q.value_type = ValueType::F16;
-  CHECK_THROWS_WITH_AS(encode_quantized(shape, Encoding::Dense, q), doctest::Contains("int8 or int4"), Error);
+  CHECK_THROWS_WITH_AS(encode_quantized(shape, Encoding::Dense, q), doctest::Contains("int8, int8g or int4"), Error);
   q = int8();
   q.row_scales = nullptr;
   CHECK_THROWS_WITH_AS(encode_quantized(shape, Encoding::Dense, q), doctest::Contains("row scales"), Error);

@@ -12,7 +12,8 @@ using nlohmann::json;
 namespace {
 const char* const kVectors[] = {"dense-f16",  "bitmap-f16", "bitmap-bf16",    "bitmap-f32",
                                 "bitmap-int8", "dense-int8", "bitmap-int4-g4", "dense-int4",
-                                "dense-int4k", "bitmap-int4k"};
+                                "dense-int4k", "bitmap-int4k",
+                                "dense-int8g", "bitmap-int8g"};
 const std::string kDir = std::string(ENDOR_SOURCE_DIR) + "/format-spec/test-vectors/";
 }  // namespace
 

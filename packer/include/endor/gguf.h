@@ -134,12 +134,18 @@ void ggml_dequantize(GgmlType, const uint8_t* src, uint64_t n, float* out);
 // cannot be held by (params, group_size) exactly (another type or group size, −8·d outside f16).
 std::optional<EncodedTensor> gguf_exact_int4(GgmlType, const uint8_t* data, uint64_t rows, uint64_t cols,
                                              uint32_t permute_heads, Int4Params, uint32_t group_size);
+// The same for Q8_0 -> int8g at groups of 32 (SPEC.md §6.8): S = d, the 32 codes as they are; the
+// decoded values are gguf-py's bit for bit (q·d is exact in f32). nullopt for another type or
+// group size, or a block with code −128 or a d that is not finite.
+std::optional<EncodedTensor> gguf_exact_int8g(GgmlType, const uint8_t* data, uint64_t rows, uint64_t cols,
+                                              uint32_t permute_heads, uint32_t group_size);
 
 // The inverse, for `endor-pack export --to gguf`: an int4 / int4k tensor as GGUF blocks whose
 // gguf-py values are its decoded values (SPEC.md §6.6) bit for bit, when a block type holds them:
 //   int4 (f16 parameters), groups a multiple of 32   -> Q4_1 (each 32 columns repeat their group's S, M);
 //   int4k, groups a multiple of 32, cols a multiple of 256 and of 8 groups (no super-block spans
-//   two rows)                                        -> Q4_K (a block's d, dmin from its super-block).
+//   two rows)                                        -> Q4_K (a block's d, dmin from its super-block);
+//   int8g, groups a multiple of 32                   -> Q8_0 (each 32 columns repeat their group's S).
 // `decoded` is the tensor's values [rows, cols]; an absent (bitmap) element takes the group's
 // code whose value is exactly 0. Row r is written at GGUF row gguf_row(r). Every block is checked
 // by dequantizing it: nullopt when any value would differ (or no block type fits).

@@ -253,7 +253,11 @@ std::vector<Tier> plan_tiers(const std::vector<std::string>& group_names,
 
 // Int4k: int4 whose group parameters are six-bit codes under f16 super-block scales (dtype
 // "int4k", SPEC.md §6.7): at groups of 32, 4.5 bits a weight with a float minimum.
-enum class Quantization : uint8_t { None, Int8, Int4, Int4k };
+// Int8g: int8 codes with one f16 scale per group (dtype "int8g", SPEC.md §6.8): at groups of 32,
+// 8.5 bits a weight, llama.cpp's Q8_0 grid.
+enum class Quantization : uint8_t { None, Int8, Int4, Int4k, Int8g };
+// The quantizations whose tensors take PackOptions::group_size.
+inline bool grouped(Quantization q) { return q == Quantization::Int4 || q == Quantization::Int4k || q == Quantization::Int8g; }
 const char* to_string(Quantization);
 
 struct PackOptions {
@@ -297,7 +301,7 @@ struct PackCallbacks {
 
 struct PackSummary {
   uint64_t tensors = 0, pruned_tensors = 0;
-  uint64_t source_grid_tensors = 0;  // int4 tensors that kept a GGUF's Q4_0/Q4_1/Q4_K grid (gguf_exact_int4)
+  uint64_t source_grid_tensors = 0;  // tensors that kept a GGUF's Q4_0/Q4_1/Q4_K/Q8_0 grid (gguf_exact_int4/int8g)
   uint64_t source_bytes = 0, file_bytes = 0;
   std::vector<std::string> dropped;
 };
@@ -308,6 +312,10 @@ struct TensorTreatment {
   ValueType value_type = ValueType::F16;
   Int4Params int4_params = Int4Params::F16;  // I4 only: Coded6 for Quantization::Int4k
 };
+// The group size a tensor of value type vt is stored with: o.group_size for I4 and I8G, else 0.
+inline uint32_t stored_group_size(ValueType vt, const PackOptions& o) {
+  return vt == ValueType::I4 || vt == ValueType::I8G ? o.group_size : 0;
+}
 TensorTreatment plan_treatment(const CheckpointTensor&, const PackOptions&);
 ValueType default_value_type(SafetensorsDType);   // F16/BF16/F32 as the source; F64 -> F32
 

@@ -60,8 +60,9 @@ void check_options(const SparseGptOptions& o, size_t n_in) {
     detail::fail(kFn, "N:M group size " + std::to_string(o.target.m) + " does not divide block_size " +
                           std::to_string(o.block_size));
   if (!(o.percdamp >= 0.0f && std::isfinite(o.percdamp))) detail::fail(kFn, "percdamp must be finite and >= 0");
-  if ((o.quant.scheme == QuantScheme::Int4Group || o.quant.scheme == QuantScheme::Int4Coded) && o.quant.group_size == 0)
-    detail::fail(kFn, "int4 group_size must be positive");
+  if ((o.quant.scheme == QuantScheme::Int4Group || o.quant.scheme == QuantScheme::Int4Coded ||
+       o.quant.scheme == QuantScheme::Int8Group) && o.quant.group_size == 0)
+    detail::fail(kFn, "group_size must be positive");
 }
 
 }  // namespace
@@ -81,11 +82,21 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
   const bool int8 = opt.quant.scheme == QuantScheme::Int8Row;
   const bool coded = opt.quant.scheme == QuantScheme::Int4Coded;
   const bool int4 = opt.quant.scheme == QuantScheme::Int4Group || coded;
+  const bool int8g = opt.quant.scheme == QuantScheme::Int8Group;
   const bool fixed = opt.fixed_mask != nullptr;
   const bool statics = int4 && (coded || opt.static_groups || opt.act_order || fixed);
+  // int8g: static scales (from the input W) where groups are not reached in column order.
+  const bool statics8 = int8g && (opt.static_groups || opt.act_order);
   const bool prunes = !fixed && (opt.target.is_n_of_m() || opt.target.ratio > 0.0);
-  const size_t group = int4 ? opt.quant.group_size : 0;
-  const size_t groups_per_row = int4 ? (n_in + group - 1) / group : 0;
+  const size_t group = int4 || int8g ? opt.quant.group_size : 0;
+  const size_t groups_per_row = int4 || int8g ? (n_in + group - 1) / group : 0;
+  std::vector<float> scales8;  // int8g: the widened group scales, [n_out, groups_per_row]
+  if (int8g) {
+    res.group_size = uint32_t(group);
+    res.group_scales_f16.assign(n_out * groups_per_row, 0);
+    scales8.assign(n_out * groups_per_row, 0.0f);
+    res.int8_codes.assign(numel, 0);
+  }
   if (int8) {
     // quantizer.find_params(W) runs on the input W, before dead columns are zeroed.
     res.row_scales.resize(n_out);
@@ -139,6 +150,16 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
       res.group_mins_f16 = sp.mins_f16;
     }
   }
+  if (statics8)  // every group's scale from the (dead-zeroed) input W, over its kept entries
+    for (size_t r = 0; r < n_out; ++r)
+      for (size_t g = 0; g < groups_per_row; ++g) {
+        float amax = 0.0f;
+        for (size_t c = g * group; c < std::min(n_in, (g + 1) * group); ++c)
+          if (!fixed || !opt.fixed_mask[r * n_in + c]) amax = std::max(amax, std::fabs(w[r * n_in + c]));
+        const size_t p = r * groups_per_row + g;
+        res.group_scales_f16[p] = int8g_scale_f16(amax);
+        scales8[p] = f16_to_f32(res.group_scales_f16[p]);
+      }
   if (fixed)  // the given mask, in working column order
     for (size_t r = 0; r < n_out; ++r)
       for (size_t c = 0; c < n_in; ++c) res.mask[r * n_in + c] = opt.fixed_mask[r * n_in + perm[c]] != 0;
@@ -214,11 +235,26 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
             gp.min = f16_to_f32(gp.min_f16);
           }
         }
+        if (int8g && !statics8 && c % group == 0) {
+          // The group's scale over its entries as they stand now, leaving out those already
+          // marked pruned (this block's unstructured mask, a fixed mask, an N:M group decided).
+          float amax = 0.0f;
+          for (size_t k = c; k < std::min(n_in, c + group); ++k)
+            if (!mask[k]) amax = std::max(amax, std::fabs(row[k]));
+          const size_t p = r * groups_per_row + c / group;
+          res.group_scales_f16[p] = int8g_scale_f16(amax);
+          scales8[p] = f16_to_f32(res.group_scales_f16[p]);
+        }
         const float x = row[c], d = u_row[c];
         const size_t oc = perm[c];  // the original column
         float q = 0.0f;
         if (!mask[c]) {
-          if (int8) {
+          if (int8g) {
+            const float s = scales8[r * groups_per_row + oc / group];
+            const int8_t code = int8g_code(x, s);
+            res.int8_codes[r * n_in + oc] = code;
+            q = int8_value(code, s);
+          } else if (int8) {
             const int8_t code = int8_code(x, res.row_scales[r]);
             res.int8_codes[r * n_in + oc] = code;
             q = int8_value(code, res.row_scales[r]);

@@ -84,6 +84,11 @@ float int8_row_scale(const float* row, size_t n);
 // clamp(round(w/s), -127, 127).
 int8_t int8_code(float w, float scale);
 float int8_value(int8_t code, float scale);  // code·s
+// int8g (SPEC.md §7.5): the f16 scale of a group whose largest |present value| is amax,
+// f16(amax / 127) (+0 for amax = 0); throws when it passes the f16 range. The code of w on the
+// widened scale s is int8_code(w, s), 0 when s = 0.
+uint16_t int8g_scale_f16(float amax);
+int8_t int8g_code(float w, float scale);
 
 // int4, asymmetric per (row, group of group_size consecutive input columns): the container
 // encoder's grid over the group's [mn, mx] (endor::int4_grid, SPEC.md §7.2: the range widened to
@@ -103,10 +108,13 @@ float int4_value(uint8_t code, const Int4GroupParams&);  // code·scale + min
 // Int4Coded: int4 whose group parameters are int4k's six-bit codes under f16 super-block scales
 // (SPEC.md §6.7): a float minimum (no zero code), chosen for every group before any column is
 // quantized (GPTQ's static groups: a super-block spans 8 groups, which may lie in later columns).
-enum class QuantScheme : uint8_t { None, Int8Row, Int4Group, Int4Coded };
+// Int8Group: int8 codes with an f16 scale per group (dtype int8g, SPEC.md §6.8), each group's scale
+// from its entries (not yet pruned) as they stand when the loop reaches the group (GPTQ's
+// non-static groups), or from the input W with act_order.
+enum class QuantScheme : uint8_t { None, Int8Row, Int4Group, Int4Coded, Int8Group };
 struct QuantSpec {
   QuantScheme scheme = QuantScheme::None;
-  uint32_t group_size = 128;  // Int4Group/Int4Coded: consecutive input columns per group
+  uint32_t group_size = 128;  // Int4Group/Int4Coded/Int8Group: consecutive input columns per group
   // Int4Group/Int4Coded: choose each group's range by a search that minimises its (column-weighted)
   // squared rounding error instead of spanning [min, max] (clipping outliers where that pays).
   bool mse_clip = false;
@@ -177,6 +185,7 @@ struct SparseGptOptions {
 //   mask            [n_out, n_in]  1 = pruned (weight exactly +0)
 //   Int8Row:   row_scales   [n_out]                 f32, computed on the input W (see below)
 //              int8_codes   [n_out, n_in]           int8 in [-127, 127]; 0 where pruned
+//   Int8Group: group_scales_f16 [n_out, ceil(n_in/G)] f16 bits; int8_codes as Int8Row
 //   Int4Group: group_scales_f16, group_mins_f16
 //                           [n_out, ceil(n_in/G)]   f16 bits, group g = columns [g·G, g·G+G)
 //              int4_codes   [n_out, n_in]           one code 0..15 per byte (unpacked); 0 where pruned
@@ -186,7 +195,7 @@ struct SparseGptOptions {
 struct SparseGptResult {
   std::vector<uint8_t> mask;
   QuantScheme scheme = QuantScheme::None;
-  uint32_t group_size = 0;  // Int4Group only
+  uint32_t group_size = 0;  // Int4Group, Int4Coded, Int8Group
   std::vector<float> row_scales;
   std::vector<int8_t> int8_codes;
   std::vector<uint16_t> group_scales_f16, group_mins_f16;
