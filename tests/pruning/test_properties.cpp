@@ -272,6 +272,8 @@ TEST_CASE("SparseGPT + quantization: every kept weight is exactly its stored cod
       {SparsityTarget::unstructured(0.5), QuantScheme::Int4Group, 64, 128},   // partial last group
       {SparsityTarget::n_of_m(2, 4), QuantScheme::Int4Group, 48, 32},         // groups straddle blocks
       {SparsityTarget::unstructured(0.6), QuantScheme::Int4Group, 128, 128},
+      {SparsityTarget::unstructured(0.5), QuantScheme::Int8Group, 32, 128},   // int8g: Q8_0's groups
+      {SparsityTarget::n_of_m(2, 4), QuantScheme::Int8Group, 48, 32},         // groups straddle blocks
   };
   for (const Case& c : cases) {
     CAPTURE(int(c.q));
@@ -294,6 +296,22 @@ TEST_CASE("SparseGPT + quantization: every kept weight is exactly its stored cod
         if (res.mask[i]) nonzero_pruned += !is_positive_zero(w[i]);
         else mismatches += w[i] != int8_value(code, res.row_scales[i / l.n_in]);
       }
+    } else if (c.q == QuantScheme::Int8Group) {
+      const size_t gpr = (l.n_in + c.group - 1) / c.group;
+      REQUIRE(res.group_size == c.group);
+      REQUIRE(res.group_scales_f16.size() == l.n_out * gpr);
+      REQUIRE(res.int8_codes.size() == w.size());
+      for (size_t i = 0; i < w.size(); ++i) {
+        const float s = endor::f16_to_f32(res.group_scales_f16[(i / l.n_in) * gpr + (i % l.n_in) / c.group]);
+        const int8_t code = res.int8_codes[i];
+        bad_codes += code < -127 || (res.mask[i] && code != 0);
+        if (res.mask[i]) nonzero_pruned += !is_positive_zero(w[i]);
+        else mismatches += w[i] != int8_value(code, s);
+      }
+      // Every kept weight on its group's grid: |w| <= 127·S (the scale spans the kept weights).
+      for (size_t i = 0; i < w.size(); ++i)
+        if (!res.mask[i])
+          CHECK(std::fabs(w[i]) <= 127.0f * endor::f16_to_f32(res.group_scales_f16[(i / l.n_in) * gpr + (i % l.n_in) / c.group]));
     } else {
       const size_t gpr = (l.n_in + c.group - 1) / c.group;
       REQUIRE(res.group_size == c.group);
@@ -325,6 +343,11 @@ TEST_CASE("SparseGPT + quantization: every kept weight is exactly its stored cod
       qv.value_type = endor::ValueType::I8;
       qv.int8_codes = res.int8_codes.data();
       qv.row_scales = res.row_scales.data();
+    } else if (c.q == QuantScheme::Int8Group) {
+      qv.value_type = endor::ValueType::I8G;
+      qv.group_size = res.group_size;
+      qv.int8_codes = res.int8_codes.data();
+      qv.group_scales = res.group_scales_f16.data();
     } else {
       qv.value_type = endor::ValueType::I4;
       qv.group_size = res.group_size;
@@ -453,6 +476,22 @@ Rtn round_to_nearest(const std::vector<float>& w, size_t n_out, size_t n_in, con
     }
     return out;
   }
+  if (q.scheme == QuantScheme::Int8Group) {  // SPEC.md §7.5 on the group's absmax
+    const size_t gpr = (n_in + q.group_size - 1) / q.group_size;
+    for (size_t r = 0; r < n_out; ++r)
+      for (size_t g = 0; g < gpr; ++g) {
+        const size_t c0 = g * q.group_size, c1 = std::min(n_in, c0 + q.group_size);
+        float amax = 0.0f;
+        for (size_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * n_in + c]));
+        const float s = endor::f16_to_f32(int8g_scale_f16(amax));
+        for (size_t c = c0; c < c1; ++c) {
+          const int8_t code = int8g_code(w[r * n_in + c], s);
+          out.codes[r * n_in + c] = code;
+          out.values[r * n_in + c] = int8_value(code, s);
+        }
+      }
+    return out;
+  }
   out.params = choose_int4_params(w.data(), n_out, n_in, q, col_weight);
   for (size_t i = 0; i < w.size(); ++i) {
     const size_t p = (i / n_in) * out.params.groups_per_row + (i % n_in) / q.group_size;
@@ -464,7 +503,8 @@ Rtn round_to_nearest(const std::vector<float>& w, size_t n_out, size_t n_in, con
 }
 
 int result_code(const SparseGptResult& res, size_t i) {
-  return res.scheme == QuantScheme::Int8Row ? res.int8_codes[i] : res.int4_codes[i];
+  return res.scheme == QuantScheme::Int8Row || res.scheme == QuantScheme::Int8Group ? res.int8_codes[i]
+                                                                                       : res.int4_codes[i];
 }
 
 // The tensor endor-pack would store from a result (encode_quantized), decoded by the reference
@@ -482,6 +522,11 @@ std::vector<float> stored_and_decoded(const SparseGptResult& res, size_t n_out, 
     qv.value_type = endor::ValueType::I8;
     qv.int8_codes = res.int8_codes.data();
     qv.row_scales = res.row_scales.data();
+  } else if (res.scheme == QuantScheme::Int8Group) {
+    qv.value_type = endor::ValueType::I8G;
+    qv.group_size = res.group_size;
+    qv.int8_codes = res.int8_codes.data();
+    qv.group_scales = res.group_scales_f16.data();
   } else {
     qv.value_type = endor::ValueType::I4;
     qv.group_size = res.group_size;
@@ -531,7 +576,8 @@ TEST_CASE("GPTQ with a diagonal H is round-to-nearest on the static parameters")
   struct Case { QuantScheme q; uint32_t group; bool mse; };
   const Case cases[] = {{QuantScheme::Int8Row, 0, false}, {QuantScheme::Int4Group, 32, false},
                         {QuantScheme::Int4Group, 40, true}, {QuantScheme::Int4Coded, 32, false},
-                        {QuantScheme::Int4Coded, 64, true}};
+                        {QuantScheme::Int4Coded, 64, true}, {QuantScheme::Int8Group, 32, false},
+                        {QuantScheme::Int8Group, 40, false}};
   for (const auto* h : {&eye, &diag}) {
     const bool dead = h == &diag;
     std::vector<float> w_in = l.w;
@@ -583,7 +629,8 @@ TEST_CASE("GPTQ's reconstruction error on correlated inputs is below round-to-ne
   struct Case { QuantScheme q; uint32_t group; bool mse; };
   const Case cases[] = {{QuantScheme::Int8Row, 0, false},   {QuantScheme::Int4Group, 32, false},
                         {QuantScheme::Int4Group, 64, true}, {QuantScheme::Int4Coded, 32, false},
-                        {QuantScheme::Int4Coded, 64, false}, {QuantScheme::Int4Coded, 32, true}};
+                        {QuantScheme::Int4Coded, 64, false}, {QuantScheme::Int4Coded, 32, true},
+                        {QuantScheme::Int8Group, 32, false}};
   for (const Case& c : cases) {
     CAPTURE(int(c.q));
     CAPTURE(c.group);
