@@ -161,6 +161,18 @@ void check_tokenizer(const Checkpoint& ck) {
   }
 }
 
+// tokenizer.json as the same JSON value without its indentation (keys in their order, strings
+// and numbers as parsed): Hugging Face writes it pretty-printed, and SmolLM2's 3.5 MB become
+// 1.6 MB, the size of a GGUF's tokenizer metadata. Kept as it is when it does not parse
+// (check_tokenizer has refused such a file before anything is written).
+std::string compact_json(const std::string& text) {
+  try {
+    return nlohmann::ordered_json::parse(text).dump();
+  } catch (const nlohmann::json::exception&) {
+    return text;
+  }
+}
+
 // The token embedding or the lm_head: what --quant-head quantizes (not OPT's position embedding).
 bool is_head_matrix(const CheckpointTensor& t) {
   const std::string suffix = "embed_tokens.weight";
@@ -465,6 +477,7 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
     std::ifstream in(f.path, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (!in.good() && !in.eof()) fail(f.path, "cannot read");
+    if (f.name == "tokenizer.json") bytes = compact_json(bytes);
     writer.add_file(f.name, bytes.data(), bytes.size());
   }
   writer.end_group();

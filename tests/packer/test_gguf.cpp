@@ -647,3 +647,105 @@ TEST_CASE("gguf: int4 / int4k tensors written as Q4_1 / Q4_K blocks dequantize t
     for (uint64_t r = 0; r < c.rows; ++r) CHECK(std::memcmp(&y[(c.rows - 1 - r) * c.cols], &x[r * c.cols], c.cols * 4) == 0);
   }
 }
+
+TEST_CASE("gguf: Q8_0 blocks kept as int8g decode to gguf-py's values bit for bit; int8g goes back out as Q8_0") {
+  // Random Q8_0 blocks: f16 d of either sign, codes in [−127, 127].
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> mag(-20.0f, 3.0f);
+  const uint64_t rows = 6, cols = 96, bpr = cols / 32;
+  std::vector<uint8_t> blocks(rows * bpr * ggml_block_bytes(GgmlType::Q8_0));
+  for (uint64_t k = 0; k < rows * bpr; ++k) {
+    uint8_t* blk = blocks.data() + k * ggml_block_bytes(GgmlType::Q8_0);
+    const uint16_t d = f32_to_f16(((rng() & 1) ? -1.0f : 1.0f) * std::exp2(mag(rng)));
+    std::memcpy(blk, &d, 2);
+    for (int j = 0; j < 32; ++j) blk[2 + j] = uint8_t(int8_t(int(rng() % 255) - 127));
+  }
+  std::vector<float> want(rows * cols);
+  ggml_dequantize(GgmlType::Q8_0, blocks.data(), want.size(), want.data());
+  for (uint32_t heads : {0u, 2u}) {
+    CAPTURE(heads);
+    const std::optional<EncodedTensor> e = gguf_exact_int8g(GgmlType::Q8_0, blocks.data(), rows, cols, heads, 32);
+    REQUIRE(e.has_value());
+    CHECK(e->layout.value_type == ValueType::I8G);
+    CHECK(e->layout.group_size == 32);
+    const std::vector<float> got = decoded(*e);
+    size_t diff = 0;
+    for (uint64_t r = 0; r < rows; ++r) {
+      const uint64_t src = heads ? gguf_unpermuted_row(r, rows, heads) : r;
+      diff += std::memcmp(&got[r * cols], &want[src * cols], cols * 4) != 0;  // −0 included: q·d either way
+    }
+    CHECK(diff == 0);
+  }
+  CHECK_FALSE(gguf_exact_int8g(GgmlType::Q8_0, blocks.data(), rows, cols, 0, 64).has_value());
+  CHECK_FALSE(gguf_exact_int8g(GgmlType::Q4_0, blocks.data(), rows, 32, 0, 32).has_value());
+  std::vector<uint8_t> bad = blocks;
+  bad[2 + 7] = 0x80;  // code −128: not an Endor int8 code
+  CHECK_FALSE(gguf_exact_int8g(GgmlType::Q8_0, bad.data(), rows, cols, 0, 32).has_value());
+
+  // The way out: int8g at groups that are multiples of 32 -> Q8_0, bit for bit, rows in GGUF order;
+  // pruned (absent) weights take code 0. Other group sizes have no block type.
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  struct Case {
+    uint64_t rows, cols;
+    uint32_t group;
+    double zeros;
+    bool exact;
+  };
+  for (const Case& c : {Case{4, 96, 32, 0.0, true}, Case{3, 256, 128, 0.0, true}, Case{5, 128, 64, 0.5, true},
+                        Case{4, 96, 16, 0.0, false}, Case{2, 100, 32, 0.0, false}}) {
+    CAPTURE(c.cols);
+    CAPTURE(c.group);
+    std::vector<float> w(c.rows * c.cols);
+    for (float& x : w) x = u(rng) < c.zeros ? 0.0f : normal(rng);
+    const EncodedTensor e = encode_tensor(w.data(), {c.rows, c.cols},
+                                          {c.zeros > 0 ? Encoding::Bitmap : Encoding::Dense, ValueType::I8G, c.group});
+    const std::vector<float> x = decoded(e);
+    TensorInfo info;
+    info.shape = {c.rows, c.cols};
+    const TensorView v{&info, e.layout, e.bytes.data()};
+    const auto reversed = [&](uint64_t r) { return c.rows - 1 - r; };
+    const std::optional<GgufBlocks> b = gguf_blocks_exact(v, x.data(), reversed);
+    REQUIRE(b.has_value() == c.exact);
+    if (!c.exact) continue;
+    CHECK(b->type == GgmlType::Q8_0);
+    std::vector<float> back(c.rows * c.cols);
+    ggml_dequantize(GgmlType::Q8_0, b->bytes.data(), back.size(), back.data());
+    for (uint64_t r = 0; r < c.rows; ++r) CHECK(std::memcmp(&back[(c.rows - 1 - r) * c.cols], &x[r * c.cols], c.cols * 4) == 0);
+    const std::optional<EncodedTensor> again = gguf_exact_int8g(GgmlType::Q8_0, b->bytes.data(), c.rows, c.cols, 0, 32);
+    REQUIRE(again.has_value());
+    const std::vector<float> y = decoded(*again);
+    for (uint64_t r = 0; r < c.rows; ++r) CHECK(std::memcmp(&y[(c.rows - 1 - r) * c.cols], &x[r * c.cols], c.cols * 4) == 0);
+  }
+}
+
+TEST_CASE("gguf: packing the tiny llama's Q8_0 tensors to int8g keeps the file's grid") {
+  TempDir dir;
+  PackOptions o;
+  o.command = "prune";
+  o.quant = Quantization::Int8g;
+  o.group_size = 32;
+  const PackSummary sum = pack_checkpoint(fixture("gguf/tiny-llama.gguf"), dir.path + "/q.endor", o);
+  const auto ck = Checkpoint::open(fixture("gguf/tiny-llama.gguf"));
+  const auto reader = ContainerReader::open(dir.path + "/q.endor");
+  CHECK(reader->header().version_minor == 2);
+  uint64_t kept = 0, int8g = 0;
+  for (const CheckpointTensor& t : ck->tensors()) {
+    if (!t.role.prunable) continue;
+    const std::optional<TensorView> v = reader->find_tensor(t.name);
+    REQUIRE(v.has_value());
+    int8g += v->layout.value_type == ValueType::I8G;
+    if (t.source_type != "Q8_0") continue;
+    CAPTURE(t.name);
+    ++kept;
+    std::vector<float> got(t.numel());
+    decode_rows_f32(*v, 0, t.rows(), got.data());
+    const std::vector<float> want = values(*ck, t);
+    size_t diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) diff += !same_value(got[i], want[i]);
+    CHECK(diff == 0);
+  }
+  CHECK(kept >= 1);
+  CHECK(int8g >= kept);
+  CHECK(sum.source_grid_tensors == kept);
+}
