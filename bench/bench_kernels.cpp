@@ -7,7 +7,7 @@
 // Weights are replicated into a working set larger than the last-level cache (--ws-mib) and the
 // calls rotate through the copies, so every GEMV reads its bytes from DRAM as decode does on a
 // real model. Usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS]
-// [--stream ROUNDS [--sparsity S] [--shape RxC]] [--rows]
+// [--stream ROUNDS [--sparsity S] [--shape RxC]] [--rows] [--only TEXT]
 #include <omp.h>
 
 #include <algorithm>
@@ -52,6 +52,9 @@ struct Args {
   // (576 -> 576/192/1536, 1536 -> 576), weights in cache: the compute cost per row that bounds
   // decode of a model this small (its 3.3-bit decoder weights fit the last-level cache).
   bool rows = false;
+  // --only TEXT: --stream and --rows measure only the encodings whose label contains TEXT (e.g.
+  // "int8": int8 and int8g), so that a few can be compared in more rounds on a shared machine.
+  std::string only;
 };
 
 // "RxC" -> rows, cols; false (and both left as they were) when it is not that form.
@@ -71,6 +74,7 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--ws-mib" && i + 1 < argc) a.ws_mib = size_t(std::atoll(argv[++i]));
     else if (s == "--quick") a.quick = true;
     else if (s == "--rows") a.rows = true;
+    else if (s == "--only" && i + 1 < argc) a.only = argv[++i];
     else if (s == "--compute-only") a.compute_only = true;
     else if (s == "--stream" && i + 1 < argc) a.stream_rounds = std::atoi(argv[++i]);
     else if (s == "--sparsity" && i + 1 < argc) a.stream_sparsity = std::atof(argv[++i]);
@@ -84,7 +88,7 @@ Args parse_args(int argc, char** argv) {
       a.probe_calls = std::atoi(argv[++i]);
     }
     else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS] [--stream ROUNDS [--sparsity S] [--shape RxC]] [--rows]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS] [--stream ROUNDS [--sparsity S] [--shape RxC]] [--rows] [--only TEXT]\n");
       std::exit(2);
     }
   }
@@ -217,6 +221,12 @@ std::vector<float> random_two_of_four(uint64_t rows, uint64_t cols, uint32_t see
   return w;
 }
 
+// The group size every table here encodes with: int4 128 (Endor's default), int8g 32 (Q8_0's grid,
+// the int8g default), none for the others.
+uint32_t bench_group_size(ValueType vt) {
+  return vt == ValueType::I4 ? 128 : vt == ValueType::I8G ? 32 : 0;
+}
+
 struct Config {
   Encoding enc;
   ValueType vt;
@@ -245,7 +255,7 @@ int run_probe(const Args& args) {
   EncodeOptions opt;
   opt.encoding = *enc;
   opt.value_type = *vt;
-  opt.group_size = *vt == ValueType::I4 ? 128 : 0;
+  opt.group_size = bench_group_size(*vt);
   const EncodedTensor e = encode_tensor(w.data(), {rows, cols}, opt);
   TensorView v;
   v.layout = e.layout;
@@ -261,7 +271,7 @@ int run_probe(const Args& args) {
 
 // The --rows workload: per encoding and shape, thread CPU ns per T=1 fused GEMV row (best of 7),
 // each weight small enough to stay in L2 after the first call.
-int run_rows() {
+int run_rows(const Args& args) {
   struct Shape {
     uint64_t rows, cols;
     const char* what;
@@ -281,27 +291,36 @@ int run_rows() {
                                {Encoding::Dense, ValueType::I4, 0.0, false, "int4 dense"},
                                {Encoding::Bitmap, ValueType::I8, 0.5, false, "int8 bitmap @50%"},
                                {Encoding::Dense, ValueType::I8, 0.0, false, "int8 dense"},
+                               {Encoding::Bitmap, ValueType::I8G, 0.5, false, "int8g g32 bmp @50%"},
+                               {Encoding::Dense, ValueType::I8G, 0.0, false, "int8g g32 dense"},
+                               {Encoding::Bitmap, ValueType::I8, 0.5, true, "int8 bmp exact"},
+                               {Encoding::Bitmap, ValueType::I8G, 0.5, true, "int8g g32 bmp exact"},
                                {Encoding::Bitmap, ValueType::F16, 0.5, false, "f16 bitmap @50%"},
                                {Encoding::Dense, ValueType::F16, 0.0, false, "f16 dense"}};
   std::printf("single-thread fused T=1 GEMV, weights in cache, ns per row (best of 7); load %s\n",
               load_average().c_str());
-  std::printf("%-18s", "encoding");
+  std::printf("%-19s", "encoding");
   for (const Shape& s : shapes) std::printf(" %18s", s.what);
   std::printf("\n");
   for (const RowConfig& c : configs) {
-    std::printf("%-18s", c.label);
+    if (std::string(c.label).find(args.only) == std::string::npos) continue;
+    std::printf("%-19s", c.label);
     for (const Shape& s : shapes) {
       const std::vector<float> w = c.sparsity < 0 ? random_two_of_four(s.rows, s.cols, 7) : random_sparse(s.rows, s.cols, c.sparsity, 7);
       EncodeOptions opt;
       opt.encoding = c.enc;
       opt.value_type = c.vt;
-      opt.group_size = c.vt == ValueType::I4 ? 128 : 0;
+      opt.group_size = bench_group_size(c.vt);
       const EncodedTensor e = encode_tensor(w.data(), {s.rows, s.cols}, opt);
       TensorView v;
       v.layout = e.layout;
       v.data = e.bytes.data();
       v.two_of_four = c.vt == ValueType::I4 && is_two_of_four(v);
-      auto b = backend_with(1, cpu::LinearPath::Fused);
+      cpu::Options o;
+      o.n_threads = 1;
+      o.linear_path = cpu::LinearPath::Fused;
+      o.exact = c.exact;  // f32 activations (the dot_rows path) rather than int8 ones
+      auto b = make_cpu_backend(o);
       auto wt = b->prepare_weight(v);
       std::vector<float> x(s.cols), y(s.rows);
       std::mt19937 rng(3);
@@ -331,6 +350,10 @@ int run_stream(const Args& args) {
                             {Encoding::Bitmap, ValueType::F16, "bitmap f16 exact"},
                             {Encoding::Bitmap, ValueType::I8, "bitmap int8"},
                             {Encoding::Bitmap, ValueType::I8, "bitmap int8 exact"},
+                            {Encoding::Bitmap, ValueType::I8G, "bitmap int8g g32"},
+                            {Encoding::Bitmap, ValueType::I8G, "bitmap int8g exact"},
+                            {Encoding::Dense, ValueType::I8, "dense int8"},
+                            {Encoding::Dense, ValueType::I8G, "dense int8g g32"},
                             {Encoding::Bitmap, ValueType::I4, "bitmap int4 g128"},
                             {Encoding::Bitmap, ValueType::I4, "bitmap int4 exact"},
                             {Encoding::Bitmap, ValueType::I4, "bitmap int4 2:4"},
@@ -340,10 +363,14 @@ int run_stream(const Args& args) {
   auto is_exact = [](const Config& c) { return std::string(c.label).find("exact") != std::string::npos; };
   std::vector<std::unique_ptr<Replicas>> reps;
   for (const Config& c : configs) {
+    if (std::string(c.label).find(args.only) == std::string::npos) {
+      reps.push_back(nullptr);
+      continue;
+    }
     EncodeOptions opt;
     opt.encoding = c.enc;
     opt.value_type = c.vt;
-    opt.group_size = c.vt == ValueType::I4 ? 128 : 0;
+    opt.group_size = bench_group_size(c.vt);
     const bool nm = std::string(c.label).find("2:4") != std::string::npos;
     reps.push_back(std::make_unique<Replicas>(
         encode_tensor(nm ? random_two_of_four(rows, cols, 1).data() : w.data(), {rows, cols}, opt), ws_bytes / 4));
@@ -360,6 +387,7 @@ int run_stream(const Args& args) {
   for (int round = 0; round < args.stream_rounds; ++round) {
     const double bw = cpu::measure_read_bandwidth_gbps(ws_bytes / 4, threads);
     for (size_t k = 0; k < reps.size(); ++k) {
+      if (!reps[k]) continue;  // not --only's
       const Replicas& r = *reps[k];
       const double bytes = double(r.view(0).layout.total_bytes);
       Backend& be = is_exact(configs[k]) ? *b_exact : *b;
@@ -378,7 +406,7 @@ int main(int argc, char** argv) try {
   const Args args = parse_args(argc, argv);
   if (args.probe_calls > 0) return run_probe(args);
   if (args.stream_rounds > 0) return run_stream(args);
-  if (args.rows) return run_rows();
+  if (args.rows) return run_rows(args);
   const int threads = args.threads > 0 ? args.threads : omp_get_max_threads();
   omp_set_num_threads(threads);
   const size_t ws_bytes = args.ws_mib << 20;
@@ -399,6 +427,7 @@ int main(int argc, char** argv) try {
       {Encoding::Bitmap, ValueType::I4, "bitmap int4 g128"}, {Encoding::Dense, ValueType::F16, "dense f16"},
       {Encoding::Dense, ValueType::BF16, "dense bf16"},   {Encoding::Dense, ValueType::F32, "dense f32"},
       {Encoding::Dense, ValueType::I8, "dense int8"},     {Encoding::Dense, ValueType::I4, "dense int4 g128"},
+      {Encoding::Bitmap, ValueType::I8G, "bitmap int8g g32"}, {Encoding::Dense, ValueType::I8G, "dense int8g g32"},
   };
   {
     // Single-thread compute cost, in cache: what one core can decode-and-multiply when memory is
@@ -427,7 +456,7 @@ int main(int argc, char** argv) try {
       EncodeOptions opt;
       opt.encoding = c.enc;
       opt.value_type = c.vt;
-      opt.group_size = c.vt == ValueType::I4 ? 128 : 0;
+      opt.group_size = bench_group_size(c.vt);
       encs.push_back(encode_tensor(w.data(), {rows, cols}, opt));
     }
     for (const EncodedTensor& e : encs) {
@@ -472,7 +501,7 @@ int main(int argc, char** argv) try {
       EncodeOptions opt;
       opt.encoding = Encoding::Bitmap;
       opt.value_type = vt;
-      opt.group_size = vt == ValueType::I4 ? 128 : 0;
+      opt.group_size = bench_group_size(vt);
       const EncodedTensor enc = encode_tensor(pw.data(), {prow, cols}, opt);
       TensorView v;
       v.layout = enc.layout;
@@ -538,7 +567,7 @@ int main(int argc, char** argv) try {
       EncodeOptions opt;
       opt.encoding = c.enc;
       opt.value_type = c.vt;
-      opt.group_size = c.vt == ValueType::I4 ? 128 : 0;
+      opt.group_size = bench_group_size(c.vt);
       const EncodedTensor enc = encode_tensor(w.data(), {s.rows, s.cols}, opt);
       const double bytes = double(enc.layout.total_bytes);
       Replicas reps(enc, ws_bytes);
@@ -619,7 +648,7 @@ int main(int argc, char** argv) try {
       EncodeOptions opt;
       opt.encoding = Encoding::Bitmap;
       opt.value_type = vt;
-      opt.group_size = vt == ValueType::I4 ? 128 : 0;
+      opt.group_size = bench_group_size(vt);
       const EncodedTensor enc = encode_tensor(w.data(), {rows, cols}, opt);
       Replicas reps(enc, ws_bytes);
       std::vector<std::unique_ptr<Weight>> weights;

@@ -8,7 +8,8 @@
 // come from.
 //
 // Usage: bench_prefill [--threads N] [--rounds R] [--shapes smollm2|1b|all] [--tokens 1,8,16,...]
-//                      [--forms int4,int4k,int8,f16,dint4,dint8,df16]
+//                      [--forms int4,int4k,int8,f16,dint4,dint8,df16,int8g,dint8g]
+// (int8g, dint8g: bitmap / dense int8g in groups of 32, Q8_0's grid; not in the default forms.)
 #include <omp.h>
 
 #include <algorithm>
@@ -46,6 +47,8 @@ const Form kForms[] = {
     {"dint4", Encoding::Dense, ValueType::I4, Int4Params::F16, 128},
     {"dint8", Encoding::Dense, ValueType::I8, Int4Params::F16, 0},
     {"df16", Encoding::Dense, ValueType::F16, Int4Params::F16, 0},
+    {"int8g", Encoding::Bitmap, ValueType::I8G, Int4Params::F16, 32},
+    {"dint8g", Encoding::Dense, ValueType::I8G, Int4Params::F16, 32},
 };
 
 struct Shape {

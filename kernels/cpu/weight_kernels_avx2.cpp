@@ -143,11 +143,11 @@ constexpr GroupStep group_step(uint32_t group_size) {
   return group_size % 64 == 0 ? kPerWord : group_size % 8 == 0 ? kPerChunk : kPerLane;
 }
 
-// int4 scale/min of the group(s) under the current chunk of one row.
+// int4 scale/min (int8g: scale, min 0) of the group(s) under the current chunk of one row.
 template <GroupStep kStep>
 struct GroupParams {
   const uint16_t* scales;
-  const uint16_t* mins;
+  const uint16_t* mins;  // null for int8g
   uint64_t group_size, cols;
   __m256 s = _mm256_setzero_ps(), m = _mm256_setzero_ps();
   uint64_t g = ~uint64_t(0);  // current group (none yet)
@@ -161,7 +161,7 @@ struct GroupParams {
   // GroupParams of a thread is alive at a time), so a row costs no allocation.
   GroupParams(const TensorView& w, uint64_t r, std::vector<float>& coded_buf)
       : scales(w.group_scales() + r * w.layout.groups_per_row),
-        mins(w.group_mins() + r * w.layout.groups_per_row),
+        mins(w.layout.value_type == ValueType::I8G ? nullptr : w.group_mins() + r * w.layout.groups_per_row),
         group_size(w.layout.group_size),
         cols(w.layout.cols),
         gpr(w.layout.groups_per_row) {
@@ -172,7 +172,7 @@ struct GroupParams {
     }
   }
   inline float scale_of(uint64_t g) const { return coded ? coded[g] : half(scales[g]); }
-  inline float min_of(uint64_t g) const { return coded ? coded[gpr + g] : half(mins[g]); }
+  inline float min_of(uint64_t g) const { return coded ? coded[gpr + g] : mins ? half(mins[g]) : 0.0f; }
 
   // Columns only grow along a row, so the group index advances without a division (a 64-bit
   // div per group costs as much as the rest of the group's work).
@@ -209,7 +209,10 @@ struct GroupParams {
 
 // Everything a row needs to turn 8 stored values into 8 decoded weights. For int8 the lanes hold
 // the codes q (the row scale is applied by the caller: after the sum for dots, per element for
-// decode); for int4 the dequantized q·s + m.
+// decode); for int4 the dequantized q·s + m; for int8g (q·2^24)·S, exact (8 + 11 significand bits,
+// a power of two), the 2^-24 applied as int8's row scale is (exact again: q·S to the bit).
+template <ValueType VT>
+constexpr bool grouped(ValueType vt = VT) { return vt == ValueType::I4 || vt == ValueType::I8G; }
 template <ValueType VT, GroupStep kStep>
 struct RowDecoder {
   GroupParams<kStep> group;
@@ -218,9 +221,10 @@ struct RowDecoder {
   // coded_buf: see GroupParams (int4k rows' params; untouched for other weights).
   RowDecoder(const TensorView& w, uint64_t r, std::vector<float>& coded_buf) : group(init_group(w, r, coded_buf)) {
     if constexpr (VT == ValueType::I8) row_scale = w.row_scales()[r] * kInt8LaneScale;  // exact: a power of 2
+    if constexpr (VT == ValueType::I8G) row_scale = kInt8LaneScale;
   }
   static GroupParams<kStep> init_group(const TensorView& w, uint64_t r, std::vector<float>& coded_buf) {
-    if constexpr (VT == ValueType::I4) return GroupParams<kStep>(w, r, coded_buf);
+    if constexpr (grouped<VT>()) return GroupParams<kStep>(w, r, coded_buf);
     TensorView none = w;  // int4 fields unused: point the group at the row's (empty) params
     none.layout.groups_per_row = 0;
     none.layout.group_size = 1;
@@ -237,6 +241,9 @@ struct RowDecoder {
       return _mm256_castsi256_ps(_mm256_shuffle_epi8(broadcast16(src + 2 * k), shuffle_control(t.halves_top, 0xFF)));
     } else if constexpr (VT == ValueType::I8) {
       return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, 0xFF)));
+    } else if constexpr (VT == ValueType::I8G) {
+      if constexpr (kStep != kPerWord) group.at(c0);
+      return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, 0xFF))), group.s);
     } else {
       if constexpr (kStep != kPerWord) group.at(c0);
       const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + k)));
@@ -268,6 +275,13 @@ struct RowDecoder {
       return _mm256_castsi256_ps(_mm256_shuffle_epi8(broadcast16(src + 2 * k), shuffle_control(t.halves_top, m)));
     } else if constexpr (VT == ValueType::I8) {
       return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, m)));
+    } else if constexpr (VT == ValueType::I8G) {
+      if constexpr (kStep != kPerWord) group.at(c0);  // kPerWord: the walker calls at() per word
+      // Absent lanes are +0 times S: ±0, and the StoreSink's 2^-24 keeps the sign, so a negative
+      // scale would decode an absent element as −0 where the reference has +0: masked to +0.
+      const __m256 q = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, m)));
+      const __m256 keep = _mm256_load_ps(reinterpret_cast<const float*>(t.codes[m].keep));
+      return _mm256_and_ps(_mm256_mul_ps(q, group.s), keep);
     } else {
       if constexpr (kStep != kPerWord) group.at(c0);  // kPerWord: the walker calls at() per word
       const CodeEntry& e = t.codes[m];
@@ -290,6 +304,8 @@ struct RowDecoder {
       return bfloat_to_f32(load_u16(values + 2 * v));
     } else if constexpr (VT == ValueType::I8) {
       return float(int8_t(values[v])) * 16777216.0f;  // q·2^24, as the vector lanes
+    } else if constexpr (VT == ValueType::I8G) {
+      return float(int8_t(values[v])) * 16777216.0f * group.scale_of(c / group.group_size);  // (q·2^24)·S, as the lanes
     } else {
       const uint8_t byte = values[v / 2];
       const float q = float((v % 2 == 0) ? (byte & 0x0Fu) : (byte >> 4));
@@ -404,7 +420,7 @@ inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kSte
         } else {
           if (bits == 0) continue;
         }
-        if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(cbase);
+        if constexpr (grouped<VT>() && kStep == kPerWord) dec.group.at(cbase);
         // Eight chunks, unrolled in fours so consecutive chunks use different accumulators.
         // Mask bytes are loaded from memory (one load each) rather than shifted out of `bits`.
         const uint8_t* mb = words + 8 * wi;
@@ -422,7 +438,7 @@ inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kSte
       } else {
         // The row's last, partial word: bits past cols are ignored and x is not read there.
         const uint64_t bits = load_u64(words + 8 * wi) & last_word_mask(cols);
-        if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(cbase);
+        if constexpr (grouped<VT>() && kStep == kPerWord) dec.group.at(cbase);
         for (uint64_t c0 = cbase; c0 < cols; c0 += 8) {
           const unsigned m = unsigned(bits >> (c0 - cbase)) & 0xFF;
           const __m256 v = dec.expand(t, m, src, k, c0);
@@ -462,14 +478,14 @@ inline void walk_dense_row(const TensorView& w, uint64_t r, RowDecoder<VT, kStep
         if constexpr (VT != ValueType::I4) {
           for (uint64_t b = 0; b < 32 * vb; b += 64) prefetch(src + k * vb + kPrefetchBytes + b);
         }
-        if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(c0);  // 32 | c0: one group
+        if constexpr (grouped<VT>() && kStep == kPerWord) dec.group.at(c0);  // 32 | c0: one group
         sink.template chunk<0>(chunk(k, c0), c0);
         sink.template chunk<1>(chunk(k + 8, c0 + 8), c0 + 8);
         sink.template chunk<2>(chunk(k + 16, c0 + 16), c0 + 16);
         sink.template chunk<3>(chunk(k + 24, c0 + 24), c0 + 24);
       }
       for (; c0 + 8 <= s1; c0 += 8, k += 8) {
-        if constexpr (VT == ValueType::I4 && kStep == kPerWord) dec.group.at(c0);
+        if constexpr (grouped<VT>() && kStep == kPerWord) dec.group.at(c0);
         sink.template chunk<0>(chunk(k, c0), c0);
       }
     };
@@ -542,7 +558,13 @@ void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, siz
         case kPerLane: return dot_rows_vt<ValueType::I4, kPerLane>(w, r0, r1, x, xs, nt, y, ys);
       }
       return;
-    case ValueType::I8G: return portable_kernels().dot_rows(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::I8G:
+      switch (group_step(w.layout.group_size)) {
+        case kPerWord: return dot_rows_vt<ValueType::I8G, kPerWord>(w, r0, r1, x, xs, nt, y, ys);
+        case kPerChunk: return dot_rows_vt<ValueType::I8G, kPerChunk>(w, r0, r1, x, xs, nt, y, ys);
+        case kPerLane: return dot_rows_vt<ValueType::I8G, kPerLane>(w, r0, r1, x, xs, nt, y, ys);
+      }
+      return;
   }
 }
 
@@ -571,7 +593,13 @@ void decode_rows(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
         case kPerLane: return decode_rows_t<ValueType::I4, kPerLane>(w, r0, r1, out);
       }
       return;
-    case ValueType::I8G: return portable_kernels().decode_rows(w, r0, r1, out);
+    case ValueType::I8G:
+      switch (group_step(w.layout.group_size)) {
+        case kPerWord: return decode_rows_t<ValueType::I8G, kPerWord>(w, r0, r1, out);
+        case kPerChunk: return decode_rows_t<ValueType::I8G, kPerChunk>(w, r0, r1, out);
+        case kPerLane: return decode_rows_t<ValueType::I8G, kPerLane>(w, r0, r1, out);
+      }
+      return;
   }
 }
 
@@ -677,9 +705,11 @@ void dense_dot(const float* a, size_t as, size_t n_rows, size_t k, const float* 
 // The fallback of the VNNI kernels, per 32-column activation block: the row's codes are first laid
 // out densely in a per-thread buffer (0 where absent, with 0/1 presence bytes for int4), then each
 // block is vpmaddubsw (unsigned × signed bytes into saturating 16-bit pairs) + vpmaddwd by ones into
-// 8 exact int32 sums. int8 weights go in as |q_w| times q with q_w's sign (vpsignb), so a pair is at
-// most 2·127·127 = 32258 and never saturates; int4 codes (≤ 15) go in as they are. Needs int4 group
-// sizes that are multiples of 32 (one group per block); others take the portable kernel.
+// 8 exact int32 sums. int8 (and int8g) weights go in as |q_w| times q with q_w's sign (vpsignb), so a
+// pair is at most 2·127·127 = 32258 and never saturates; int4 codes (≤ 15) go in as they are. The
+// block's sums are then scaled by d_b (int8: the row scale after the sum), by d_b·S_g(b) (int8g), or
+// combined with the group's scale and min (int4). Needs int4 and int8g group sizes that are
+// multiples of 32 (one group per block); others take the portable kernel.
 
 // One row's codes an activation block (32 columns) at a time, as bytes at their columns (0 where
 // absent or past cols), and for int4 the presence bytes (1 or 0). Dense rows are laid out once per
@@ -696,18 +726,18 @@ class RowCodes {
     thread_local std::vector<uint8_t> buf;
     if (L_.encoding == Encoding::Dense) {
       buf.resize(padded);
-      if constexpr (VT == ValueType::I8) std::memcpy(buf.data(), values + r * L_.cols, L_.cols);
+      if constexpr (VT != ValueType::I4) std::memcpy(buf.data(), values + r * L_.cols, L_.cols);
       else unpack_nibbles(values, r * L_.cols, L_.cols, buf.data());
       std::memset(buf.data() + L_.cols, 0, padded - L_.cols);
       dense_ = buf.data();
       return;
     }
     const uint64_t v0 = bitmap_row_start(w, r), n = (r + 1 < L_.rows ? bitmap_row_start(w, r + 1) : L_.nnz) - v0;
-    if (VT == ValueType::I8 && v0 + n + 16 <= L_.nnz) {  // the 16-byte loads stay inside the values
+    if (VT != ValueType::I4 && v0 + n + 16 <= L_.nnz) {  // the 16-byte loads stay inside the values
       src_ = values + v0;
     } else {
       buf.resize(n + 16);
-      if constexpr (VT == ValueType::I8) std::memcpy(buf.data(), values + v0, n);
+      if constexpr (VT != ValueType::I4) std::memcpy(buf.data(), values + v0, n);
       else unpack_nibbles(values, v0, n, buf.data());
       std::memset(buf.data() + n, 0, 16);
       src_ = buf.data();
@@ -771,8 +801,9 @@ void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
     RowCodes<VT> row(w, r, padded);
     __m256 acc[NT];
     for (size_t t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
-    // int4: the block's group (group_size is a multiple of 32), its scale and min widened once a group.
-    const uint64_t blocks_per_group = VT == ValueType::I4 ? L.group_size / kActBlock : 1;
+    // int4 (int8g): the block's group (group_size is a multiple of 32), its scale and min (its
+    // scale) widened once a group.
+    const uint64_t blocks_per_group = grouped<VT>() ? L.group_size / kActBlock : 1;
     uint64_t g = 0, left_in_group = 0;
     __m256 s = _mm256_setzero_ps(), m = _mm256_setzero_ps();
     for (uint64_t b = 0; b < blocks; ++b) {
@@ -796,6 +827,14 @@ void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
         --left_in_group;
       } else {
         aw = _mm256_abs_epi8(cw);
+        if constexpr (VT == ValueType::I8G) {
+          if (left_in_group == 0) {
+            left_in_group = blocks_per_group;
+            s = _mm256_set1_ps(b * kActBlock < L.cols ? half(w.group_scales()[r * L.groups_per_row + g]) : 0.0f);
+            ++g;
+          }
+          --left_in_group;
+        }
       }
       for (size_t t = 0; t < nt; ++t) {
         const QuantizedX xt = qx.token(t);
@@ -804,6 +843,9 @@ void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
         if constexpr (VT == ValueType::I8) {
           const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, cw)), ones16);
           acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), d, acc[t]);
+        } else if constexpr (VT == ValueType::I8G) {  // d_b·S_g(b)
+          const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, cw)), ones16);
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), _mm256_mul_ps(d, s), acc[t]);
         } else {
           const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones16);
           const __m256i sp = _mm256_madd_epi16(_mm256_maddubs_epi16(pw, xv), ones16);
@@ -904,6 +946,8 @@ void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX
   if (w.layout.value_type == ValueType::I8) return dot_rows_q8_vt<ValueType::I8>(w, r0, r1, qx, nt, y, ys);
   if (w.layout.value_type == ValueType::I4 && w.layout.group_size % kActBlock == 0)
     return dot_rows_q8_vt<ValueType::I4>(w, r0, r1, qx, nt, y, ys);
+  if (w.layout.value_type == ValueType::I8G && w.layout.group_size % kActBlock == 0)
+    return dot_rows_q8_vt<ValueType::I8G>(w, r0, r1, qx, nt, y, ys);
   return portable_dot_rows_q8(w, r0, r1, qx, nt, y, ys);
 }
 

@@ -10,9 +10,10 @@
 // costs about 20 instructions for every value type.
 //
 // Arithmetic is the AVX2 kernels' (and the reference decoder's): each weight is decoded exactly
-// (int4: fma(q, s, m), q·s being exact; int8: q, the row scale applied to the sum), then multiplied
-// into 16-lane accumulators. Only dot_rows is implemented here; decode_rows, decode_rows_u16 and
-// dense_dot, and int4 tensors whose group size is not a multiple of 64, use the AVX2 kernels.
+// (int4: fma(q, s, m), q·s being exact; int8: q, the row scale applied to the sum; int8g: q·S, exact),
+// then multiplied into 16-lane accumulators. Only dot_rows is implemented here; decode_rows,
+// decode_rows_u16 and dense_dot, int4 tensors whose group size is not a multiple of 64 and int8g
+// ones whose group size is not a multiple of 32, use the AVX2 kernels.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -175,7 +176,7 @@ __attribute__((always_inline)) inline void unpack_nibbles(const uint8_t* values,
 // load past the last code).
 struct CodeScratch {
   alignas(64) uint8_t bytes[kIndexBlockCols + 2 * 64];
-  float* groups = nullptr;  // a row's group scales and mins as f32 (Groups), thread scratch slot 1
+  float* groups = nullptr;  // a row's group scales and mins as f32 (Groups, BlockScales), thread scratch slot 1
 };
 
 // At least n floats of this thread's scratch slot, 64-byte aligned; valid until the slot's next
@@ -227,6 +228,91 @@ struct Groups {
   }
 };
 
+// int8g: the scale of every 32-column activation block of a row, out[b] = S of block b's group as
+// f32 for b < 2·⌈cols/64⌉ (a row's whole words; 0 for a block past the row's groups, where codes
+// and x are 0). group_size % 32 == 0, so a block never straddles two groups. Built once per row,
+// so that a word's two scales are two loads at a fixed stride (no per-word group bookkeeping,
+// which kept the one-token kernel's accumulators in memory).
+inline uint64_t int8g_blocks(const TensorLayout& L) { return 2 * ((L.cols + 63) / 64); }
+inline uint64_t block_scale_floats(const TensorView& w) {
+  return (int8g_blocks(w.layout) + 15) / 16 * 16 + (w.layout.groups_per_row + 1 + 15) / 16 * 16 + 16;
+}
+__attribute__((noinline)) void row_block_scales(const TensorView& w, uint64_t r, float* out) {
+  const TensorLayout& L = w.layout;
+  const uint64_t gpr = L.groups_per_row, per = L.group_size / kActBlock, blocks = int8g_blocks(L);
+  if (per == 1) {  // groups of 32 (Q8_0's): the blocks' scales are the groups'
+    widen_halves(w.group_scales() + r * gpr, gpr, out);
+    for (uint64_t b = gpr; b < blocks; ++b) out[b] = 0.0f;
+    return;
+  }
+  float* s = out + (blocks + 15) / 16 * 16;  // the row's group scales, one 0 past them
+  widen_halves(w.group_scales() + r * gpr, gpr, s);
+  s[gpr] = 0.0f;
+  if (per == 2 || per == 4) {  // 16 blocks from 16/per groups by one permute
+    const int shift = per == 2 ? 1 : 2;
+    const __m512i idx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), shift);
+    for (uint64_t b = 0; b < blocks; b += 16)
+      _mm512_storeu_ps(out + b, _mm512_permutexvar_ps(idx, _mm512_loadu_ps(s + (b >> shift))));
+    return;
+  }
+  for (uint64_t b = 0; b < blocks; ++b) out[b] = s[std::min(b / per, gpr)];
+}
+// A word's scale vector from its two block scales: lanes 0-7 block 2w (columns 0-31 of the word),
+// lanes 8-15 block 2w + 1, the lanes of int4_word's strided order and of a word's vpdpbusd alike.
+inline __m512 word_scale_vec(const float* b) {
+  return _mm512_mask_broadcastss_ps(_mm512_set1_ps(b[0]), __mmask16(0xFF00), _mm_load_ss(b + 1));
+}
+// A word's scale vector from f16 scales where they lie: groups ga (lanes 0-7) and gb (8-15).
+inline __m512 word_scale_vec_f16(const uint16_t* gs, uint64_t ga, uint64_t gb) {
+  return _mm512_cvtph_ps(_mm256_mask_set1_epi16(_mm256_set1_epi16(short(gs[ga])), __mmask16(0xFF00), short(gs[gb])));
+}
+// The scale vectors of a row's words in turn. Groups of 32, 64 or 128 columns: read as f16 where
+// they lie (block b's group is b >> shift; no per-row table, which on short rows costs as much as
+// the row); other multiples of 32: from the row's table of block scales (row_block_scales).
+struct BlockScales {
+  const float* b = nullptr;      // table mode: the next word's two block scales
+  const uint16_t* gs = nullptr;  // f16 mode: the row's scales
+  uint64_t wi = 0, shift = 0, last = 0;  // f16 mode: the next word, log2(blocks a group), the last group
+  __m512 vec = _mm512_setzero_ps();  // the current word's (next_word)
+  BlockScales() = default;
+  // buf: room for block_scale_floats(w) (table mode only), reused row after row.
+  __attribute__((always_inline)) BlockScales(const TensorView& w, uint64_t r, float* buf) {
+    const TensorLayout& L = w.layout;
+    if (L.group_size == 32 || L.group_size == 64 || L.group_size == 128) {
+      gs = w.group_scales() + r * L.groups_per_row;
+      shift = L.group_size == 32 ? 0 : L.group_size == 64 ? 1 : 2;
+      last = L.groups_per_row - 1;
+    } else {
+      b = buf;
+      row_block_scales(w, r, buf);
+    }
+  }
+  // Called once per word, in column order.
+  __attribute__((always_inline)) inline void next_word() {
+    if (gs) {
+      // The second block of a row's last word may lie past its groups (32·odd columns in groups
+      // of 32): the first block's group then (codes and x are 0 there; the next row's scale, or
+      // a byte past the tensor, is not read).
+      vec = word_scale_vec_f16(gs, (2 * wi) >> shift, std::min((2 * wi + 1) >> shift, last));
+      ++wi;
+    } else {
+      vec = word_scale_vec(b);
+      b += 2;
+    }
+  }
+};
+// The per-row parameters of a byte-valued row's words: int4's decode tables, int8g's block scales
+// (int8: none, an empty Groups).
+template <ValueType VT>
+using RowParams = std::conditional_t<VT == ValueType::I8G, BlockScales, Groups>;
+template <ValueType VT>
+constexpr bool has_row_params() { return VT == ValueType::I4 || VT == ValueType::I8G; }
+template <ValueType VT>
+uint64_t row_params_floats(const TensorView& w) {
+  if constexpr (VT == ValueType::I8G) return block_scale_floats(w);
+  else return 2 * Groups::padded_groups(w);
+}
+
 // int4 weights of one word from its 64 code bytes (0x10 | code where present, 0 where absent),
 // by table lookup rather than convert-and-fma: vpermt2ps picks table[code] for a flagged byte and
 // 0 for an absent one, from the low byte of each 32-bit lane. w[r] lane j is column 4j + r of the
@@ -251,12 +337,17 @@ inline void int8_word(__m512i q, __m512 (&w)[4]) {
   w[3] = _mm512_cvtepi32_ps(_mm512_srai_epi32(q, 24));
 }
 
-// The weights of one word of byte-valued codes (int8 values or flagged int4 codes) in the strided
-// column order.
+// The weights of one word of byte-valued codes (int8/int8g values or flagged int4 codes) in the
+// strided column order. int8g: q·S, exact (8 × 11 significand bits), the reference's value.
 template <ValueType VT>
-inline void byte_word(__m512i q, const Groups& grp, __m512 (&w)[4]) {
-  if constexpr (VT == ValueType::I4) int4_word(q, grp, w);
-  else int8_word(q, w);
+inline void byte_word(__m512i q, const RowParams<VT>& grp, __m512 (&w)[4]) {
+  if constexpr (VT == ValueType::I4) {
+    int4_word(q, grp, w);
+  } else {
+    int8_word(q, w);
+    if constexpr (VT == ValueType::I8G)
+      for (int i = 0; i < 4; ++i) w[i] = _mm512_mul_ps(w[i], grp.vec);
+  }
 }
 
 // x of the int8 and int4 kernels, per token, in int4_word's column order: for each 64-column word, the
@@ -391,17 +482,17 @@ struct Accumulators {
   }
 };
 
-// Byte-valued weights (int8, int4) are decoded in the strided column order of StridedX.
-constexpr bool strided(ValueType vt) { return vt == ValueType::I8 || vt == ValueType::I4; }
+// Byte-valued weights (int8, int4, int8g) are decoded in the strided column order of StridedX.
+constexpr bool strided(ValueType vt) { return vt == ValueType::I8 || vt == ValueType::I4 || vt == ValueType::I8G; }
 
 // One bitmap word of the row: wp its 8 bytes in memory (cut to the row), bits their value, p the
 // word's first stored value (int4: its first code byte in the unpacked scratch), advanced past them.
 template <ValueType VT, typename Acc>
 __attribute__((always_inline)) inline void dot_bitmap_word(const uint8_t* wp, uint64_t bits, const uint8_t*& p, uint64_t c0,
-                                                           uint64_t n, Acc& acc, Groups& grp) {
+                                                           uint64_t n, Acc& acc, RowParams<VT>& grp) {
   __m512 wv[4];
   if constexpr (strided(VT)) {
-    if constexpr (VT == ValueType::I4) grp.next_word();
+    if constexpr (has_row_params<VT>()) grp.next_word();
     byte_word<VT>(expandload_epi8(mask64_at(wp, bits), p), grp, wv);
     acc.add(wv, c0, 64);  // strided x: whole, zero-padded words
   } else {
@@ -419,8 +510,8 @@ __attribute__((always_inline)) inline void dot_bitmap_row(const TensorView& w, u
   const uint64_t wpr = L.words_per_row, bpr = L.blocks_per_row, last_n = L.cols - 64 * (wpr - 1);
   const uint8_t* words = w.data + L.bitmap_offset + 8 * r * wpr;
   const uint8_t* values = w.values();
-  Groups grp;
-  if constexpr (VT == ValueType::I4) grp = Groups(w, r, scratch.groups);
+  RowParams<VT> grp;
+  if constexpr (has_row_params<VT>()) grp = RowParams<VT>(w, r, scratch.groups);
   for (uint64_t b = 0; b < bpr; ++b) {
     const uint64_t flat = r * bpr + b;
     const uint64_t k0 = load_u32(w.data + L.index_offset + 4 * flat);
@@ -452,8 +543,8 @@ template <ValueType VT, typename Acc>
 __attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, uint64_t r, Acc& acc, CodeScratch& scratch) {
   const uint64_t cols = w.layout.cols;
   const uint8_t* values = w.values();
-  Groups grp;
-  if constexpr (VT == ValueType::I4) grp = Groups(w, r, scratch.groups);
+  RowParams<VT> grp;
+  if constexpr (has_row_params<VT>()) grp = RowParams<VT>(w, r, scratch.groups);
   // Segments of one index block's width: int4 codes are unpacked per segment.
   for (uint64_t s0 = 0; s0 < cols; s0 += kIndexBlockCols) {
     const uint64_t s1 = std::min(cols, s0 + kIndexBlockCols);
@@ -474,7 +565,7 @@ __attribute__((always_inline)) inline void dot_dense_row(const TensorView& w, ui
       }
       __m512 wv[4];
       if constexpr (strided(VT)) {
-        if constexpr (VT == ValueType::I4) grp.next_word();
+        if constexpr (has_row_params<VT>()) grp.next_word();
         const __m512i q = n == 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(__mmask64(first_bits(n)), p);
         byte_word<VT>(q, grp, wv);
         acc.add(wv, c0, 64);  // strided x: whole, zero-padded words
@@ -492,13 +583,13 @@ void dot_rows_t(const TensorView& w, uint64_t r0, uint64_t r1, const XT* x, size
   CodeScratch scratch;
   const bool bitmap = w.layout.encoding == Encoding::Bitmap;
   if constexpr (strided(VT)) {
-    static_assert(std::is_same_v<XT, float>, "int8/int4 weights take f32 x");
+    static_assert(std::is_same_v<XT, float>, "int8/int4/int8g weights take f32 x");
     // Once per call (a task of many rows): 3 shuffles per 16 x values against rows·cols·T/16 FMAs.
     const StridedX sx(x, xs, NT, w.layout.cols);
     x = sx.data;
     xs = sx.stride;
   }
-  if constexpr (VT == ValueType::I4) scratch.groups = thread_buffer<1>(2 * Groups::padded_groups(w));
+  if constexpr (has_row_params<VT>()) scratch.groups = thread_buffer<1>(row_params_floats<VT>(w));
   for (uint64_t r = r0; r < r1; ++r) {
     Accumulators<NT, XT> acc(x, xs);
     if (bitmap) dot_bitmap_row<VT>(w, r, acc, scratch);
@@ -523,7 +614,9 @@ void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, siz
     case ValueType::I4:
       if (w.layout.group_size % 64 == 0) return dot_rows_vt<ValueType::I4>(w, r0, r1, x, xs, nt, y, ys);
       return avx2_kernels().dot_rows(w, r0, r1, x, xs, nt, y, ys);
-    case ValueType::I8G: return avx2_kernels().dot_rows(w, r0, r1, x, xs, nt, y, ys);
+    case ValueType::I8G:
+      if (w.layout.group_size % kActBlock == 0) return dot_rows_vt<ValueType::I8G>(w, r0, r1, x, xs, nt, y, ys);
+      return avx2_kernels().dot_rows(w, r0, r1, x, xs, nt, y, ys);
   }
 }
 
@@ -1092,12 +1185,86 @@ void dot_rows_q8_i8_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   for (; r < r1; ++r) rows_at(std::integral_constant<int, 1>{}, r);
 }
 
+// Decode (one token) on an int8g weight in groups of 32 << kShift columns (32, 64, 128), dense or
+// bitmap: int8's kernel above with each word's d times its two block scales in place of d, and no
+// row scale: y = Σ_w cvt(Σ_lane q_w·q)·(d_b·S_g(b)), the int8-activation contract of
+// weight_kernels.h. A word's scales are read as f16 where they lie (the group of block b is
+// b >> kShift) and widened by one vcvtph2ps: no per-row table, which on short rows (576 columns)
+// cost as much as the row. The two accumulators of a row take alternate words, unrolled so that
+// they stay in registers.
+template <int kShift>
+void dot_rows_q8_i8g_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
+  const TensorLayout& L = w.layout;
+  const uint64_t words = qx.q_stride / 64, cols = L.cols;
+  const bool bitmap = L.encoding == Encoding::Bitmap;
+  float* dv = thread_buffer<2>(words * 16);
+  int32_t* start = reinterpret_cast<int32_t*>(thread_buffer<3>(words * 16));
+  word_scales(qx, words, dv);
+  int8_starts(qx, words, start);
+  const uint64_t gpr = L.groups_per_row;
+  const uint8_t* const values = w.values();
+  const uint8_t* const bitmap_words = w.data + L.bitmap_offset;
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  const __mmask64 tail = __mmask64(first_bits(cols - 64 * (words - 1)));
+  auto rows_at = [&](auto rows_tag, uint64_t r) {
+    constexpr int R = decltype(rows_tag)::value;
+    const uint8_t* p[R];
+    const uint8_t* bits[R];
+    const uint16_t* gs[R];
+    __m512 acc[R][2];
+    for (int i = 0; i < R; ++i) {
+      p[i] = bitmap ? values + load_u32(w.data + L.index_offset + 4 * ((r + i) * L.blocks_per_row)) : values + (r + i) * cols;
+      bits[i] = bitmap_words + 8 * (r + i) * L.words_per_row;
+      gs[i] = w.group_scales() + (r + i) * gpr;
+      acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    }
+    auto word = [&](uint64_t wi, auto a_tag) {
+      constexpr int A = decltype(a_tag)::value;
+      const __m512i xv = _mm512_load_si512(qx.q + 64 * wi);
+      const __m512i s0 = _mm512_load_si512(start + 16 * wi);
+      const __m512 d = _mm512_load_ps(dv + 16 * wi);
+      // The word's two blocks' groups; the second block of a row's last word may lie past its
+      // groups (a row of 32·odd columns in groups of 32): its own first block's then (codes and
+      // x are 0 there; the next row's scale, or a byte past the tensor, must not be read).
+      const uint64_t ga = (2 * wi) >> kShift, gb = std::min<uint64_t>((2 * wi + 1) >> kShift, gpr - 1);
+      for (int i = 0; i < R; ++i) {
+        __m512i codes;
+        if (bitmap) {
+          codes = expandload_epi8(mask64_load(bits[i] + 8 * wi), p[i]);
+          p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
+          if ((wi & 7) == 0) prefetch_l2(bits[i] + 8 * wi + kPrefetchL2Bytes / 8);
+        } else {
+          codes = wi + 1 < words ? _mm512_loadu_si512(p[i]) : _mm512_maskz_loadu_epi8(tail, p[i]);
+          p[i] += 64;
+        }
+        prefetch_l2(p[i] + kPrefetchL2Bytes);
+        const __m512i sum = _mm512_dpbusd_epi32(s0, _mm512_xor_si512(codes, flip), xv);
+        __m256i h;
+        if constexpr (kShift == 0) h = _mm256_mask_set1_epi16(_mm256_set1_epi16(short(gs[i][ga])), __mmask16(0xFF00), short(gs[i][gb]));
+        else h = _mm256_set1_epi16(short(gs[i][ga]));  // one group a word
+        const __m512 f = _mm512_mul_ps(d, _mm512_cvtph_ps(h));
+        acc[i][A] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), f, acc[i][A]);
+      }
+    };
+    uint64_t wi = 0;
+    for (; wi + 2 <= words; wi += 2) {
+      word(wi, std::integral_constant<int, 0>{});
+      word(wi + 1, std::integral_constant<int, 1>{});
+    }
+    if (wi < words) word(wi, std::integral_constant<int, 0>{});
+    for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+  };
+  uint64_t r = r0;
+  for (; r + 2 <= r1; r += 2) rows_at(std::integral_constant<int, 2>{}, r);
+  for (; r < r1; ++r) rows_at(std::integral_constant<int, 1>{}, r);
+}
+
 template <ValueType VT, int NT>
 void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y, size_t ys) {
   const TensorLayout& L = w.layout;
   const uint64_t words = qx.q_stride / 64;
   const bool bitmap = L.encoding == Encoding::Bitmap;
-  // Per call: each (token, word)'s vector of block scales, and for int8 the accumulators' start
+  // Per call: each (token, word)'s vector of block scales, and for int8/int8g the accumulators' start
   // (−128·Σ of each lane's 4 q); for dense int4 P[t][g] = Σ_{b∈g} d_b·sums_b.
   float* dv = thread_buffer<2>(NT * words * 16);
   int32_t* start = reinterpret_cast<int32_t*>(thread_buffer<3>(NT * words * 16 + NT * (L.groups_per_row + 1)));
@@ -1105,7 +1272,7 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
   for (int t = 0; t < NT; ++t) {
     const QuantizedX xt = qx.token(size_t(t));
     word_scales(xt, words, dv + t * words * 16);
-    if constexpr (VT == ValueType::I8) int8_starts(xt, words, start + t * words * 16);
+    if constexpr (VT != ValueType::I4) int8_starts(xt, words, start + t * words * 16);
     if (VT == ValueType::I4) dense_group_sums(xt, L, group_p + t * L.groups_per_row);
   }
   CodeScratch scratch;
@@ -1115,6 +1282,7 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
     scratch.groups = thread_buffer<1>(2 * Groups::padded_groups(w) + Groups::padded_groups(w) / 4 + 1);
     zero_code = reinterpret_cast<uint8_t*>(scratch.groups + 2 * Groups::padded_groups(w));
   }
+  if constexpr (VT == ValueType::I8G) scratch.groups = thread_buffer<1>(block_scale_floats(w));
   // int4: the codes of the rows unpacked ahead of them. Unpacking each index block just
   // before its words (as the f32 path does) puts every expand load right behind the stores it
   // reads, misaligned to them: no store forwarding, and on short rows (576 columns) that stall
@@ -1140,6 +1308,8 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
       gq[t] = gp[t] = _mm512_setzero_ps();
     }
     Groups grp;
+    BlockScales bs;
+    if constexpr (VT == ValueType::I8G) bs = BlockScales(w, r, scratch.groups);
     bool row_z = false;  // a bitmap int4 row whose absent codes are z: as dense (zero_codes)
     if constexpr (VT == ValueType::I4) {
       grp = Groups(w, r, scratch.groups);
@@ -1162,12 +1332,15 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
     }
     uint64_t left = words_per_group;
     for_each_code_word<VT>(w, r, scratch.bytes, unpacked, unpacked_k0, [&](uint64_t wi, __m512i codes, __mmask64 k) {
-      if constexpr (VT == ValueType::I8) {
+      if constexpr (VT != ValueType::I4) {
         const __m512i u = _mm512_xor_si512(codes, _mm512_set1_epi8(char(0x80)));
+        if constexpr (VT == ValueType::I8G) bs.next_word();
         for (int t = 0; t < NT; ++t) {
           const size_t at = (t * words + wi) * 16;
           const __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512(start + at), u, _mm512_loadu_si512(qx.q + t * qx.q_stride + 64 * wi));
-          acc[t][wi % kA] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_load_ps(dv + at), acc[t][wi % kA]);
+          __m512 f = _mm512_load_ps(dv + at);
+          if constexpr (VT == ValueType::I8G) f = _mm512_mul_ps(f, bs.vec);  // d_b·S_g(b)
+          acc[t][wi % kA] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), f, acc[t][wi % kA]);
         }
       } else {
         const __m512i pres = presence ? _mm512_maskz_mov_epi8(k, ones) : zero;  // only the presence path reads it
@@ -1214,6 +1387,14 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
 template <ValueType VT>
 void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
   if (VT == ValueType::I8 && nt == 1) return dot_rows_q8_i8_1(w, r0, r1, qx, y);
+  if (VT == ValueType::I8G && nt == 1) {
+    switch (w.layout.group_size) {
+      case 32: return dot_rows_q8_i8g_1<0>(w, r0, r1, qx, y);
+      case 64: return dot_rows_q8_i8g_1<1>(w, r0, r1, qx, y);
+      case 128: return dot_rows_q8_i8g_1<2>(w, r0, r1, qx, y);
+      default: break;  // other multiples of 32: the general kernel
+    }
+  }
   if (VT == ValueType::I4 && nt == 1) {
     const bool bitmap = w.layout.encoding == Encoding::Bitmap;
     switch (w.layout.group_size / 64) {  // a multiple of 64 here (dot_rows_q8)
@@ -1231,7 +1412,10 @@ void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
 void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
   if (!cpu_has_vnni()) return avx2_kernels().dot_rows_q8(w, r0, r1, qx, nt, y, ys);
   if (w.layout.value_type == ValueType::I8) return dot_rows_q8_vt<ValueType::I8>(w, r0, r1, qx, nt, y, ys);
-  if (w.layout.value_type == ValueType::I8G) return avx2_kernels().dot_rows_q8(w, r0, r1, qx, nt, y, ys);
+  if (w.layout.value_type == ValueType::I8G) {
+    if (w.layout.group_size % kActBlock == 0) return dot_rows_q8_vt<ValueType::I8G>(w, r0, r1, qx, nt, y, ys);
+    return avx2_kernels().dot_rows_q8(w, r0, r1, qx, nt, y, ys);
+  }
   // Decode on dense int4 in groups of 32 or 64 (int4k's usual groups): the packed-byte kernel.
   if (nt == 1 && w.layout.encoding == Encoding::Dense && w.layout.cols % 2 == 0) {
     if (w.layout.group_size == 32) return dot_rows_q8_i4_dense_1<4>(w, r0, r1, qx, y);
