@@ -228,34 +228,21 @@ struct Groups {
   }
 };
 
-// int8g: the scale of every 32-column activation block of a row, out[b] = S of block b's group as
-// f32 for b < 2·⌈cols/64⌉ (a row's whole words; 0 for a block past the row's groups, where codes
-// and x are 0). group_size % 32 == 0, so a block never straddles two groups. Built once per row,
-// so that a word's two scales are two loads at a fixed stride (no per-word group bookkeeping,
-// which kept the one-token kernel's accumulators in memory).
+// int8g in groups of a multiple of 32 other than 32, 64 and 128 (those read their f16 scales in
+// place, BlockScales): the scale of every 32-column activation block of a row, out[b] = S of block
+// b's group as f32 for b < 2·⌈cols/64⌉ (a row's whole words; 0 for a block past the row's groups,
+// where codes and x are 0). group_size % 32 == 0, so a block never straddles two groups. Built
+// once per row, so that a word's two scales are two loads at a fixed stride.
 inline uint64_t int8g_blocks(const TensorLayout& L) { return 2 * ((L.cols + 63) / 64); }
 inline uint64_t block_scale_floats(const TensorView& w) {
-  return (int8g_blocks(w.layout) + 15) / 16 * 16 + (w.layout.groups_per_row + 1 + 15) / 16 * 16 + 16;
+  return (int8g_blocks(w.layout) + 15) / 16 * 16 + (w.layout.groups_per_row + 15) / 16 * 16;
 }
 __attribute__((noinline)) void row_block_scales(const TensorView& w, uint64_t r, float* out) {
   const TensorLayout& L = w.layout;
   const uint64_t gpr = L.groups_per_row, per = L.group_size / kActBlock, blocks = int8g_blocks(L);
-  if (per == 1) {  // groups of 32 (Q8_0's): the blocks' scales are the groups'
-    widen_halves(w.group_scales() + r * gpr, gpr, out);
-    for (uint64_t b = gpr; b < blocks; ++b) out[b] = 0.0f;
-    return;
-  }
-  float* s = out + (blocks + 15) / 16 * 16;  // the row's group scales, one 0 past them
+  float* s = out + (blocks + 15) / 16 * 16;  // the row's group scales
   widen_halves(w.group_scales() + r * gpr, gpr, s);
-  s[gpr] = 0.0f;
-  if (per == 2 || per == 4) {  // 16 blocks from 16/per groups by one permute
-    const int shift = per == 2 ? 1 : 2;
-    const __m512i idx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), shift);
-    for (uint64_t b = 0; b < blocks; b += 16)
-      _mm512_storeu_ps(out + b, _mm512_permutexvar_ps(idx, _mm512_loadu_ps(s + (b >> shift))));
-    return;
-  }
-  for (uint64_t b = 0; b < blocks; ++b) out[b] = s[std::min(b / per, gpr)];
+  for (uint64_t b = 0; b < blocks; ++b) out[b] = b / per < gpr ? s[b / per] : 0.0f;
 }
 // A word's scale vector from its two block scales: lanes 0-7 block 2w (columns 0-31 of the word),
 // lanes 8-15 block 2w + 1, the lanes of int4_word's strided order and of a word's vpdpbusd alike.

@@ -1,7 +1,7 @@
 // int8g weights (format 1.2, SPEC.md §6.8: int8 codes, one f16 scale S per (row, group)) through
 // the weight kernels themselves (weight_kernels.h) of every instruction set this CPU runs, on the
-// shapes their loops have edges at: dense and bitmap, groups of 32 (Q8_0's), 64, 128 and sizes
-// that are not multiples of 32 (the portable fallback), 0 %, 50 % and 100 % sparsity, rows shorter
+// shapes their loops have edges at: dense and bitmap, groups of 32 (Q8_0's), 64, 128, other
+// multiples of 32 and sizes that are not (the portable fallback), 0 %, 50 % and 100 % sparsity, rows shorter
 // than a group and widths that are not multiples of 64, 1..8 tokens, row ranges starting mid-tensor
 // and a y stride wider than the rows.
 //
@@ -35,7 +35,9 @@ struct Shape {
 // Rows shorter than every group (20), than a word (63), widths off 64 (100, 130, 1000), whole
 // words (576 = SmolLM2's width), a width past the 4096-column index block (4097).
 const Shape kShapes[] = {{1, 1}, {3, 20}, {5, 63}, {4, 100}, {9, 130}, {7, 576}, {3, 1000}, {2, 4097}};
-const uint32_t kGroups[] = {32, 64, 128, 48, 24};
+// 32/64/128: the one-token kernels; 96, 256: other multiples of 32 (per-row block-scale tables);
+// 48, 24: not multiples of 32 (the int8-activation product takes the portable kernel).
+const uint32_t kGroups[] = {32, 64, 128, 96, 256, 48, 24};
 const double kSparsities[] = {0.0, 0.5, 1.0};
 
 EncodedWeight encode_int8g(const std::vector<float>& w, uint64_t rows, uint64_t cols, Encoding enc, uint32_t g) {
@@ -217,13 +219,13 @@ TEST_CASE("int8g kernels: decode_rows, dot_rows and dot_rows_q8 on every ISA, en
   CHECK(cases > 0);
 }
 
-TEST_CASE("int8g kernels: every token count 1..8 at groups of 32, 64 and 128 on a wide row") {
+TEST_CASE("int8g kernels: every token count 1..8 at groups of 32, 64, 128 and 96 on a wide row") {
   // The fused loops keep one accumulator per token: each count is its own instantiation.
   uint32_t seed = 13000;
   for (cpu::Isa isa : kernel_isas()) {
     const kd::WeightKernels& k = kd::select_kernels(isa);
     for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
-      for (uint32_t g : {32u, 64u, 128u}) {
+      for (uint32_t g : {32u, 64u, 128u, 96u}) {
         ++seed;
         const EncodedWeight ew = encode_int8g(random_weights(6, 1600, enc == Encoding::Bitmap ? 0.5 : 0.0, seed), 6, 1600, enc, g);
         for (size_t T = 1; T <= kd::kMaxFusedTokens; ++T) {
@@ -245,7 +247,7 @@ TEST_CASE("int8g kernels: negative, −0, subnormal and extreme f16 scales") {
   for (cpu::Isa isa : kernel_isas()) {
     const kd::WeightKernels& k = kd::select_kernels(isa);
     for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
-      for (uint32_t g : {32u, 64u, 128u, 48u})
+      for (uint32_t g : {32u, 64u, 128u, 96u, 48u})
         for (const Shape& s : {Shape{9, 130}, Shape{5, 576}}) {
           ++seed;
           EncodedWeight ew = encode_int8g(random_weights(s.rows, s.cols, 0.5, seed), s.rows, s.cols, enc, g);
