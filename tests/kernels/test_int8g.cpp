@@ -291,6 +291,35 @@ TEST_CASE("int8g kernels: the q8 bound sees one weight code off by one") {
   CHECK(std::fabs(double(y[1]) - want) > (double(cols / 32 + 24) + 8.0) * kEpsF32 * bound);
 }
 
+TEST_CASE("int8g: embed and decode_f32 are bit-exact on every ISA, with exotic scales") {
+  // The token embedding may be int8g (--quant-head int8g): Backend::embed decodes its rows.
+  const uint64_t rows = 37, cols = 200;
+  const std::vector<int32_t> ids = {0, 36, 5, 5, 17, 1, 35};
+  uint32_t seed = 15000;
+  for (cpu::Isa isa : kernel_isas())
+    for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
+      for (uint32_t g : {32u, 64u, 96u, 48u}) {
+        ++seed;
+        EncodedWeight ew = encode_int8g(random_weights(rows, cols, 0.5, seed), rows, cols, enc, g);
+        exotic_scales(ew);
+        const std::vector<float> ref = reference_decode(ew.view());
+        cpu::Options opt;
+        opt.isa = isa;
+        auto backend = make_cpu_backend(opt);
+        auto table = backend->prepare_weight(ew.view());
+        std::vector<float> out(ids.size() * cols, 5.0f), want;
+        backend->embed(*table, ids.data(), ids.size(), out.data());
+        for (int32_t id : ids) want.insert(want.end(), ref.begin() + id * cols, ref.begin() + (id + 1) * cols);
+        std::vector<float> all(rows * cols, 5.0f);
+        cpu::decode_f32(ew.view(), all.data(), 2, isa);
+        CAPTURE(isa_name(isa));
+        CAPTURE(to_string(enc));
+        CAPTURE(g);
+        CHECK(std::memcmp(out.data(), want.data(), want.size() * 4) == 0);
+        CHECK(std::memcmp(all.data(), ref.data(), ref.size() * 4) == 0);
+      }
+}
+
 TEST_CASE("int8g: prepare_weight refuses a group size of 0") {
   const uint64_t rows = 37, cols = 200;
   const EncodedWeight ew = encode_int8g(random_weights(rows, cols, 0.5, 41), rows, cols, Encoding::Bitmap, 32);
