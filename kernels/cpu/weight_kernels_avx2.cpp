@@ -137,10 +137,15 @@ inline void unpack_nibbles(const uint8_t* values, uint64_t k0, uint64_t n, uint8
 // ---- per-row value decoding -------------------------------------------------------------------
 
 // How often an int4 row's group can change: every word (group_size % 64 == 0: checked once per
-// 64 columns), every chunk (% 8 == 0), or inside a chunk (lanes filled one by one).
-enum GroupStep { kPerWord = 64, kPerChunk = 8, kPerLane = 1 };
+// 64 columns), every chunk (% 8 == 0), or inside a chunk (lanes filled one by one). int8g also
+// has every 32 columns (% 32 == 0: Q8_0's groups; checked once per 4 chunks rather than per chunk,
+// which cost its bitmap rows 3x int8's time).
+enum GroupStep { kPerWord = 64, kPerBlock = 32, kPerChunk = 8, kPerLane = 1 };
 constexpr GroupStep group_step(uint32_t group_size) {
   return group_size % 64 == 0 ? kPerWord : group_size % 8 == 0 ? kPerChunk : kPerLane;
+}
+constexpr GroupStep int8g_group_step(uint32_t group_size) {
+  return group_size % 32 == 0 && group_size % 64 != 0 ? kPerBlock : group_step(group_size);
 }
 
 // int4 scale/min (int8g: scale, min 0) of the group(s) under the current chunk of one row.
@@ -242,10 +247,10 @@ struct RowDecoder {
     } else if constexpr (VT == ValueType::I8) {
       return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, 0xFF)));
     } else if constexpr (VT == ValueType::I8G) {
-      if constexpr (kStep != kPerWord) group.at(c0);
+      if constexpr (kStep != kPerWord && kStep != kPerBlock) group.at(c0);
       return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, 0xFF))), group.s);
     } else {
-      if constexpr (kStep != kPerWord) group.at(c0);
+      if constexpr (kStep != kPerWord && kStep != kPerBlock) group.at(c0);
       const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + k)));
       return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), group.s, group.m);
     }
@@ -253,7 +258,7 @@ struct RowDecoder {
 
   // Dense int4 read in place: the 8 codes in the 4 bytes at `bytes`.
   inline __m256 dense_nibbles(const uint8_t* bytes, uint64_t c0) {
-    if constexpr (kStep != kPerWord) group.at(c0);
+    if constexpr (kStep != kPerWord && kStep != kPerBlock) group.at(c0);
     int32_t packed;
     std::memcpy(&packed, bytes, 4);
     const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);  // low nibble first
@@ -262,6 +267,8 @@ struct RowDecoder {
   }
 
   // Bitmap: chunk with mask byte m whose first stored value is k, at columns c0..c0+7.
+  // kStore: the values are stored as the decoded row (StoreSink), not multiplied.
+  template <bool kStore = false>
   inline __m256 expand(const ExpandTables& t, unsigned m, const uint8_t* src, uint64_t k, uint64_t c0) {
     if constexpr (VT == ValueType::F32 || VT == ValueType::F16) {
       const PermuteEntry& e = t.permute[m];
@@ -276,14 +283,16 @@ struct RowDecoder {
     } else if constexpr (VT == ValueType::I8) {
       return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, m)));
     } else if constexpr (VT == ValueType::I8G) {
-      if constexpr (kStep != kPerWord) group.at(c0);  // kPerWord: the walker calls at() per word
+      if constexpr (kStep != kPerWord && kStep != kPerBlock) group.at(c0);  // kPerWord, kPerBlock: the walker calls at() per word / block
       // Absent lanes are +0 times S: ±0, and the StoreSink's 2^-24 keeps the sign, so a negative
-      // scale would decode an absent element as −0 where the reference has +0: masked to +0.
+      // scale would decode an absent element as −0 where the reference has +0: masked to +0 when
+      // stored (a product does not care).
       const __m256 q = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), shuffle_control(t.bytes_top, m)));
+      if constexpr (!kStore) return _mm256_mul_ps(q, group.s);
       const __m256 keep = _mm256_load_ps(reinterpret_cast<const float*>(t.codes[m].keep));
       return _mm256_and_ps(_mm256_mul_ps(q, group.s), keep);
     } else {
-      if constexpr (kStep != kPerWord) group.at(c0);  // kPerWord: the walker calls at() per word
+      if constexpr (kStep != kPerWord && kStep != kPerBlock) group.at(c0);  // kPerWord, kPerBlock: the walker calls at() per word / block
       const CodeEntry& e = t.codes[m];
       const __m256i ctl = _mm256_load_si256(reinterpret_cast<const __m256i*>(e.ctl));
       const __m256 q = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(broadcast8(src + k), ctl));
@@ -390,6 +399,7 @@ inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kSte
   const uint8_t* words = w.data + L.bitmap_offset + 8 * r * wpr;
   const uint8_t* values = w.values();
   constexpr uint64_t vb = value_bytes(VT);
+  constexpr bool kStore = std::is_same_v<Sink, StoreSink>;
   for (uint64_t b = 0; b < bpr; ++b) {
     const uint64_t flat = r * bpr + b;
     const uint64_t k0 = load_u32(w.data + L.index_offset + 4 * flat);
@@ -426,13 +436,14 @@ inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kSte
         const uint8_t* mb = words + 8 * wi;
         for (int j = 0; j < 8; j += 4) {
           const uint64_t c0 = cbase + 8 * uint64_t(j);
+          if constexpr (kStep == kPerBlock) dec.group.at(c0);  // 32 | c0: one group
           const unsigned m0 = mb[j], m1 = mb[j + 1], m2 = mb[j + 2], m3 = mb[j + 3];
           const uint64_t k1 = k + uint64_t(_mm_popcnt_u32(m0)), k2 = k1 + uint64_t(_mm_popcnt_u32(m1));
           const uint64_t k3 = k2 + uint64_t(_mm_popcnt_u32(m2));
-          sink.template chunk<0>(dec.expand(t, m0, src, k, c0), c0);
-          sink.template chunk<1>(dec.expand(t, m1, src, k1, c0 + 8), c0 + 8);
-          sink.template chunk<2>(dec.expand(t, m2, src, k2, c0 + 16), c0 + 16);
-          sink.template chunk<3>(dec.expand(t, m3, src, k3, c0 + 24), c0 + 24);
+          sink.template chunk<0>(dec.template expand<kStore>(t, m0, src, k, c0), c0);
+          sink.template chunk<1>(dec.template expand<kStore>(t, m1, src, k1, c0 + 8), c0 + 8);
+          sink.template chunk<2>(dec.template expand<kStore>(t, m2, src, k2, c0 + 16), c0 + 16);
+          sink.template chunk<3>(dec.template expand<kStore>(t, m3, src, k3, c0 + 24), c0 + 24);
           k = k3 + uint64_t(_mm_popcnt_u32(m3));
         }
       } else {
@@ -440,8 +451,9 @@ inline void walk_bitmap_row(const TensorView& w, uint64_t r, RowDecoder<VT, kSte
         const uint64_t bits = load_u64(words + 8 * wi) & last_word_mask(cols);
         if constexpr (grouped<VT>() && kStep == kPerWord) dec.group.at(cbase);
         for (uint64_t c0 = cbase; c0 < cols; c0 += 8) {
+          if constexpr (kStep == kPerBlock) dec.group.at(c0);
           const unsigned m = unsigned(bits >> (c0 - cbase)) & 0xFF;
-          const __m256 v = dec.expand(t, m, src, k, c0);
+          const __m256 v = dec.template expand<kStore>(t, m, src, k, c0);
           k += uint64_t(_mm_popcnt_u32(m));
           if (c0 + 8 <= cols) sink.template chunk<0>(v, c0);
           else sink.partial(v, c0, cols - c0);
@@ -478,14 +490,14 @@ inline void walk_dense_row(const TensorView& w, uint64_t r, RowDecoder<VT, kStep
         if constexpr (VT != ValueType::I4) {
           for (uint64_t b = 0; b < 32 * vb; b += 64) prefetch(src + k * vb + kPrefetchBytes + b);
         }
-        if constexpr (grouped<VT>() && kStep == kPerWord) dec.group.at(c0);  // 32 | c0: one group
+        if constexpr (grouped<VT>() && (kStep == kPerWord || kStep == kPerBlock)) dec.group.at(c0);  // 32 | c0: one group
         sink.template chunk<0>(chunk(k, c0), c0);
         sink.template chunk<1>(chunk(k + 8, c0 + 8), c0 + 8);
         sink.template chunk<2>(chunk(k + 16, c0 + 16), c0 + 16);
         sink.template chunk<3>(chunk(k + 24, c0 + 24), c0 + 24);
       }
       for (; c0 + 8 <= s1; c0 += 8, k += 8) {
-        if constexpr (grouped<VT>() && kStep == kPerWord) dec.group.at(c0);
+        if constexpr (grouped<VT>() && (kStep == kPerWord || kStep == kPerBlock)) dec.group.at(c0);
         sink.template chunk<0>(chunk(k, c0), c0);
       }
     };
@@ -554,13 +566,15 @@ void dot_rows(const TensorView& w, uint64_t r0, uint64_t r1, const float* x, siz
     case ValueType::I4:
       switch (group_step(w.layout.group_size)) {
         case kPerWord: return dot_rows_vt<ValueType::I4, kPerWord>(w, r0, r1, x, xs, nt, y, ys);
+        case kPerBlock:  // int8g's only (int8g_group_step)
         case kPerChunk: return dot_rows_vt<ValueType::I4, kPerChunk>(w, r0, r1, x, xs, nt, y, ys);
         case kPerLane: return dot_rows_vt<ValueType::I4, kPerLane>(w, r0, r1, x, xs, nt, y, ys);
       }
       return;
     case ValueType::I8G:
-      switch (group_step(w.layout.group_size)) {
+      switch (int8g_group_step(w.layout.group_size)) {
         case kPerWord: return dot_rows_vt<ValueType::I8G, kPerWord>(w, r0, r1, x, xs, nt, y, ys);
+        case kPerBlock: return dot_rows_vt<ValueType::I8G, kPerBlock>(w, r0, r1, x, xs, nt, y, ys);
         case kPerChunk: return dot_rows_vt<ValueType::I8G, kPerChunk>(w, r0, r1, x, xs, nt, y, ys);
         case kPerLane: return dot_rows_vt<ValueType::I8G, kPerLane>(w, r0, r1, x, xs, nt, y, ys);
       }
@@ -589,13 +603,15 @@ void decode_rows(const TensorView& w, uint64_t r0, uint64_t r1, float* out) {
     case ValueType::I4:
       switch (group_step(w.layout.group_size)) {
         case kPerWord: return decode_rows_t<ValueType::I4, kPerWord>(w, r0, r1, out);
+        case kPerBlock:  // int8g's only (int8g_group_step)
         case kPerChunk: return decode_rows_t<ValueType::I4, kPerChunk>(w, r0, r1, out);
         case kPerLane: return decode_rows_t<ValueType::I4, kPerLane>(w, r0, r1, out);
       }
       return;
     case ValueType::I8G:
-      switch (group_step(w.layout.group_size)) {
+      switch (int8g_group_step(w.layout.group_size)) {
         case kPerWord: return decode_rows_t<ValueType::I8G, kPerWord>(w, r0, r1, out);
+        case kPerBlock: return decode_rows_t<ValueType::I8G, kPerBlock>(w, r0, r1, out);
         case kPerChunk: return decode_rows_t<ValueType::I8G, kPerChunk>(w, r0, r1, out);
         case kPerLane: return decode_rows_t<ValueType::I8G, kPerLane>(w, r0, r1, out);
       }
