@@ -144,26 +144,47 @@ PackedInt4 pack_int4(const ExportJob& job, const TensorInfo& t, bool want_bytes)
   return p;
 }
 
-// int8: weight_packed [rows, ceil(cols / 4)] (q + 128 in bytes, lowest first), weight_scale [rows, 1] f32.
+// int8: weight_packed [rows, ceil(cols / 4)] (q + 128 in bytes, lowest first), weight_scale [rows, 1] f32;
+// int8g: the same codes, weight_scale [rows, groups] f32 (its f16 scales widened, exactly).
 std::pair<std::vector<uint8_t>, std::vector<uint8_t>> pack_int8(const ExportJob& job, const TensorInfo& t) {
   const TensorView v = job.reader.tensor(t);
   validate_bitmap(v, job.where(t));
   const TensorLayout& L = v.layout;
   const uint64_t words_per_row = (L.cols + 3) / 4;
-  std::vector<uint8_t> packed(L.rows * words_per_row * 4, 0), scales(L.rows * 4);
+  const uint64_t n_scales = L.value_type == ValueType::I8G ? L.rows * L.groups_per_row : L.rows;
+  std::vector<uint8_t> packed(L.rows * words_per_row * 4, 0), scales(n_scales * 4);
   std::vector<int32_t> codes;
   std::vector<uint8_t> present;
   for (uint64_t r = 0; r < L.rows; ++r) {
     row_codes(v, r, 0, codes, present);
     for (uint64_t c = 0; c < L.cols; ++c) packed[r * words_per_row * 4 + c] = uint8_t(codes[c] + 128);
   }
-  std::memcpy(scales.data(), v.row_scales(), L.rows * 4);
+  if (L.value_type == ValueType::I8G) {
+    for (uint64_t i = 0; i < n_scales; ++i) {
+      const float s = f16_to_f32(v.group_scales()[i]);
+      std::memcpy(&scales[4 * i], &s, 4);
+    }
+  } else {
+    std::memcpy(scales.data(), v.row_scales(), L.rows * 4);
+  }
   return {std::move(packed), std::move(scales)};
 }
 
 void check_int8_scales(const ExportJob& job, const TensorInfo& t) {
   const TensorView v = job.reader.tensor(t);
-  for (uint64_t r = 0; r < v.layout.rows; ++r)
+  const TensorLayout& L = v.layout;
+  if (L.value_type == ValueType::I8G) {
+    if (L.cols % L.group_size != 0)
+      fail(job.where(t), std::to_string(L.cols) + " input columns are not a multiple of its int8g group size " +
+                             std::to_string(L.group_size) +
+                             ": compressed-tensors' group strategy needs whole groups (export --to hf writes the values)");
+    for (uint64_t i = 0; i < L.rows * L.groups_per_row; ++i)
+      if (v.group_scales()[i] & 0x8000)
+        fail(job.where(t), "row " + std::to_string(i / L.groups_per_row) +
+                               " has a negative int8g scale; its zeros would decode as -0 in compressed-tensors");
+    return;
+  }
+  for (uint64_t r = 0; r < L.rows; ++r)
     if (std::signbit(v.row_scales()[r]))
       fail(job.where(t), "row " + std::to_string(r) + " has a negative int8 scale; its zeros would decode as -0 in compressed-tensors");
 }
@@ -217,15 +238,18 @@ void export_compressed_tensors(ExportJob& job) {
       job.summary.quantized_tensors += 1;
       continue;
     }
-    if (linear && t.value_type == ValueType::I8) {
+    if (linear && (t.value_type == ValueType::I8 || t.value_type == ValueType::I8G)) {
       check_int8_scales(job, t);
       const std::string mod = module_of(t.name);
-      schemes["int8"].push_back(mod);
-      scheme_args["int8"] = {8, 0};
-      const uint64_t rows = t.shape[0], cols = t.numel() / rows;
+      const bool grouped = t.value_type == ValueType::I8G;
+      const std::string key = grouped ? "int8 g" + std::to_string(t.group_size) : "int8";
+      schemes[key].push_back(mod);
+      scheme_args[key] = {8, grouped ? t.group_size : 0};
+      const uint64_t rows = t.shape[0], cols = t.numel() / rows, n_scale_cols = grouped ? cols / t.group_size : 1;
       items.push_back({mod + ".weight_packed", "I32", {rows, (cols + 3) / 4}, rows * ((cols + 3) / 4) * 4,
                        [&job, tp] { return pack_int8(job, *tp).first; }});
-      items.push_back({mod + ".weight_scale", "F32", {rows, 1}, rows * 4, [&job, tp] { return pack_int8(job, *tp).second; }});
+      items.push_back({mod + ".weight_scale", "F32", {rows, n_scale_cols}, rows * n_scale_cols * 4,
+                       [&job, tp] { return pack_int8(job, *tp).second; }});
       items.push_back({mod + ".weight_shape", "I64", {2}, 16, [rows, cols] { return shape_bytes(rows, cols); }});
       job.summary.quantized_tensors += 1;
       continue;
@@ -237,7 +261,7 @@ void export_compressed_tensors(ExportJob& job) {
     items.push_back(decoded_item(job, t, export_float_type(job, t)));
   }
   if (schemes.empty())
-    fail(job.where(), "no decoder Linear is stored as int8 or int4, so there is nothing for compressed-tensors to keep packed "
+    fail(job.where(), "no decoder Linear is stored as int8, int8g or int4, so there is nothing for compressed-tensors to keep packed "
                       "(export --to hf writes this model)");
   if (std::find(float_linears.begin(), float_linears.end(), "lm_head") == float_linears.end()) float_linears.push_back("lm_head");
 
@@ -245,9 +269,11 @@ void export_compressed_tensors(ExportJob& job) {
   int n = 0;
   for (const auto& [key, modules] : schemes) {
     const auto [bits, group_size] = scheme_args[key];
+    // int8 per row: symmetric, one scale per output channel; int8g: symmetric groups; int4: groups
+    // with zero points.
     nlohmann::json weights = {{"num_bits", bits}, {"type", "int"}, {"symmetric", bits == 8},
-                              {"strategy", bits == 8 ? "channel" : "group"},
-                              {"group_size", bits == 8 ? nlohmann::json(nullptr) : nlohmann::json(group_size)},
+                              {"strategy", group_size == 0 ? "channel" : "group"},
+                              {"group_size", group_size == 0 ? nlohmann::json(nullptr) : nlohmann::json(group_size)},
                               {"dynamic", false}, {"actorder", nullptr}, {"block_structure", nullptr},
                               {"observer", "minmax"}, {"observer_kwargs", nlohmann::json::object()}};
     groups["group_" + std::to_string(n++)] = {
