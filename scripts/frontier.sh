@@ -77,6 +77,7 @@ if [[ ,$models, == *,smollm2,* ]]; then
   row $m gptq-int8+h8 prune "$src" --method gptq --quant int8 --quant-head int8 "${cal[@]}"
   row $m int8g-g32+h8g prune "$src" --sparsity 0 --quant int8g --quant-head int8g
   row $m gptq-int8g-g32+h8g prune "$src" --method gptq --quant int8g --quant-head int8g "${cal[@]}"
+  row $m int8g-g128+h8 prune "$src" --sparsity 0 --quant int8g --group-size 128 --quant-head int8
   # From the Hugging Face folder (bf16) that llama.cpp's files were made from (scripts/llama_quants.sh),
   # not the Q4_1 GGUF the other rows start from: Q8_0's grid on Q8_0's own input.
   hf=$cache/smollm2-135m-instruct-hf
