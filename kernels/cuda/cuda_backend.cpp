@@ -55,6 +55,7 @@ Values values_of(ValueType t) {
     case ValueType::F32: return Values::F32;
     case ValueType::I8: return Values::I8;
     case ValueType::I4: return Values::I4;
+    case ValueType::I8G: return Values::I8G;
   }
   throw Error("cuda backend: unknown value type");
 }
@@ -153,6 +154,9 @@ class CudaWeight final : public Weight {
       dw_.group_mins = reinterpret_cast<const uint16_t*>(section(L.mins_offset, L.mins_bytes));
       dw_.int4_coded = L.int4_params == Int4Params::Coded6;
     }
+    // int8g: one f16 scale per (row, group), in the blob's scales section (uploaded with it).
+    if (L.value_type == ValueType::I8G)
+      dw_.group_scales = reinterpret_cast<const uint16_t*>(section(L.scales_offset, L.scales_bytes));
   }
 
   TensorLayout layout_;

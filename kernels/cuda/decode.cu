@@ -1,5 +1,7 @@
 // Decode kernels: encoded weight rows -> dense row-major f32/f16/bf16 (whole tensors, embedding
 // rows, the DecodeGemm panels), and the f32 -> f16/bf16 conversion of activations for cuBLAS.
+// Every value type (int8g: q·S with the column's group scale, exact in f32) is bit-exact against
+// decode_rows_f32.
 //
 // One block per (row, 4096-column block): the row's index entry for the block gives the number
 // of its first stored value, so blocks decode independently. Bitmap: threads 0..63 load the
@@ -49,7 +51,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __shared__ uint64_t words_s[kWordsPerBlock];
   __shared__ uint32_t first_s[kWordsPerBlock];      // values before word j, within its warp's 32 words
   __shared__ uint32_t warp0_total_s;                // values in words 0..31
-  __shared__ uint32_t group_s[kHalfWordsPerBlock];  // int4, group_size % 32 == 0: group of each 32-run
+  __shared__ uint32_t group_s[kHalfWordsPerBlock];  // int4/int8g, group_size % 32 == 0: group of each 32-run
 
   const uint32_t out_row = blockIdx.x / col_blocks, k = blockIdx.x % col_blocks;
   const uint32_t r = row_ids ? uint32_t(row_ids[out_row]) : row_begin + out_row;
@@ -59,15 +61,15 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const RowParams p = row_params<VT>(w, r);
   OutT* dst = out + uint64_t(out_row) * w.cols + cb;
 
-  // int4 group of column cb + c. When groups are a multiple of 32 columns, every aligned run of
-  // 32 columns lies in one group: one division per run instead of one per element.
+  // int4/int8g group of column cb + c. When groups are a multiple of 32 columns, every aligned run
+  // of 32 columns lies in one group: one division per run instead of one per element.
   bool uniform_groups = false;
-  if constexpr (VT == Values::I4) {
+  if constexpr (grouped(VT)) {
     uniform_groups = w.group_size % 32 == 0;
     if (uniform_groups && tid < int(kHalfWordsPerBlock)) group_s[tid] = (cb + 32u * tid) / w.group_size;
   }
   auto group_of = [&](uint32_t c) -> uint32_t {
-    if constexpr (VT == Values::I4) return uniform_groups ? group_s[c / 32] : (cb + c) / w.group_size;
+    if constexpr (grouped(VT)) return uniform_groups ? group_s[c / 32] : (cb + c) / w.group_size;
     return 0;
   };
 
@@ -160,6 +162,7 @@ void launch_decode_rows(const DeviceWeight& w, uint32_t row_begin, uint32_t n_ro
     case Values::F32: launch_decode_values<Values::F32>(w, row_begin, n_rows, row_ids, dense, out, stream); break;
     case Values::I8: launch_decode_values<Values::I8>(w, row_begin, n_rows, row_ids, dense, out, stream); break;
     case Values::I4: launch_decode_values<Values::I4>(w, row_begin, n_rows, row_ids, dense, out, stream); break;
+    case Values::I8G: launch_decode_values<Values::I8G>(w, row_begin, n_rows, row_ids, dense, out, stream); break;
   }
 }
 

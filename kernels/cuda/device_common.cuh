@@ -57,24 +57,50 @@ __device__ __forceinline__ void int4_group_params(const DeviceWeight& w, uint64_
     int4_group_params_as<false>(w, p, s, m);
 }
 
-// The per-row decode parameters: the int8 row scale, the row's first int4 group parameter.
+// n / d for every 32-bit n by a multiplier set up once (outside a loop): with m = floor((2^32 − 1)/d),
+// n·m/2^32 lies in (n/d − 1, n/d], so umulhi(n, m) is n/d or one less and one compare corrects it.
+// 4 instructions a quotient in place of a division's ~15 (nvcc does not hoist a loop-invariant
+// divisor's reciprocal out of the 16-byte kernels' loops).
+struct DivBy {
+  uint32_t d = 1, m = 0xFFFFFFFFu;
+  __device__ __forceinline__ void set(uint32_t divisor) {  // divisor ≥ 1
+    d = divisor;
+    m = 0xFFFFFFFFu / divisor;
+  }
+  __device__ __forceinline__ uint32_t operator()(uint32_t n) const {
+    uint32_t q = __umulhi(n, m);
+    if (n - q * d >= d) ++q;
+    return q;
+  }
+};
+
+// Value kinds whose decode parameters belong to (row, group of group_size columns): int4, int8g.
+__host__ __device__ constexpr bool grouped(Values v) { return v == Values::I4 || v == Values::I8G; }
+
+// The f32 value of int8g scale p = row·groups_per_row + group (an f16, widened exactly).
+__device__ __forceinline__ float int8g_scale(const DeviceWeight& w, uint64_t p) {
+  return f16_bits_to_f32(__ldg(w.group_scales + p));
+}
+
+// The per-row decode parameters: the int8 row scale, the row's first int4/int8g group parameter.
 struct RowParams {
   float i8_scale;
-  uint64_t p0;  // int4: row·groups_per_row
+  uint64_t p0;  // int4, int8g: row·groups_per_row
 };
 
 template <Values VT>
 __device__ __forceinline__ RowParams row_params(const DeviceWeight& w, uint32_t r) {
   RowParams p{1.0f, 0};
   if constexpr (VT == Values::I8) p.i8_scale = __ldg(w.row_scales + r);
-  if constexpr (VT == Values::I4) p.p0 = uint64_t(r) * w.groups_per_row;
+  if constexpr (grouped(VT)) p.p0 = uint64_t(r) * w.groups_per_row;
   return p;
 }
 
 // Decoded value of stored value number v (global, row-major over stored values) of a row with
-// parameters p; g is the int4 group of its column within the row (ignored for other types).
-// Same arithmetic as decode_rows_f32: f16/bf16 widen exactly; int8 q·s rounds once; int4 q·s is
-// exact (4-bit × 11-bit significands), so fma(q, s, m) is the reference's single rounding of q·s + m.
+// parameters p; g is the int4/int8g group of its column within the row (ignored for other types).
+// Same arithmetic as decode_rows_f32: f16/bf16 widen exactly; int8 q·s rounds once; int8g q·S is
+// exact (8-bit × 11-bit significands, SPEC.md §6.8); int4 q·s is exact (4-bit × 11-bit
+// significands), so fma(q, s, m) is the reference's single rounding of q·s + m.
 template <Values VT>
 __device__ __forceinline__ float stored_value(const DeviceWeight& w, const RowParams& p, uint64_t v, uint32_t g) {
   if constexpr (VT == Values::F16) {
@@ -85,6 +111,8 @@ __device__ __forceinline__ float stored_value(const DeviceWeight& w, const RowPa
     return __ldg(reinterpret_cast<const float*>(w.values) + v);
   } else if constexpr (VT == Values::I8) {
     return __fmul_rn(float(__ldg(reinterpret_cast<const signed char*>(w.values) + v)), p.i8_scale);
+  } else if constexpr (VT == Values::I8G) {
+    return __fmul_rn(float(__ldg(reinterpret_cast<const signed char*>(w.values) + v)), int8g_scale(w, p.p0 + g));
   } else {
     const unsigned char byte = __ldg(w.values + (v >> 1));
     const uint32_t q = (v & 1) ? (byte >> 4) : (byte & 0x0Fu);  // even value number: low nibble

@@ -11,7 +11,9 @@
 //
 // Rounding: each lane accumulates its ≤ ceil(cols/32) products with fused multiply-adds into one
 // f32 accumulator per token, then a 5-step butterfly sums the lanes (tests/cuda derive their
-// error bound from this). Every decoded weight is bit-identical to the reference decoder's.
+// error bound from this). Every decoded weight is bit-identical to the reference decoder's
+// (int8g: q·S with the group's f16 scale, loaded per value here; the 16-byte kernels of
+// fused_linear16.cu load it once per group and lane).
 #include "cuda_check.h"
 #include "device_common.cuh"
 
@@ -36,7 +38,7 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
   const uint32_t r = active ? row : 0;  // idle warps read row 0's parameters (valid memory)
   const RowParams p = row_params<VT>(w, r);
   bool uniform_groups = false;
-  if constexpr (VT == Values::I4) uniform_groups = w.group_size % 32 == 0;
+  if constexpr (grouped(VT)) uniform_groups = w.group_size % 32 == 0;
 
   float acc[kMaxT];
 #pragma unroll
@@ -60,14 +62,14 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
     __syncthreads();
     if (!active) continue;
 
-    // int4 with groups a multiple of 32 columns: lane h holds the group of the tile's 32-column
-    // run h (one division per lane per tile); otherwise each column divides for itself.
+    // int4/int8g with groups a multiple of 32 columns: lane h holds the group of the tile's
+    // 32-column run h (one division per lane per tile); otherwise each column divides for itself.
     uint32_t run_group = 0;
-    if constexpr (VT == Values::I4) {
+    if constexpr (grouped(VT)) {
       if (uniform_groups) run_group = (c0 + 32u * lane) / w.group_size;
     }
     auto group_of = [&](uint32_t run, uint32_t c) -> uint32_t {  // all lanes call (shuffle)
-      if constexpr (VT == Values::I4) {
+      if constexpr (grouped(VT)) {
         const uint32_t g = __shfl_sync(kFullMask, run_group, run);
         return uniform_groups ? g : (c0 + c) / w.group_size;
       }
@@ -177,6 +179,7 @@ void launch_fused_linear(const DeviceWeight& w, const float* x, uint32_t n_token
     case Values::F32: launch_fused_values<Values::F32>(w, x, n_tokens, bias, y, stream); break;
     case Values::I8: launch_fused_values<Values::I8>(w, x, n_tokens, bias, y, stream); break;
     case Values::I4: launch_fused_values<Values::I4>(w, x, n_tokens, bias, y, stream); break;
+    case Values::I8G: launch_fused_values<Values::I8G>(w, x, n_tokens, bias, y, stream); break;
   }
 }
 

@@ -7,12 +7,13 @@
 //
 // Dense (dense16_kernel): a block of up to 256 threads (fewer for rows of fewer 16-byte chunks) owns
 // kRows consecutive rows (split-K inside the block). Thread i takes 16-byte chunks i, i+threads, ...
-// of every row (8 f16/bf16, 4 f32, 16 int8 or 32 int4 columns a chunk), two chunks of each row in
-// flight before any arithmetic, decodes them in registers (int8/int4 codes through PRMT into 2^23 + q,
-// no I2F) and multiplies with x read as float4 through L1 (the block's rows share each x load). The
-// partial sums of a (row, token) are added by a warp butterfly and then the warps' sums in warp
-// order. Rows whose byte length is not a multiple of 16 (or int4 groups not a multiple of 32
-// columns, or an unaligned x) take the same kernel's element-wise form (kVec = false).
+// of every row (8 f16/bf16, 4 f32, 16 int8/int8g or 32 int4 columns a chunk), two chunks of each row
+// in flight before any arithmetic, decodes them in registers (int8/int8g/int4 codes through PRMT into
+// 2^23 + q, no I2F; int8g's chunk times its group's f16 scale, loaded once a chunk) and multiplies
+// with x read as float4 through L1 (the block's rows share each x load). The partial sums of a
+// (row, token) are added by a warp butterfly and then the warps' sums in warp order. Rows whose byte
+// length is not a multiple of 16 (or int4 groups not a multiple of 32 columns, int8g groups not a
+// multiple of 16, or an unaligned x) take the same kernel's element-wise form (kVec = false).
 //
 // Bitmap (bitmap16_kernel): a block of kWarps warps owns kWarps rows, one a warp; the block walks the
 // columns in steps of 1024, staging x[:, step] in shared memory. In a step, lane l owns the 32
@@ -20,7 +21,8 @@
 // number of its first value. The step's stored values are contiguous: the warp loads the 16-byte
 // chunks that hold them into registers one step ahead (software pipeline: while step s is
 // multiplied, step s+1's chunks and step s+2's mask are in flight), then decodes them to f32 into
-// its shared-memory slots (int4: the code q; the group's q·S + M is applied per column), and each
+// its shared-memory slots (int4/int8g: the code q; the group's q·S + M or q·S is applied per column,
+// the lane's group parameters loaded once a step when groups are a multiple of 32 columns), and each
 // lane walks its 32 columns in order without branching, multiplying the present ones. Shared-memory
 // layouts are padded (slots: one float a 32; x: four floats a lane's 32 columns) so that lanes
 // reading "their next value" or "their next x" hit different banks. The stored layout needs no
@@ -48,7 +50,8 @@ __host__ __device__ constexpr uint32_t chunk_values() {
     case Values::F16:
     case Values::BF16: return 8;
     case Values::F32: return 4;
-    case Values::I8: return 16;
+    case Values::I8:
+    case Values::I8G: return 16;
     case Values::I4: return 32;
   }
   return 0;
@@ -66,7 +69,7 @@ __host__ __device__ constexpr int dense_rows() {
 }
 
 // Values 4e..4e+3 of a 16-byte chunk, decoded (int4: after the group's q·S + M, or the code q itself
-// when kCodes; int8: q·s).
+// when kCodes; int8: q·s; int8g: q·S with the group's S, or the code q itself when kCodes).
 template <Values VT, bool kCodes = false>
 __device__ __forceinline__ void decode_quad(const uint4& raw, int e, float s, float m, float out[4]) {
   const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -85,6 +88,11 @@ __device__ __forceinline__ void decode_quad(const uint4& raw, int e, float s, fl
     int8s_to_f32(word[e], q);
 #pragma unroll
     for (int i = 0; i < 4; ++i) out[i] = __fmul_rn(q[i], s);
+  } else if constexpr (VT == Values::I8G) {
+    float q[4];
+    int8s_to_f32(word[e], q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = kCodes ? q[i] : __fmul_rn(q[i], s);  // q·S: exact
   } else {
     float q[8];  // the compiler keeps the half of the word this quad does not use dead
     nibbles_to_f32(word[e / 2], q);
@@ -118,6 +126,15 @@ __global__ void __launch_bounds__(kDenseThreads)
     const uint8_t* base = w.values + uint64_t(row0) * row_bytes;
     const uint64_t policy = evict_first_policy();
     const uint32_t stride = blockDim.x;  // ≤ 256: a row of fewer chunks gets fewer threads (launch)
+    // int8g: each row's scales and the chunk → group division, set up once.
+    [[maybe_unused]] const uint16_t* row_gs[kRows];
+    [[maybe_unused]] DivBy group_of_col;
+    if constexpr (VT == Values::I8G) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        row_gs[r] = w.group_scales + uint64_t(row0 + min(uint32_t(r), n_rows - 1)) * w.groups_per_row;
+      group_of_col.set(w.group_size);
+    }
     for (uint32_t k0 = tid; k0 < n_chunks; k0 += 2 * stride) {
       // Every load of the iteration is issued before any arithmetic (2·kRows·16 bytes in flight a
       // thread). Out-of-range chunks and rows load a valid chunk instead, unused (no branch that
@@ -142,6 +159,9 @@ __global__ void __launch_bounds__(kDenseThreads)
           m[r] = 0.0f;
           const uint32_t rr = row0 + min(uint32_t(r), n_rows - 1);
           if constexpr (VT == Values::I8) s[r] = __ldg(w.row_scales + rr);
+          // int8g: the chunk's 16 columns lie in one group (group_size % 16 == 0); the two threads of
+          // a 32-column group ask for the same scale in the same load (one request).
+          if constexpr (VT == Values::I8G) s[r] = f16_bits_to_f32(__ldg(row_gs[r] + group_of_col(c)));
           if constexpr (VT == Values::I4) {  // the chunk lies in one group (group_size % 32 == 0)
             const uint64_t g = uint64_t(rr) * w.groups_per_row + c / w.group_size;
             int4_group_params_as<kInt4Coded>(w, g, s[r], m[r]);
@@ -175,7 +195,7 @@ __global__ void __launch_bounds__(kDenseThreads)
         if (uint32_t(r) >= n_rows) break;
         const uint32_t rr = row0 + r;
         const RowParams p = row_params<VT>(w, rr);
-        const uint32_t g = VT == Values::I4 ? c / w.group_size : 0;
+        const uint32_t g = grouped(VT) ? c / w.group_size : 0;
         const float wv = stored_value<VT>(w, p, uint64_t(rr) * w.cols + c, g);
 #pragma unroll
         for (int t = 0; t < kMaxT; ++t) {
@@ -353,7 +373,7 @@ __global__ void __launch_bounds__(kBitmapMaxThreads)
 #pragma unroll
           for (int e = 0; e < int(C / 4); ++e) {
             float q[4];
-            decode_quad<VT, true>(raw[i], e, i8_scale, 0.0f, q);  // int4: the code q
+            decode_quad<VT, true>(raw[i], e, i8_scale, 0.0f, q);  // int4, int8g: the code q
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
               const uint32_t g = slot0 + j0 + 4 * e + k;
@@ -367,13 +387,17 @@ __global__ void __launch_bounds__(kBitmapMaxThreads)
     const StepPlan nxt = plan_step<C>(nnz, next_mask, cur.first_value + cur.total, lane);
     load_chunks(nxt);
     next_mask = load_mask(w, row_half_words, c0 + 2 * kStepCols, lane, policy);
-    // int4 with groups a multiple of 32 columns: the lane's 32 columns lie in one group.
+    // int4/int8g with groups a multiple of 32 columns: the lane's 32 columns lie in one group, whose
+    // parameters it loads once a step.
     const uint32_t my_col = c0 + 32u * lane;
     float s = 1.0f, m = 0.0f;
-    if constexpr (VT == Values::I4 && kUniformGroups) {
+    if constexpr (grouped(VT) && kUniformGroups) {
       if (active && cur.mask) {
         const uint64_t g = uint64_t(r) * w.groups_per_row + my_col / w.group_size;
-        int4_group_params(w, g, s, m);
+        if constexpr (VT == Values::I8G)
+          s = int8g_scale(w, g);
+        else
+          int4_group_params(w, g, s, m);
       }
     }
     __syncthreads();
@@ -406,6 +430,12 @@ __global__ void __launch_bounds__(kBitmapMaxThreads)
               int4_group_params(w, g, gs, gm);
               wv = __fmaf_rn(wv, gs, gm);
             }
+          } else if constexpr (VT == Values::I8G) {  // q·S, exact: the reference's decoded value
+            if constexpr (kUniformGroups) {
+              wv = __fmul_rn(wv, s);
+            } else if (present) {
+              wv = __fmul_rn(wv, int8g_scale(w, uint64_t(r) * w.groups_per_row + (my_col + p) / w.group_size));
+            }
           }
 #pragma unroll
           for (int t = 0; t < kMaxT; ++t) {
@@ -434,15 +464,18 @@ void launch_typed(const DeviceWeight& w, const float* x, uint32_t n_tokens, cons
   if (w.bitmap) {
     constexpr int kWarps = bitmap_warps(kMaxT);
     const unsigned n_blocks = (w.rows + kWarps - 1) / kWarps;
-    if (VT == Values::I4 && w.group_size % 32 != 0)
+    if (grouped(VT) && w.group_size % 32 != 0)
       bitmap16_kernel<VT, kMaxT, false><<<n_blocks, kWarps * 32, 0, stream>>>(w, x, n_tokens, bias, y);
     else
       bitmap16_kernel<VT, kMaxT, true><<<n_blocks, kWarps * 32, 0, stream>>>(w, x, n_tokens, bias, y);
   } else {
     constexpr int kRows = dense_rows<VT, kMaxT>();
     const unsigned n_blocks = (w.rows + kRows - 1) / kRows;
+    // A chunk must lie in one group: int4 (32 columns a chunk) needs groups of a multiple of 32 columns,
+    // int8g (16) of 16.
     const bool vec = (uint64_t(w.cols) * value_bits<VT>()) % 128 == 0 &&
-                     (VT != Values::I4 || w.group_size % 32 == 0) && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                     (VT != Values::I4 || w.group_size % 32 == 0) &&
+                     (VT != Values::I8G || w.group_size % 16 == 0) && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(w.values) % 16 == 0;
     // 16-byte form: one thread a chunk of the row, up to 256 (a 4096-column int4 row has 128 chunks).
     const uint32_t n_chunks = w.cols / chunk_values<VT>();
@@ -483,6 +516,7 @@ void launch_fused_linear16(const DeviceWeight& w, const float* x, uint32_t n_tok
     case Values::F32: launch_tokens<Values::F32>(w, x, n_tokens, bias, y, stream); break;
     case Values::I8: launch_tokens<Values::I8>(w, x, n_tokens, bias, y, stream); break;
     case Values::I4: launch_tokens<Values::I4>(w, x, n_tokens, bias, y, stream); break;
+    case Values::I8G: launch_tokens<Values::I8G>(w, x, n_tokens, bias, y, stream); break;
   }
 }
 

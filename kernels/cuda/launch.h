@@ -11,8 +11,11 @@
 
 namespace endor::cuda::detail {
 
-// Mirrors endor::ValueType (the host code maps one onto the other).
-enum class Values : uint8_t { F16, BF16, F32, I8, I4 };
+// Mirrors endor::ValueType (the host code maps one onto the other). I8G (int8g, SPEC.md §6.8) is a
+// kind of its own rather than I8 with a group-scale pointer: the kernels are instantiated per kind,
+// so int8's loops keep their per-row scale with no run-time test, and int8g's share int4's group
+// handling (group_scales, groups_per_row, group_size; grouped() in device_common.cuh).
+enum class Values : uint8_t { F16, BF16, F32, I8, I4, I8G };
 // Element type of a dense buffer the decode/convert kernels write.
 enum class Dense : uint8_t { F32, F16, BF16 };
 
@@ -34,13 +37,14 @@ struct DeviceWeight {
   uint32_t rows = 0, cols = 0;
   uint32_t words_per_row = 0;   // bitmap: ceil(cols/64) u64 words per row
   uint32_t blocks_per_row = 0;  // bitmap: ceil(cols/4096) u32 index entries per row
-  uint32_t groups_per_row = 0;  // int4: ceil(cols/group_size)
-  uint32_t group_size = 0;      // int4
+  uint32_t groups_per_row = 0;  // int4, int8g: ceil(cols/group_size)
+  uint32_t group_size = 0;      // int4, int8g
   uint64_t nnz = 0;             // stored values
   const uint64_t* bitmap_words = nullptr;  // [rows, words_per_row], bit c%64 of word c/64
   const uint32_t* index = nullptr;         // [rows, blocks_per_row]: values before each block
   const uint8_t* values = nullptr;         // nnz values, row-major (int4: two per byte, low first)
   const float* row_scales = nullptr;       // int8: [rows]
+  // int8g: group_scales = f16 S [rows, groups_per_row] (decoded q·S, exact in f32); no mins.
   // int4: f16 [rows, groups_per_row] each; int4k (int4_coded): group_scales = the super-block
   // (d, dmin) f16 pairs, group_mins = their 12-byte code blocks (SPEC.md §6.7). Read them through
   // int4_group_params (device_common.cuh).

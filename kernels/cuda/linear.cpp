@@ -3,8 +3,8 @@
 // cublasGemmEx with f32 accumulation).
 //
 // DecodeGemm numerics: a weight stored as f16 or bf16 is multiplied in its own type, f32 in f32
-// (pedantic: no TF32); int8/int4 weights decode to f16 (their decoded value rounded once: relative
-// error ≤ 2^-11). Activations are rounded to the weight's 16-bit type (≤ 2^-11 for f16, 2^-8 for
+// (pedantic: no TF32); int8/int8g/int4 weights decode to f16 (their decoded value rounded once:
+// relative error ≤ 2^-11). Activations are rounded to the weight's 16-bit type (≤ 2^-11 for f16, 2^-8 for
 // bf16; |x| > 65504 overflows f16). Products of 16-bit values are exact in f32; sums follow
 // cuBLAS's order. tests/cuda/test_cuda_linear.cpp derives its error bound from exactly this.
 #include <algorithm>
@@ -26,7 +26,7 @@ Dense gemm_type(Values v) {
   switch (v) {
     case Values::F32: return Dense::F32;
     case Values::BF16: return Dense::BF16;
-    default: return Dense::F16;  // f16 as stored; int8/int4 decoded values rounded to f16
+    default: return Dense::F16;  // f16 as stored; int8/int8g/int4 decoded values rounded to f16
   }
 }
 

@@ -116,6 +116,9 @@ inline std::vector<float> random_eighths(size_t n, uint32_t seed, int limit) {
 //         q = 15, so the grid (endor::int4_grid: [−1/2, 7/16] holds 0) has scale 1/16 exactly and
 //         min −1/2 (z = 8); q = 8 (the value 0) is never drawn, so sparsity comes from the mask
 //         alone. A group with one present value holds −15/16: grid [−15/16, 0], scale 1/16, z = 15.
+//   int8g: per (row, group) j·S with S = 1/16 or 1/32 (drawn per group, so a value decoded with
+//         another group's scale is off by a factor of 2), 1 ≤ |j| ≤ 127, the group's first present
+//         value at ±127·S, so S = f16((127·S)/127) exactly and q = j (SPEC.md §7.5).
 inline std::vector<float> exact_weights(uint64_t rows, uint64_t cols, double sparsity, ValueType vt,
                                         uint32_t group_size, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -140,6 +143,20 @@ inline std::vector<float> exact_weights(uint64_t rows, uint64_t cols, double spa
           if (seen >= 2 && q >= 8) ++q;  // 0..7, 9..15
           ++seen;
           w[r * cols + c] = float(q - 8) / 16.0f;
+        }
+      }
+      continue;
+    }
+    if (vt == ValueType::I8G) {
+      for (uint64_t c0 = 0; c0 < cols; c0 += group_size) {
+        const uint64_t c1 = std::min<uint64_t>(cols, c0 + group_size);
+        const float scale = (rng() & 1) ? 1.0f / 16.0f : 1.0f / 32.0f;
+        bool pinned = false;
+        for (uint64_t c = c0; c < c1; ++c) {
+          if (!present[r * cols + c]) continue;
+          const int j = pinned ? 1 + int(rng() % 127u) : 127;
+          pinned = true;
+          w[r * cols + c] = float((rng() & 1) ? j : -j) * scale;
         }
       }
       continue;

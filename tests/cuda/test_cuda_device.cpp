@@ -117,6 +117,19 @@ GPU_TEST_CASE("cuda: prepare_weight refuses inconsistent layouts and indexes; we
   no_data.data = nullptr;
   CHECK_THROWS_AS(b->prepare_weight(no_data), Error);
 
+  // int8g (format 1.2): a group size or a scales section that disagrees with the shape is refused
+  // before anything reads the scales; the consistent weight is accepted.
+  const EncodedWeight g32 = encode(w, 5, 5000, Encoding::Bitmap, ValueType::I8G, 32);
+  CHECK(b->prepare_weight(g32.view()) != nullptr);
+  for (int what = 0; what < 3; ++what) {
+    CAPTURE(what);
+    TensorView bad_groups = g32.view();
+    if (what == 0) bad_groups.layout.group_size = 64;       // groups_per_row still ceil(5000/32)
+    if (what == 1) bad_groups.layout.group_size = 0;        // no groups at all
+    if (what == 2) bad_groups.layout.scales_bytes -= 16;    // the last row's scales cut short
+    CHECK_THROWS_AS(b->prepare_weight(bad_groups), Error);
+  }
+
   auto cpu = make_exact_cpu_backend(1);
   auto cpu_weight = cpu->prepare_weight(ew.view());
   DeviceFloats x(*b, 5000), y(*b, 5);

@@ -1,5 +1,5 @@
 // linear() on the GPU, every path (Fused, DecodeGemm with large and with one-row panels, Auto),
-// encoding, value type, int4 group size and token count, checked two ways:
+// encoding, value type (int8g included), int4/int8g group size and token count, checked two ways:
 //
 // 1. Exact arithmetic. Weights whose decoded values are multiples of 1/32 below 8 in magnitude
 //    with ≤ 7 significant bits (exact in f16 and bf16 too, see exact_weights), activations and
@@ -19,8 +19,8 @@
 //                                                     |err| ≤ (ceil(in/32) + 32 + 13)·u·A
 //    DecodeGemm, f32 weights (pedantic f32 GEMM, cuBLAS's order unknown): (in + 6)·u·A
 //    DecodeGemm, 16-bit: x rounded to the weight's 16-bit type (relative u_x = 2^-11 for f16,
-//      2^-8 for bf16, plus 2^-25 absolute in the f16 subnormal range), int8/int4 weights rounded to
-//      f16 (u_w = 2^-11, else 0); products of 16-bit values are exact in f32; the tensor-core
+//      2^-8 for bf16, plus 2^-25 absolute in the f16 subnormal range), int8/int8g/int4 weights
+//      rounded to f16 (u_w = 2^-11, else 0); products of 16-bit values are exact in f32; the tensor-core
 //      accumulation is allowed 2u per addition (it may truncate rather than round):
 //        |err| ≤ (u_x + u_w + u_x·u_w)·A + 2^-25·(Σ|W| + 2·Σ|x|) + (in + 6)·2u·(1.01·A)
 //    Bias: one more rounding of the sum, 2u·|y|.
@@ -36,9 +36,19 @@ namespace {
 struct Shape {
   uint64_t rows, cols;
 };
-const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32, ValueType::I8, ValueType::I4};
+const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32,
+                                 ValueType::I8,  ValueType::I4,   ValueType::I8G};
 const size_t kTokenCounts[] = {1, 2, 3, 8, 9, 17, 64};
 const uint32_t kGroupSizes[] = {1, 7, 32, 128};
+// The edge-shape cases' group sizes: int4 32/64/128; int8g also 48 (a multiple of the 16-column
+// chunk but not of 32: the 16-byte dense form, the bitmap kernel's per-column groups) and 7 (odd:
+// the element-wise dense form).
+const uint32_t kEdgeGroups[] = {32, 64, 128};
+const uint32_t kEdgeGroupsInt8g[] = {32, 64, 128, 48, 7};
+uint32_t edge_group(ValueType vt, size_t counter) {
+  return vt == ValueType::I8G ? kEdgeGroupsInt8g[counter % std::size(kEdgeGroupsInt8g)]
+                              : kEdgeGroups[counter % std::size(kEdgeGroups)];
+}
 
 const char* path_name(cuda::LinearPath p) {
   switch (p) {
@@ -68,7 +78,7 @@ double gpu_bound(cuda::LinearPath path, ValueType vt, uint64_t cols, size_t n_to
   if (takes_fused(path, n_tokens)) return (double((cols + 31) / 32) + 45.0) * kU * abs_products;
   if (vt == ValueType::F32) return (double(cols) + 6.0) * kU * abs_products;
   const double u_x = vt == ValueType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-  const double u_w = (vt == ValueType::I8 || vt == ValueType::I4) ? std::ldexp(1.0, -11) : 0.0;
+  const double u_w = (vt == ValueType::I8 || vt == ValueType::I8G || vt == ValueType::I4) ? std::ldexp(1.0, -11) : 0.0;
   return (u_x + u_w + u_x * u_w) * abs_products + std::ldexp(1.0, -25) * (w_abs_sum + 2.0 * x_abs_sum) +
          (double(cols) + 6.0) * 2.0 * kU * 1.01 * abs_products;
 }
@@ -192,12 +202,11 @@ GPU_TEST_CASE("cuda linear: exactly representable products and sums come out exa
 
 // Edge shapes, exact arithmetic (as above): rows fewer than a fused block (8) and one more than it,
 // columns on both sides of 64, the fused tile (1024) and the index block (4096), whole rows
-// without a stored value, 0 % and 100 % sparsity, int4 groups of 32, 64 and 128 columns, every
-// token count 1..8 of the fused kernel, and DecodeGemm with panels of a few rows.
-GPU_TEST_CASE("cuda linear: edge shapes — short rows, empty rows, 0/100 %, int4 groups 32/64/128, T 1..8") {
+// without a stored value, 0 % and 100 % sparsity, int4 groups of 32, 64 and 128 columns (int8g
+// also 48 and 7), every token count 1..8 of the fused kernel, and DecodeGemm with panels of a few rows.
+GPU_TEST_CASE("cuda linear: edge shapes — short rows, empty rows, 0/100 %, groups 32/64/128 (int8g 48, 7), T 1..8") {
   REQUIRE_GPU();
   const Shape shapes[] = {{1, 64}, {7, 65}, {9, 1023}, {2, 1025}, {3, 4095}, {6, 4096}, {9, 4097}, {5, 63}};
-  const uint32_t groups[] = {32, 64, 128};
   size_t counter = 0;
   struct Config {
     cuda::LinearPath path;
@@ -214,7 +223,7 @@ GPU_TEST_CASE("cuda linear: edge shapes — short rows, empty rows, 0/100 %, int
           ++counter;
           const Encoding enc = sp == 0.0 && counter % 2 ? Encoding::Dense : Encoding::Bitmap;
           const size_t T = 1 + counter % 8;
-          const uint32_t g = groups[counter % 3];
+          const uint32_t g = edge_group(vt, counter);
           const uint32_t seed = uint32_t(5000 + counter);
           CAPTURE(path_name(path));
           CAPTURE(int(kernel));
@@ -258,11 +267,11 @@ GPU_TEST_CASE("cuda linear: edge shapes — short rows, empty rows, 0/100 %, int
 // 4128 and 4160 columns for every type, int4 groups of 32/64/128) and rows that are not (100, 1000:
 // the element-wise form for f16/int8/int4); row counts that leave the last block partly idle
 // (dense blocks own 1, 2 or 4 rows, bitmap blocks 2, 4 or 8); bitmap rows of one to five 1024-column
-// steps, with empty rows, at 0, 50, 70 and 100 % sparsity; every token count 1..8.
+// steps, with empty rows, at 0, 50, 70 and 100 % sparsity; every token count 1..8; int8g also in
+// groups of 48 and 7.
 GPU_TEST_CASE("cuda linear: 16-byte kernels — both forms, partial blocks, 0/50/70/100 %, groups 32/64/128, T 1..8") {
   REQUIRE_GPU();
   const Shape shapes[] = {{3, 64}, {5, 96}, {9, 1024}, {2, 2048}, {4, 4160}, {3, 4128}, {17, 256}, {6, 100}, {3, 1000}};
-  const uint32_t groups[] = {32, 64, 128};
   auto gpu = gpu_backend(cuda::LinearPath::Fused);
   size_t counter = 0;
   for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
@@ -272,7 +281,7 @@ GPU_TEST_CASE("cuda linear: 16-byte kernels — both forms, partial blocks, 0/50
           if (enc == Encoding::Dense && sp > 0.0) continue;
           ++counter;
           const size_t T = 1 + counter % 8;
-          const uint32_t g = groups[counter % 3];
+          const uint32_t g = edge_group(vt, counter);
           const uint32_t seed = uint32_t(7000 + counter);
           CAPTURE(to_string(enc));
           CAPTURE(to_string(vt));
@@ -367,6 +376,36 @@ GPU_TEST_CASE("cuda linear: dense int4 and int4k, every 16-byte kernel instance,
       }
 }
 
+// Dense and bitmap int8g through every 16-byte kernel instance (1, 2, 4, 8 accumulators) in groups
+// of 16, 32 and 64 (the 16-byte dense form; the bitmap kernel's one-scale-a-lane walk), 48 (dense
+// 16-byte form, bitmap per-column groups) and 7, 33 (the element-wise dense form, per-column
+// groups), on random values against the reference and the CPU backend, T 1..8.
+GPU_TEST_CASE("cuda linear: int8g, every fused kernel instance and group path, T 1..8") {
+  REQUIRE_GPU();
+  auto cpu = make_exact_cpu_backend(0);
+  uint32_t seed = 4500;
+  for (cuda::FusedKernel kernel : {cuda::FusedKernel::Wide16, cuda::FusedKernel::WarpPerRow}) {
+    auto gpu = gpu_backend(cuda::LinearPath::Fused, 0, kernel);
+    for (const auto& [enc, sp] : {std::pair{Encoding::Dense, 0.0}, std::pair{Encoding::Bitmap, 0.5}})
+      for (uint32_t g : {16u, 32u, 48u, 64u, 7u, 33u})
+        for (size_t T : {1, 2, 3, 5, 8}) {
+          ++seed;
+          if (kernel == cuda::FusedKernel::WarpPerRow && T != 1 && T != 8) continue;  // its 1- and 8-token buckets
+          CAPTURE(int(kernel));
+          CAPTURE(to_string(enc));
+          CAPTURE(g);
+          CAPTURE(T);
+          const auto w = random_weights(13, 2096, sp, seed);  // 2096 = 131 chunks of 16: a ragged warp
+          const EncodedWeight ew = encode(w, 13, 2096, enc, ValueType::I8G, g);
+          const Outcome o = check_random(*gpu, *cpu, cuda::LinearPath::Fused, ew, T, T % 2 == 1, seed);
+          CAPTURE(o.worst);
+          CHECK(o.checked == T * 13);
+          CHECK(o.beyond_reference == 0);
+          CHECK(o.beyond_cpu == 0);
+        }
+  }
+}
+
 GPU_TEST_CASE("cuda linear: random values within the derived bound, every path, encoding, type and shape") {
   REQUIRE_GPU();
   auto cpu = make_exact_cpu_backend(0);
@@ -439,7 +478,7 @@ GPU_TEST_CASE("cuda linear: 11008 x 4096 and 4096 x 11008 weights at 50 %, T 1, 
   for (const Shape& s : shapes) {
     const auto w = random_weights(s.rows, s.cols, 0.5, ++seed);
     for (ValueType vt : kValueTypes) {
-      const EncodedWeight ew = encode(w, s.rows, s.cols, Encoding::Bitmap, vt, 128);
+      const EncodedWeight ew = encode(w, s.rows, s.cols, Encoding::Bitmap, vt, vt == ValueType::I8G ? 32 : 128);
       for (size_t T : {size_t(1), size_t(8), size_t(64)}) {
         CAPTURE(s.rows);
         CAPTURE(s.cols);

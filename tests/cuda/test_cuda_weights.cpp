@@ -2,8 +2,8 @@
 // (decode_rows_f32), bit for bit: f32 output must be the reference's value, f16/bf16 output that
 // value rounded to nearest even (format.h's f32_to_f16 / f32_to_bf16). Every encoding × value
 // type × sparsity, on shapes with one and several 4096-column index blocks, ragged last bitmap
-// words and single rows/columns, and every int4 group-size path (< 32, multiple of 32 but not of
-// 64, larger than an index block).
+// words and single rows/columns, and every int4/int8g group-size path (< 32, multiple of 32 but not
+// of 64, larger than an index block; int8g also 16 and 48, multiples of 16 but not of 32).
 #include "cuda_test_util.h"
 
 using namespace endor;
@@ -16,8 +16,17 @@ struct Shape {
 };
 const Shape kShapes[] = {{1, 1}, {3, 3}, {65, 127}, {127, 65}, {3, 4097}, {2, 8193}, {4097, 3}, {1, 12288}, {17, 4096}};
 const double kSparsities[] = {0.0, 0.5, 0.9, 1.0};
-const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32, ValueType::I8, ValueType::I4};
+const ValueType kValueTypes[] = {ValueType::F16, ValueType::BF16, ValueType::F32,
+                                 ValueType::I8,  ValueType::I4,   ValueType::I8G};
 const uint32_t kGroupSizes[] = {1, 7, 32, 96, 128, 5000};
+const uint32_t kInt8gGroupSizes[] = {1, 7, 16, 32, 48, 128, 5000};
+
+// The group sizes a value type is decoded with (0: the type has no groups).
+std::vector<uint32_t> group_sizes(ValueType vt) {
+  if (vt == ValueType::I4) return {std::begin(kGroupSizes), std::end(kGroupSizes)};
+  if (vt == ValueType::I8G) return {std::begin(kInt8gGroupSizes), std::end(kInt8gGroupSizes)};
+  return {0};
+}
 
 // Decodes `ew` on the GPU to f32, f16 and bf16 and counts elements whose bits differ from the
 // reference. Returns {f32 mismatches, f16 mismatches, bf16 mismatches}.
@@ -61,10 +70,7 @@ GPU_TEST_CASE("cuda decode: every encoding, value type, shape and sparsity is bi
         for (double sp : kSparsities) {
           if (enc == Encoding::Dense && sp > 0.5) continue;  // dense stores zeros like any value
           const auto w = random_weights(s.rows, s.cols, sp, ++seed);
-          const std::vector<uint32_t> groups = vt == ValueType::I4
-                                                   ? std::vector<uint32_t>(std::begin(kGroupSizes), std::end(kGroupSizes))
-                                                   : std::vector<uint32_t>{0};
-          for (uint32_t g : groups) {
+          for (uint32_t g : group_sizes(vt)) {
             const Int4Params ip = (seed + g) % 2 ? Int4Params::Coded6 : Int4Params::F16;  // int4k: about half
             CAPTURE(int(ip));
             CAPTURE(to_string(enc));
@@ -81,14 +87,14 @@ GPU_TEST_CASE("cuda decode: every encoding, value type, shape and sparsity is bi
         }
 }
 
-GPU_TEST_CASE("cuda decode: an 11008 x 4096 weight is bit-exact (int4 g128, int8, f16 at 50 %)") {
+GPU_TEST_CASE("cuda decode: an 11008 x 4096 weight is bit-exact (int4 g128, int8, int8g g32, f16 at 50 %)") {
   REQUIRE_GPU();
   auto b = make_cuda_backend();
   const uint64_t rows = 11008, cols = 4096;
   const auto w = random_weights(rows, cols, 0.5, 7);
-  for (ValueType vt : {ValueType::I4, ValueType::I8, ValueType::F16}) {
+  for (ValueType vt : {ValueType::I4, ValueType::I8, ValueType::I8G, ValueType::F16}) {
     CAPTURE(to_string(vt));
-    const Mismatches m = decode_mismatches(*b, encode(w, rows, cols, Encoding::Bitmap, vt, 128));
+    const Mismatches m = decode_mismatches(*b, encode(w, rows, cols, Encoding::Bitmap, vt, vt == ValueType::I8G ? 32 : 128));
     CHECK(m.f32 == 0);
     CHECK(m.f16 == 0);
     CHECK(m.bf16 == 0);

@@ -186,6 +186,10 @@ inline unsigned __brev(unsigned x) {
   x = ((x >> 4) & 0x0f0f0f0fu) | ((x & 0x0f0f0f0fu) << 4);
   return __builtin_bswap32(x);
 }
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return (unsigned long long)((unsigned __int128)a * b >> 64);
+}
 inline unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned s) {
   s &= 31;
   return s ? (hi << s) | (lo >> (32 - s)) : hi;

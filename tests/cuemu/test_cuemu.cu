@@ -335,6 +335,34 @@ TEST_CASE("cuemu: f16 and bf16 conversions round to nearest even") {
   CHECK(fh[7] == 0x1p-24f);
 }
 
+__global__ void mul_high(const unsigned* a, const unsigned* b, unsigned* hi, unsigned long long* hi64, int n) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  hi[i] = __umulhi(a[i], b[i]);
+  const unsigned long long a64 = (unsigned long long)a[i] << 32 | b[i], b64 = (unsigned long long)b[i] << 32 | a[i];
+  hi64[i] = __umul64hi(a64, b64);
+}
+
+TEST_CASE("cuemu: __umulhi and __umul64hi are the high halves of the full products") {
+  const std::vector<unsigned> a = {0u, 1u, 0xFFFFFFFFu, 0xFFFFFFFFu, 0x80000000u, 123456789u, 0x0FFFFFFFu};
+  const std::vector<unsigned> b = {7u, 0xFFFFFFFFu, 0xFFFFFFFFu, 1u, 2u, 987654321u, 0x10000001u};
+  const int n = int(a.size());
+  Dev<unsigned> da(a), db(b), hi(a.size());
+  Dev<unsigned long long> hi64(a.size());
+  mul_high<<<1, 32>>>(da.p, db.p, hi.p, hi64.p, n);
+  const std::vector<unsigned> got = hi.get();
+  const std::vector<unsigned long long> got64 = hi64.get();
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    CHECK(got[size_t(i)] == unsigned((uint64_t(a[size_t(i)]) * b[size_t(i)]) >> 32));
+    const unsigned long long a64 = (unsigned long long)a[size_t(i)] << 32 | b[size_t(i)];
+    const unsigned long long b64 = (unsigned long long)b[size_t(i)] << 32 | a[size_t(i)];
+    CHECK(got64[size_t(i)] == (unsigned long long)((unsigned __int128)a64 * b64 >> 64));
+  }
+  CHECK(got[2] == 0xFFFFFFFEu);
+  CHECK(got[4] == 1u);
+}
+
 TEST_CASE("cuemu: 3-d blocks and grids; parameters are per-thread copies") {
   Dev<int> out(size_t(2 * 3 * 2) * (4 * 2 * 3));
   index_3d<<<dim3(2, 3, 2), dim3(4, 2, 3)>>>(out.p);
