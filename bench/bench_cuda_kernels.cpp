@@ -97,7 +97,8 @@ int run(const Args& args) {
                               {ValueType::BF16, "bf16", 2},
                               {ValueType::F32, "f32", 4},
                               {ValueType::I8, "int8", 2},
-                              {ValueType::I4, "int4 g128", 2}};
+                              {ValueType::I4, "int4 g128", 2},
+                              {ValueType::I8G, "int8g g32", 2}};
   std::vector<Shape> shapes = {{4096, 4096}, {11008, 4096}};
   if (!args.quick) shapes.push_back({28672, 8192});
 
@@ -123,7 +124,7 @@ int run(const Args& args) {
       EncodeOptions opt;
       opt.encoding = Encoding::Bitmap;
       opt.value_type = vc.vt;
-      opt.group_size = vc.vt == ValueType::I4 ? 128 : 0;
+      opt.group_size = vc.vt == ValueType::I4 ? 128 : vc.vt == ValueType::I8G ? 32 : 0;
       const EncodedTensor enc = encode_tensor(w.data(), {s.rows, s.cols}, opt);
       TensorView view;
       view.layout = enc.layout;

@@ -2,7 +2,8 @@
 // table and, with --json FILE, one JSON record a row; never pass/fail.
 //
 // For each weight shape (4096×4096, 11008×4096, 4096×11008, 14336×4096, 128256×4096) and stored form
-// (bitmap f16/bf16/int8/int4 g128 at 50 % and 70 % sparsity, dense f16/bf16/int8/int4 g128): the
+// (bitmap f16/bf16/int8/int4 g128 at 50 % and 70 % sparsity, int8g g32 at 50 %; dense f16/bf16/int8/
+// int4 g128/int8g g32): the
 // fused product for T = 1 (and T = 8) by the 16-byte kernels (cuda::FusedKernel::Wide16) and the
 // previous ones (WarpPerRow), and per shape cuBLAS's GEMV on the dense f16 weight. Effective GB/s =
 // the weight's stored bytes / time; % = of the device-to-device copy rate (read + write).
@@ -104,10 +105,12 @@ struct Form {
 const Form kForms[] = {
     {Encoding::Bitmap, ValueType::F16, 0.5, "f16"},  {Encoding::Bitmap, ValueType::BF16, 0.5, "bf16"},
     {Encoding::Bitmap, ValueType::I8, 0.5, "int8"},  {Encoding::Bitmap, ValueType::I4, 0.5, "int4"},
+    {Encoding::Bitmap, ValueType::I8G, 0.5, "int8g"},  // int8g in groups of 32 (llama.cpp's Q8_0 grid)
     {Encoding::Bitmap, ValueType::F16, 0.7, "f16"},  {Encoding::Bitmap, ValueType::BF16, 0.7, "bf16"},
     {Encoding::Bitmap, ValueType::I8, 0.7, "int8"},  {Encoding::Bitmap, ValueType::I4, 0.7, "int4"},
     {Encoding::Dense, ValueType::F16, 0.0, "f16"},   {Encoding::Dense, ValueType::BF16, 0.0, "bf16"},
     {Encoding::Dense, ValueType::I8, 0.0, "int8"},   {Encoding::Dense, ValueType::I4, 0.0, "int4"},
+    {Encoding::Dense, ValueType::I8G, 0.0, "int8g"},
 };
 
 std::unique_ptr<Backend> backend_with(cuda::LinearPath path, cuda::FusedKernel kernel) {
@@ -204,7 +207,7 @@ int run(const Args& args) {
       EncodeOptions opt;
       opt.encoding = f.enc;
       opt.value_type = f.vt;
-      opt.group_size = f.vt == ValueType::I4 ? 128 : 0;
+      opt.group_size = f.vt == ValueType::I4 ? 128 : f.vt == ValueType::I8G ? 32 : 0;
       const EncodedTensor enc = encode_tensor(w.data(), {s.rows, s.cols}, opt);
       TensorView view;
       view.layout = enc.layout;

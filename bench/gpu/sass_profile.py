@@ -20,7 +20,7 @@ import json
 import re
 import sys
 
-TYPES = {'0': 'f16', '1': 'bf16', '2': 'f32', '3': 'int8', '4': 'int4'}
+TYPES = {'0': 'f16', '1': 'bf16', '2': 'f32', '3': 'int8', '4': 'int4', '5': 'int8g'}
 
 
 def parse_functions(text):

@@ -31,9 +31,10 @@ SMS, SCHEDULERS, CLOCK_HZ, ISSUE_EFF = 132, 4, 1.98e9, 0.85
 LATENCY_S, LAUNCH_S = 0.8e-6, 2.0e-6
 REGS_PER_SM, SMEM_PER_SM, SMEM_RESERVED, MAX_WARPS, MAX_BLOCKS = 65536, 228 * 1024, 1024, 64, 32
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (128256, 4096)]
-BITS = {'f16': 16, 'bf16': 16, 'f32': 32, 'int8': 8, 'int4': 4}
+BITS = {'f16': 16, 'bf16': 16, 'f32': 32, 'int8': 8, 'int4': 4, 'int8g': 8}
 STEP_COLS = 1024
-GROUP = 128
+GROUP = 128        # int4's group in the table (g128)
+GROUP_INT8G = 32   # int8g's (llama.cpp's Q8_0 grid)
 
 
 def align16(n):
@@ -53,6 +54,8 @@ def stored_bytes(rows, cols, layout, values, sparsity):
         sections.append(4 * rows)
     if values == 'int4':
         sections += [2 * rows * math.ceil(cols / GROUP)] * 2
+    if values == 'int8g':
+        sections.append(2 * rows * math.ceil(cols / GROUP_INT8G))
     return sum(align16(s) for s in sections)
 
 
@@ -138,7 +141,8 @@ def main():
     a = ap.parse_args()
     profile = json.load(open(a.profile))
     forms = [('bitmap', v, s) for s in (0.5, 0.7) for v in ('f16', 'bf16', 'int8', 'int4')]
-    forms += [('dense', v, 0.0) for v in ('f16', 'bf16', 'int8', 'int4')]
+    forms.insert(4, ('bitmap', 'int8g', 0.5))  # int8g g32: the forms bench_fused16 measures
+    forms += [('dense', v, 0.0) for v in ('f16', 'bf16', 'int8', 'int4', 'int8g')]
     out = []
     print('### Per kernel (T = 1): instructions, registers, occupancy, bytes in flight\n')
     print('| kernel | values | sparsity | SASS instr. / 16 B of weights | registers | threads/block | '
