@@ -168,9 +168,10 @@ namespace cpu {
 enum class Isa : uint8_t { Auto, Portable, Avx2, Avx512 };
 
 // How linear() multiplies by an encoded weight. Auto: Fused for T <= 8; then, below the weight's
-// GEMM crossover, Fused in blocks of 8 tokens for int8/int4 weights (int8 activations; not bitmap
-// int4 in groups that are not a multiple of 64) and RowDecode for the others; PanelGemm from the
-// crossover: int4 96 tokens where the weight's f32 copy fits 8 MiB, else 384; int8 256; f16/bf16/f32
+// GEMM crossover, Fused in blocks of 8 tokens for int8/int4/int8g weights (int8 activations; not bitmap
+// int4 in groups that are not a multiple of 64, nor int8g in groups that are not a multiple of 32) and
+// RowDecode for the others; PanelGemm from the crossover: int4 96 tokens where the weight's f32 copy
+// fits 8 MiB, else 384; int8 and int8g 256; f16/bf16/f32
 // 64 or 128; dense f32 16. Options::gemm_min_tokens overrides it. The measurements behind
 // these (bench/bench_prefill) are in kernels/cpu/linear.cpp.
 //   Fused     — decode in registers and multiply in one pass (up to 8 tokens share the decoded
@@ -191,7 +192,7 @@ struct Options {
   LinearPath linear_path = LinearPath::Auto;
   GemmImpl gemm = GemmImpl::Auto;
   size_t gemm_min_tokens = 0;             // Auto path: T >= this uses PanelGemm; 0 = per weight (above)
-  // false (default): int8 and int4 weights multiply activations quantized to int8 per 32-column
+  // false (default): int8, int8g and int4 weights multiply activations quantized to int8 per 32-column
   // block (integer dot products: vpdpbusd with AVX-512 VNNI, vpmaddubsw with AVX2); prefill paths
   // multiply the same dequantized activations, so decode and prefill compute one function. Dense
   // f16/bf16 weights, and bitmap ones of rows over 4096 columns, multiply the activations rounded to
