@@ -12,8 +12,8 @@
 // Rounding: each lane accumulates its ≤ ceil(cols/32) products with fused multiply-adds into one
 // f32 accumulator per token, then a 5-step butterfly sums the lanes (tests/cuda derive their
 // error bound from this). Every decoded weight is bit-identical to the reference decoder's
-// (int8g: q·S with the group's f16 scale, loaded per value here; the 16-byte kernels of
-// fused_linear16.cu load it once per group and lane).
+// (int8g: q·S with the group's f16 scale; groups of a multiple of 32 columns: lane h loads the
+// scale of the tile's run h once and the warp shuffles it, other sizes load it per value).
 #include "cuda_check.h"
 #include "device_common.cuh"
 
@@ -64,9 +64,13 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
 
     // int4/int8g with groups a multiple of 32 columns: lane h holds the group of the tile's
     // 32-column run h (one division per lane per tile); otherwise each column divides for itself.
+    // int8g: lane h also loads that group's scale, once a tile (runs past the row end: none).
     uint32_t run_group = 0;
+    float run_scale = 1.0f;
     if constexpr (grouped(VT)) {
       if (uniform_groups) run_group = (c0 + 32u * lane) / w.group_size;
+      if constexpr (VT == Values::I8G)
+        if (uniform_groups && c0 + 32u * lane < w.cols) run_scale = int8g_scale(w, p.p0 + run_group);
     }
     auto group_of = [&](uint32_t run, uint32_t c) -> uint32_t {  // all lanes call (shuffle)
       if constexpr (grouped(VT)) {
@@ -74,6 +78,17 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
         return uniform_groups ? g : (c0 + c) / w.group_size;
       }
       return 0;
+    };
+    auto scale_of = [&](uint32_t run) -> float {  // int8g: run's scale; all lanes call (shuffle)
+      if constexpr (VT == Values::I8G) return __shfl_sync(kFullMask, run_scale, run);
+      return 1.0f;
+    };
+    // Decoded value v of a column in group g (int8g with uniform groups: q·S with the run's S).
+    auto weight = [&](uint64_t v, uint32_t g, float run_s) -> float {
+      if constexpr (VT == Values::I8G) {
+        if (uniform_groups) return __fmul_rn(float(__ldg(reinterpret_cast<const signed char*>(w.values) + v)), run_s);
+      }
+      return stored_value<VT>(w, p, v, g);
     };
 
     if constexpr (kBitmap) {
@@ -94,10 +109,11 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
         const uint32_t lo = uint32_t(word), hi = uint32_t(word >> 32);
         const uint32_t c_lo = 64 * j + lane, c_hi = c_lo + 32;  // columns within the tile
         const uint32_t g_lo = group_of(2 * j, c_lo), g_hi = group_of(2 * j + 1, c_hi);
+        const float s_lo = scale_of(2 * j), s_hi = scale_of(2 * j + 1);
         if ((lo >> lane) & 1u) {
           const uint64_t v = first + __popc(lo & below);
           if (v < w.nnz) {  // holds for a validated index; keeps a corrupt one inside the buffer
-            const float wv = stored_value<VT>(w, p, v, g_lo);
+            const float wv = weight(v, g_lo, s_lo);
 #pragma unroll
             for (int t = 0; t < kMaxT; ++t) acc[t] = __fmaf_rn(wv, xs[t][c_lo], acc[t]);
           }
@@ -105,7 +121,7 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
         if ((hi >> lane) & 1u) {
           const uint64_t v = first + __popc(lo) + __popc(hi & below);
           if (v < w.nnz) {
-            const float wv = stored_value<VT>(w, p, v, g_hi);
+            const float wv = weight(v, g_hi, s_hi);
 #pragma unroll
             for (int t = 0; t < kMaxT; ++t) acc[t] = __fmaf_rn(wv, xs[t][c_hi], acc[t]);
           }
@@ -118,8 +134,9 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
       for (uint32_t run = 0; run < n_runs; ++run) {
         const uint32_t c = 32 * run + lane;
         const uint32_t g = group_of(run, c);
+        const float s = scale_of(run);
         if (c < tile_cols) {
-          const float wv = stored_value<VT>(w, p, first + c, g);
+          const float wv = weight(first + c, g, s);
 #pragma unroll
           for (int t = 0; t < kMaxT; ++t) acc[t] = __fmaf_rn(wv, xs[t][c], acc[t]);
         }
