@@ -2,8 +2,8 @@
 # Issue 26's GPU run, one device call (≤ 8 minutes), from the repository root on the GPU machine:
 #   run(command="bench/gpu/device.sh $OUT", carry=["build-gpu-carry/tests/cuda",
 #       "build-gpu-carry/bench/bench_fused16", "build-gpu-carry/lib"], timeout_s=540)
-# (the whole build-gpu-carry/ is ~80 MB, over the 64 MiB a call carries with the ~29 MB tree; these
-# two binaries and libgomp are ~23 MB). Prepared on the CPU machine beforehand:
+# (the whole build-gpu-carry/ is ~106 MB, over the 64 MiB a call carries with the ~30 MB tree; these
+# two binaries and libgomp are ~31 MB since int8g's kernels, 2026-11-27). Prepared on the CPU machine beforehand:
 #   scripts/build_gpu_carry.sh        sm_90 binaries, stripped, into build-gpu-carry/ (test_cuda_kernels,
 #                                     bench_fused16, ...; lib/libgomp.so.1), so the lease measures
 #                                     instead of compiling
