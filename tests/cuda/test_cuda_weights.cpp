@@ -132,3 +132,45 @@ GPU_TEST_CASE("cuda embed: gathered rows are the reference decoder's, bit for bi
       b->embed(*w, ids.data(), 0, out.get());  // no tokens: nothing to do, no error
     }
 }
+
+// cuda::make_weight_at (streamed blocks): a weight over bytes the caller keeps in device memory binds
+// the same sections as an uploaded one (int8g's f16 group scales included): its decode is the
+// reference's bit for bit and its products equal the uploaded weight's bit for bit. A device address
+// that is not 16-byte aligned is refused.
+GPU_TEST_CASE("cuda make_weight_at: a caller's device blob decodes and multiplies like an uploaded weight") {
+  REQUIRE_GPU();
+  auto b = make_cuda_backend();
+  const uint64_t rows = 37, cols = 2080;
+  const size_t T = 3;
+  const std::vector<float> x = random_normal(T * cols, 17);
+  DeviceFloats dx(*b, x), y_uploaded(*b, T * rows), y_streamed(*b, T * rows), decoded(*b, rows * cols);
+  uint32_t seed = 60;
+  for (Encoding enc : {Encoding::Dense, Encoding::Bitmap})
+    for (ValueType vt : kValueTypes) {
+      CAPTURE(to_string(enc));
+      CAPTURE(to_string(vt));
+      const auto wf = random_weights(rows, cols, enc == Encoding::Bitmap ? 0.5 : 0.0, ++seed);
+      const EncodedWeight ew = encode(wf, rows, cols, enc, vt, vt == ValueType::I8G ? 32 : 128);
+      const TensorView v = ew.view();
+      // The blob in device memory (alloc is 256-byte aligned), with the 16 readable bytes past its end.
+      std::vector<float> host((v.layout.total_bytes + 16 + 3) / 4, 0.0f);
+      std::memcpy(host.data(), v.data, v.layout.total_bytes);
+      DeviceFloats blob(*b, host);
+      auto uploaded = b->prepare_weight(v);
+      auto streamed = cuda::make_weight_at(*b, v, blob.get());
+      b->linear(*uploaded, dx.get(), T, nullptr, y_uploaded.get());
+      b->linear(*streamed, dx.get(), T, nullptr, y_streamed.get());
+      const std::vector<float> a = y_uploaded.download(), s = y_streamed.download();
+      size_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += bits(a[i]) != bits(s[i]);
+      CHECK(differ == 0);
+      cuda::decode_to_f32(*b, *streamed, decoded.get());
+      const std::vector<float> got = decoded.download();
+      std::vector<float> ref(rows * cols);
+      decode_rows_f32(v, 0, rows, ref.data());
+      size_t wrong = 0;
+      for (size_t i = 0; i < ref.size(); ++i) wrong += bits(got[i]) != bits(ref[i]);
+      CHECK(wrong == 0);
+      CHECK_THROWS_AS(cuda::make_weight_at(*b, v, reinterpret_cast<const uint8_t*>(blob.get()) + 4), Error);
+    }
+}
