@@ -320,6 +320,12 @@ TEST_CASE("corrupt manifests are refused with the key path or tensor named") {
       {"int4-group-size-0", edit([](json& m) { m["tensors"][2]["group_size"] = 0; }), "int4 needs group_size >= 1"},
       {"int4-no-group-size", edit([](json& m) { m["tensors"][2].erase("group_size"); }), "int4 needs group_size >= 1"},
       {"f16-group-size", edit([](json& m) { m["tensors"][1]["group_size"] = 128; }), "group_size must be 0 for f16"},
+      // int8g (format 1.2): a group size of its own; int8's scales are per row.
+      {"int8g-no-group-size", edit([](json& m) { m["tensors"][2]["dtype"] = "int8g"; m["tensors"][2].erase("group_size"); }),
+       "int8g needs group_size >= 1"},
+      {"int4-as-int8g", edit([](json& m) { m["tensors"][2]["dtype"] = "int8g"; }),
+       "tensor 'layers.0.q': size"},
+      {"int8-group-size", edit([](json& m) { m["tensors"][2]["dtype"] = "int8"; }), "group_size must be 0 for int8"},
   };
   for (const Case& c : cases) expect_refused(g, c.name, c.bytes, c.phrase);
 }
