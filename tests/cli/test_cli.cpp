@@ -249,9 +249,9 @@ TEST_CASE("errors: one line, right exit code, no output or temporary file left")
                             "--calib", dir + "/absent.txt"}), 1, "absent.txt: cannot open the calibration text");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--skip", "("}), 2, "--skip");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--quant-head", "int3"}), 2,
-                       "--quant-head must be none, int8, int4 or int4k");
+                       "--quant-head must be none, int8, int8g, int4 or int4k");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--sparsity", "0.5", "--quant", "int5"}), 2,
-                       "--quant must be none, int8, int4 or int4k");
+                       "--quant must be none, int8, int8g, int4 or int4k");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--method", "gptq", "--quant", "int4k", "--sparsity",
                             "0.5", "--calib", "x.txt"}), 2, "--method gptq quantizes without pruning");
   check_one_line_error(run({"prune", fixture("opt-tiny"), "-o", out, "--method", "gptq", "--calib", "x.txt"}), 2,
