@@ -1166,6 +1166,24 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   }
 }
 
+// One row's next word of int8 codes, for the one-token int8 and int8g kernels: bitmap, its present
+// codes expanded (absent lanes 0); dense, 64 bytes (the row's last word masked to `tail`, its bytes
+// past the row not read). `p` advances past them; the row's streams are prefetched into L2.
+__attribute__((always_inline)) inline __m512i next_int8_word(bool bitmap, const uint8_t* bits, const uint8_t*& p,
+                                                              uint64_t wi, uint64_t words, __mmask64 tail) {
+  __m512i codes;
+  if (bitmap) {
+    codes = expandload_epi8(mask64_load(bits + 8 * wi), p);
+    p += _mm_popcnt_u64(load_u64(bits + 8 * wi));
+    if ((wi & 7) == 0) prefetch_l2(bits + 8 * wi + kPrefetchL2Bytes / 8);
+  } else {
+    codes = wi + 1 < words ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(tail, p);
+    p += 64;
+  }
+  prefetch_l2(p + kPrefetchL2Bytes);
+  return codes;
+}
+
 // Decode (one token) on an int8 weight, dense or bitmap: R = 2 rows at once as in
 // dot_rows_q8_i4_1 (x, d and the accumulators' start loaded once per word for the R rows,
 // independent chains, one stream of values per row). Same sums in the same order per row as
@@ -1200,16 +1218,7 @@ void dot_rows_q8_i8_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       const __m512i s0 = _mm512_load_si512(start + 16 * wi);
       const __m512 d = _mm512_load_ps(dv + 16 * wi);
       for (int i = 0; i < R; ++i) {
-        __m512i codes;
-        if (bitmap) {
-          codes = expandload_epi8(mask64_load(bits[i] + 8 * wi), p[i]);
-          p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
-          if ((wi & 7) == 0) prefetch_l2(bits[i] + 8 * wi + kPrefetchL2Bytes / 8);
-        } else {
-          codes = wi + 1 < words ? _mm512_loadu_si512(p[i]) : _mm512_maskz_loadu_epi8(tail, p[i]);
-          p[i] += 64;
-        }
-        prefetch_l2(p[i] + kPrefetchL2Bytes);
+        const __m512i codes = next_int8_word(bitmap, bits[i], p[i], wi, words, tail);
         const __m512i sum = _mm512_dpbusd_epi32(s0, _mm512_xor_si512(codes, flip), xv);
         acc[i][wi & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc[i][wi & 1]);
       }
@@ -1268,16 +1277,7 @@ void dot_rows_q8_i8g_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quan
       // x are 0 there; the next row's scale, or a byte past the tensor, must not be read).
       const uint64_t ga = (2 * wi) >> kShift, gb = std::min<uint64_t>((2 * wi + 1) >> kShift, gpr - 1);
       for (int i = 0; i < R; ++i) {
-        __m512i codes;
-        if (bitmap) {
-          codes = expandload_epi8(mask64_load(bits[i] + 8 * wi), p[i]);
-          p[i] += _mm_popcnt_u64(load_u64(bits[i] + 8 * wi));
-          if ((wi & 7) == 0) prefetch_l2(bits[i] + 8 * wi + kPrefetchL2Bytes / 8);
-        } else {
-          codes = wi + 1 < words ? _mm512_loadu_si512(p[i]) : _mm512_maskz_loadu_epi8(tail, p[i]);
-          p[i] += 64;
-        }
-        prefetch_l2(p[i] + kPrefetchL2Bytes);
+        const __m512i codes = next_int8_word(bitmap, bits[i], p[i], wi, words, tail);
         const __m512i sum = _mm512_dpbusd_epi32(s0, _mm512_xor_si512(codes, flip), xv);
         __m256i h;
         if constexpr (kShift == 0) h = _mm256_mask_set1_epi16(_mm256_set1_epi16(short(gs[i][ga])), __mmask16(0xFF00), short(gs[i][gb]));
