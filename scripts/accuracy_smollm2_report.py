@@ -45,7 +45,7 @@ def main():
         "  folder by transformers (`tools/make_smollm2_fixture.py`: dequantized, bf16, digit split restored).",
         "- Held-out: `/usr/share/common-licenses/GPL-3`, 7639 tokens, no BOS, `endor-infer MODEL --perplexity GPL-3 --ctx 512`",
         "  (14 non-overlapping windows). Calibration (Wanda, SparseGPT): Apache-2.0 + GPL-2 texts, disjoint from it,",
-        "  `--calib-samples 32 --calib-seqlen 512 --seed 0`. Magnitude, Wanda per output row; SparseGPT + int8/int4 jointly.",
+        "  `--calib-samples 32 --calib-seqlen 512 --seed 0`. Magnitude, Wanda per output row; SparseGPT + int8 jointly, + int4 in a second sweep with the mask fixed.",
         "- `+ramp0.1`: `--sparsity-ramp 0.1`, block sparsity rising linearly from S-0.1 (block 0) to S+0.1 (block 29), mean S.",
         "- Ratio: file bytes / dense file bytes (the tied 49152 x 576 embedding, 28 % of the dense file, is never pruned).",
     ]
