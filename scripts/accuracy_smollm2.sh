@@ -111,8 +111,11 @@ for name in "${rows[@]}"; do
   echo "$name: ppl $p (exact $pe)" >&2
 done
 if [ ! -s "$work/torch.txt" ]; then
-  python3 "$root/tools/smollm2_torch_reference.py" --model "$model" --methods dense,magnitude --sparsity 0.5 \
-    2>/dev/null | grep perplexity >"$work/torch.txt"
+  # PYTHON: an interpreter with torch + transformers (a venv's); no file is left behind when it fails.
+  "${PYTHON:-python3}" "$root/tools/smollm2_torch_reference.py" --model "$model" --methods dense,magnitude --sparsity 0.5 \
+    2>"$work/torch.err" | grep perplexity >"$work/torch.txt.tmp" ||
+    { rm -f "$work/torch.txt.tmp"; echo "error: tools/smollm2_torch_reference.py failed (needs torch and transformers; PYTHON=...): $work/torch.err" >&2; exit 1; }
+  mv "$work/torch.txt.tmp" "$work/torch.txt"
 fi
 python3 "$root/scripts/accuracy_smollm2_report.py" "$work" "$root/bench/ACCURACY.md"
 echo "updated $root/bench/ACCURACY.md" >&2
