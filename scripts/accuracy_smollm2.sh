@@ -10,7 +10,7 @@
 # packs only what is missing and re-measures every perplexity (e.g. after a runtime change).
 # Where endor-infer has --exact, int8/int4 rows are measured both ways (default path and exact f32).
 # Usage: scripts/accuracy_smollm2.sh [BUILD_DIR (default build)] [WORK]
-# Needs: endor-pack and endor-infer in BUILD_DIR, GNU time, python3 with torch + transformers,
+# Needs: endor-pack and endor-infer in BUILD_DIR, GNU time, python3 (or $PYTHON) with torch + transformers,
 # the folder made by tools/make_smollm2_fixture.py; about 4 GB in WORK; ~1 h on 2 cores.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
