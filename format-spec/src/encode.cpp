@@ -67,13 +67,10 @@ static float int8_row_scale(const float* row, uint64_t cols, bool bitmap, uint64
   return std::max(amax, 1e-5f) / 127.0f;
 }
 
-// int8g group scale (SPEC.md §7.5): S = f16(amax / 127), +0 for a group whose present values are all
-// 0 (or that has none). Refuses a group whose scale passes the f16 range.
-static uint16_t int8g_scale(float amax, uint64_t r) {
+uint16_t int8g_scale(float amax) {
   const uint16_t h = f32_to_f16(amax / 127.0f);
   if ((h & 0x7C00) == 0x7C00)
-    throw Error("int8g: a group of row " + std::to_string(r) + " holds |w| = " + std::to_string(amax) +
-                ", past what an f16 scale can reach (127 · 65504)");
+    throw Error("int8g: |w| = " + std::to_string(amax) + " is past what an f16 group scale can reach (127 · 65504)");
   return h;
 }
 
@@ -144,7 +141,12 @@ EncodedTensor encode_tensor(const float* x, const std::vector<uint64_t>& shape, 
               if (!std::isfinite(row[c])) not_finite("int8g", r, c, row[c]);
               amax = std::max(amax, std::fabs(row[c]));
             }
-          const uint16_t scale_h = int8g_scale(amax, r);
+          uint16_t scale_h;
+          try {
+            scale_h = int8g_scale(amax);
+          } catch (const Error& e) {
+            throw Error(std::string(e.what()) + " (row " + std::to_string(r) + ")");
+          }
           detail::store_u16(base + L.scales_offset + 2 * (r * L.groups_per_row + g), scale_h);
           const float s = f16_to_f32(scale_h);  // codes against the stored scale
           for (uint64_t c = c0; c < c1; ++c)

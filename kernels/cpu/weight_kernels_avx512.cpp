@@ -1209,7 +1209,7 @@ void dot_rows_q8_i8_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
     const uint8_t* bits[R];
     __m512 acc[R][2];
     for (int i = 0; i < R; ++i) {
-      p[i] = bitmap ? values + load_u32(w.data + L.index_offset + 4 * ((r + i) * L.blocks_per_row)) : values + (r + i) * cols;
+      p[i] = values + (bitmap ? bitmap_row_start(w, r + i) : (r + i) * cols);
       bits[i] = bitmap_words + 8 * (r + i) * L.words_per_row;
       acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     }
@@ -1262,7 +1262,7 @@ void dot_rows_q8_i8g_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quan
     const uint16_t* gs[R];
     __m512 acc[R][2];
     for (int i = 0; i < R; ++i) {
-      p[i] = bitmap ? values + load_u32(w.data + L.index_offset + 4 * ((r + i) * L.blocks_per_row)) : values + (r + i) * cols;
+      p[i] = values + (bitmap ? bitmap_row_start(w, r + i) : (r + i) * cols);
       bits[i] = bitmap_words + 8 * (r + i) * L.words_per_row;
       gs[i] = w.group_scales() + (r + i) * gpr;
       acc[i][0] = acc[i][1] = _mm512_setzero_ps();

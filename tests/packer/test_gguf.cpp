@@ -472,6 +472,16 @@ namespace {
 // Bit for bit, except that Q4_0's −0 (d < 0, q = 8: d·(q − 8)) is +0 once held as q·S + M.
 bool same_value(float got, float want) { return bits_of(got) == bits_of(want) || (got == 0.0f && want == 0.0f); }
 
+// Elements of packed tensor v that decode to another value than the checkpoint's tensor t (same_value).
+size_t decoded_differences(const TensorView& v, const Checkpoint& ck, const CheckpointTensor& t) {
+  std::vector<float> got(t.numel());
+  decode_rows_f32(v, 0, t.rows(), got.data());
+  const std::vector<float> want = values(ck, t);
+  size_t diff = 0;
+  for (size_t i = 0; i < got.size(); ++i) diff += !same_value(got[i], want[i]);
+  return diff;
+}
+
 // decode_rows_f32 of an encoded tensor (the container's definition of its values).
 std::vector<float> decoded(const EncodedTensor& e) {
   TensorInfo info;
@@ -577,12 +587,7 @@ TEST_CASE("gguf: packing a Q4_K / Q4_0 / Q4_1 tensor to int4k / int4 at groups o
       ++kept;
       const std::optional<TensorView> v = reader->find_tensor(t.name);
       REQUIRE(v.has_value());
-      std::vector<float> got(t.numel());
-      decode_rows_f32(*v, 0, t.rows(), got.data());
-      const std::vector<float> want = values(*ck, t);
-      size_t diff = 0;
-      for (size_t i = 0; i < got.size(); ++i) diff += !same_value(got[i], want[i]);
-      CHECK(diff == 0);
+      CHECK(decoded_differences(*v, *ck, t) == 0);
     }
     CHECK(kept >= 1);
     CHECK(sum.source_grid_tensors == kept);
@@ -738,12 +743,7 @@ TEST_CASE("gguf: packing the tiny llama's Q8_0 tensors to int8g keeps the file's
     if (t.source_type != "Q8_0") continue;
     CAPTURE(t.name);
     ++kept;
-    std::vector<float> got(t.numel());
-    decode_rows_f32(*v, 0, t.rows(), got.data());
-    const std::vector<float> want = values(*ck, t);
-    size_t diff = 0;
-    for (size_t i = 0; i < got.size(); ++i) diff += !same_value(got[i], want[i]);
-    CHECK(diff == 0);
+    CHECK(decoded_differences(*v, *ck, t) == 0);
   }
   CHECK(kept >= 1);
   CHECK(int8g >= kept);

@@ -483,7 +483,7 @@ Rtn round_to_nearest(const std::vector<float>& w, size_t n_out, size_t n_in, con
         const size_t c0 = g * q.group_size, c1 = std::min(n_in, c0 + q.group_size);
         float amax = 0.0f;
         for (size_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * n_in + c]));
-        const float s = endor::f16_to_f32(int8g_scale_f16(amax));
+        const float s = endor::f16_to_f32(endor::int8g_scale(amax));
         for (size_t c = c0; c < c1; ++c) {
           const int8_t code = int8g_code(w[r * n_in + c], s);
           out.codes[r * n_in + c] = code;

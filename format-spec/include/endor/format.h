@@ -222,6 +222,10 @@ struct Int4Grid {
   uint16_t scale_f16 = 0, min_f16 = 0;
 };
 Int4Grid int4_grid(float mn, float mx);
+// The int8g scale of a group whose largest |present value| is amax (SPEC.md §7.5): f16(amax / 127),
+// +0 for amax = 0. Codes are then chosen against its f32 value. Throws endor::Error when the scale
+// would pass the f16 range (amax > 127 · 65504).
+uint16_t int8g_scale(float amax);
 
 // Encodes a row-major f32 tensor. Bitmap: entries equal to ±0 are the absent ones. f16/bf16
 // values are rounded to nearest even (bit-exact for inputs that came from f16/bf16). int8/int4

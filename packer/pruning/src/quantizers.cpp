@@ -23,13 +23,6 @@ int8_t int8_code(float w, float scale) {
 
 float int8_value(int8_t code, float scale) { return float(code) * scale; }
 
-uint16_t int8g_scale_f16(float amax) {
-  const uint16_t h = f32_to_f16(amax / 127.0f);
-  if ((h & 0x7C00) == 0x7C00)
-    throw Error("int8g: |w| = " + std::to_string(amax) + " is past what an f16 group scale can reach (127 · 65504)");
-  return h;
-}
-
 int8_t int8g_code(float w, float scale) { return scale == 0.0f ? int8_t(0) : int8_code(w, scale); }
 
 Int4GroupParams int4_group_params(const float* x, size_t n) {

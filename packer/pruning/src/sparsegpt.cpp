@@ -157,7 +157,7 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
         for (size_t c = g * group; c < std::min(n_in, (g + 1) * group); ++c)
           if (!fixed || !opt.fixed_mask[r * n_in + c]) amax = std::max(amax, std::fabs(w[r * n_in + c]));
         const size_t p = r * groups_per_row + g;
-        res.group_scales_f16[p] = int8g_scale_f16(amax);
+        res.group_scales_f16[p] = int8g_scale(amax);
         scales8[p] = f16_to_f32(res.group_scales_f16[p]);
       }
   if (fixed)  // the given mask, in working column order
@@ -242,7 +242,7 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
           for (size_t k = c; k < std::min(n_in, c + group); ++k)
             if (!mask[k]) amax = std::max(amax, std::fabs(row[k]));
           const size_t p = r * groups_per_row + c / group;
-          res.group_scales_f16[p] = int8g_scale_f16(amax);
+          res.group_scales_f16[p] = int8g_scale(amax);
           scales8[p] = f16_to_f32(res.group_scales_f16[p]);
         }
         const float x = row[c], d = u_row[c];

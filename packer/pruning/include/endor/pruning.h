@@ -84,10 +84,8 @@ float int8_row_scale(const float* row, size_t n);
 // clamp(round(w/s), -127, 127).
 int8_t int8_code(float w, float scale);
 float int8_value(int8_t code, float scale);  // code·s
-// int8g (SPEC.md §7.5): the f16 scale of a group whose largest |present value| is amax,
-// f16(amax / 127) (+0 for amax = 0); throws when it passes the f16 range. The code of w on the
-// widened scale s is int8_code(w, s), 0 when s = 0.
-uint16_t int8g_scale_f16(float amax);
+// int8g (SPEC.md §7.5): a group's f16 scale is the container's int8g_scale(amax) (format.h); the
+// code of w on the widened scale s is int8_code(w, s), 0 when s = 0.
 int8_t int8g_code(float w, float scale);
 
 // int4, asymmetric per (row, group of group_size consecutive input columns): the container
