@@ -19,7 +19,7 @@
 #
 # The two perplexities are different conventions, not a disagreement: llama-perplexity scores the
 # second half of each window of L tokens (and adds BOS when the vocabulary asks for it), Endor's
-# evaluator every token of non-overlapping windows (ALGORITHMS.md "Perplexity").
+# evaluator every token of non-overlapping windows (docs/algorithms.md, "Perplexity").
 #
 # Usage: scripts/llama_quants.sh [--models smollm2,kjv] [--types "Q8_0 Q6_K ..."] [--threads N]
 #                                [--no-endor] [--fresh] [--collect] [--copy-to DIR]

@@ -9,7 +9,7 @@ Writes
                   figures for the whole heldout.txt at the model's context (256), which
                   `endor-infer --perplexity` must match within 0.1 %.
 
-Convention (Wanda/SparseGPT, ../shared/ALGORITHMS.md "Perplexity"): the text is tokenized
+Convention (Wanda/SparseGPT, docs/algorithms.md "Perplexity"): the text is tokenized
 once with one BOS at the start, cut into non-overlapping windows of L tokens (tail dropped),
 no cache across windows; per window the mean cross-entropy of logits[:-1] vs ids[1:];
 ppl = exp(mean over windows).

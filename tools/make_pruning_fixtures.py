@@ -4,7 +4,7 @@ re-implementations of wanda (lib/layerwrapper.py WrappedGPT, lib/prune.py prune_
 prune_magnitude), sparsegpt (sparsegpt.py SparseGPT.add_batch / fasterprune) and gptq
 (IST-DASLab gptq.py GPTQ.fasterquant with static_groups=True, actorder on and off), f32 on CPU.
 
-The SparseGPT quantizer is Endor's stored one (ALGORITHMS.md "Quantization", pruning.h), not the
+The SparseGPT quantizer is Endor's stored one (docs/algorithms.md "Quantization", pruning.h), not the
 reference's quant.py: int8 per-row symmetric and int4 per-group asymmetric with f16 params (an
 integer zero point as quant.py's, its step rounded to 7 bits so min = -z*scale fits f16), codes
 rounded half away from zero, pruned entries exactly 0 (not quantized). int4 group params are

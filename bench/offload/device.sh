@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call of the GPU benchmark: run from the repository root on the GPU machine as
 #   run(command="bench/offload/device.sh $OUT", carry=[".device-deps", "build-gpu-carry"], timeout_s=600)
-# .device-deps: ../shared/device/fetch-debs.sh plus `apt-get download pkgconf pkgconf-bin libpkgconf3
-# libxxhash0 libgomp1` (oneDNN/LAPACK debs may be left out: the benchmark builds without them).
+# .device-deps: the build dependencies as Debian packages (`apt-get download` of scripts/setup.sh's list plus
+# pkgconf pkgconf-bin libpkgconf3 libxxhash0 libgomp1; oneDNN/LAPACK debs may be left out: the benchmark builds
+# without them), unpacked, with an unpack.sh that points the compiler and CMake at them.
 # build-gpu-carry (optional): the six binaries run.sh uses, built here for sm_90 and stripped
 # (`scripts/build_gpu_carry.sh`), so the lease is not spent compiling; when they do not run there,
 # run.sh builds on the machine. ENDOR_BENCH_DEADLINE (default 530 s) bounds the call; a second call

@@ -1,5 +1,5 @@
-// Calibrated pruning (Wanda, SparseGPT): the sequential block-by-block driver of ALGORITHMS.md
-// "Sequential calibration", over the runtime's block-level API (one model implementation serves
+// Calibrated pruning (Wanda, SparseGPT, GPTQ): the sequential block-by-block driver of
+// docs/algorithms.md, "Sequential calibration", over the runtime's block-level API (one model implementation serves
 // inference and calibration) and the pure per-Linear algorithms of endor_pruning.
 //
 // What stays in memory (hidden H, intermediate I, calibration S windows × L tokens): one window's

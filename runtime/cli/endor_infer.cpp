@@ -205,7 +205,7 @@ void emit(const std::string& text) {
   std::fflush(stdout);
 }
 
-// The ALGORITHMS.md "Perplexity" convention over a whole text file: tokenized once (the
+// The perplexity convention of docs/algorithms.md, "Perplexity", over a whole text file: tokenized once (the
 // tokenizer's post-processor puts the BOS first when it has one), non-overlapping windows of
 // `ctx` tokens, tail dropped. Progress (windows done / total, tokens/s) goes to stderr; the last
 // line on stdout is "perplexity: VALUE".

@@ -111,7 +111,7 @@ inline std::vector<float> random_eighths(size_t n, uint32_t seed, int limit) {
 // bits (exact in f16 and bf16), for every value type, through endor::encode_tensor's quantizers:
 //   f16/bf16/f32: j/16, 1 ≤ |j| ≤ 16;
 //   int8: j/16, 1 ≤ |j| ≤ 127, every row holding a ±127/16, so s = (127/16)/127 = 1/16 exactly
-//         and q = j (ALGORITHMS.md: s = max|w|/127, q = round(w/s));
+//         and q = j (SPEC.md §7.1: s = max|w|/127, q = round(w/s));
 //   int4: per (row, group) (q − 8)/16 with the group's first two present values at q = 0 and
 //         q = 15, so the grid (endor::int4_grid: [−1/2, 7/16] holds 0) has scale 1/16 exactly and
 //         min −1/2 (z = 8); q = 8 (the value 0) is never drawn, so sparsity comes from the mask

@@ -77,7 +77,7 @@ CalibrationOptions small_calibration() {
   return c;
 }
 
-// Held-out perplexity (ALGORITHMS.md "Perplexity") over all of heldout.txt in windows of 256 (184
+// Held-out perplexity (docs/algorithms.md, "Perplexity") over all of heldout.txt in windows of 256 (184
 // windows, ~10 s each model). On its first 8 windows alone Wanda (8×64 calibration) scored 81.1 vs
 // magnitude's 79.9: on this small model the margins are small, so the whole held-out text is used.
 double heldout_perplexity(const std::string& container) {

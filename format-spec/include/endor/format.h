@@ -229,8 +229,8 @@ uint16_t int8g_scale(float amax);
 
 // Encodes a row-major f32 tensor. Bitmap: entries equal to ±0 are the absent ones. f16/bf16
 // values are rounded to nearest even (bit-exact for inputs that came from f16/bf16). int8/int4
-// quantize here (ALGORITHMS.md "Quantization"; int4 on int4_grid's grid with a zero code, which
-// differs from ALGORITHMS.md's [mn, mx] grid; params are f16 before codes are chosen, so
+// quantize here (docs/algorithms.md "Quantization"; int4 on int4_grid's grid with a zero code, which
+// differs from FlexGen's [mn, mx] grid; params are f16 before codes are chosen, so
 // decode(encode(x)) is what the spec's dequantization yields). Pruned zeros stay zero.
 EncodedTensor encode_tensor(const float* values, const std::vector<uint64_t>& shape, const EncodeOptions&);
 // The int4k reference grid (SPEC.md §7.4), what encode_tensor does for int4 with Coded6 params.

@@ -355,7 +355,7 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
                                         const nlohmann::json& calibration = nullptr);
 
 // ==== calibrated pruning (Wanda, SparseGPT): packer/src/calibrate.cpp ========================
-// ALGORITHMS.md "Sequential calibration". Sampling: the calibration text is tokenized once with
+// docs/algorithms.md, "Sequential calibration". Sampling: the calibration text is tokenized once with
 // the checkpoint's tokenizer.json (add_special_tokens: one BOS at the start when the tokenizer
 // adds one); with std::mt19937_64(seed), each of n_samples windows starts at
 // std::uniform_int_distribution<uint64_t>(0, n_tokens - seq_len - 1)(rng) (the reference's

@@ -328,7 +328,7 @@ std::vector<std::vector<int32_t>> generate_batch(
     const std::function<void(size_t index, const std::vector<int32_t>& ids)>& on_done = {},
     BatchGenerationStats* stats = nullptr);
 
-// ---- perplexity (ALGORITHMS.md "Perplexity", the Wanda/SparseGPT convention) ---------------------
+// ---- perplexity (docs/algorithms.md "Perplexity", the Wanda/SparseGPT convention) ----------------
 struct PerplexityResult {
   double perplexity = 0;
   double mean_nll = 0;       // mean over windows of each window's mean cross-entropy (nats)

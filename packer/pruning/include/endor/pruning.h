@@ -1,6 +1,7 @@
 // Calibrated pruning of one Linear layer: magnitude, Wanda and SparseGPT (optionally with joint
-// int8/int4 quantization), as pure functions over f32 matrices. The facts implemented are in
-// ALGORITHMS.md "Pruning" and "Quantization"; deliberate departures are marked "Differs:".
+// int8/int8g/int4/int4k quantization, and GPTQ as SparseGPT with nothing pruned), as pure functions
+// over f32 matrices. What they compute is described in docs/algorithms.md, "Pruning" and
+// "Quantization"; deliberate departures from the published methods are marked "Differs:".
 //
 // Shapes (all row-major f32, nn.Linear convention):
 //   W   [n_out, n_in]   weight, row = output channel
@@ -91,7 +92,7 @@ int8_t int8g_code(float w, float scale);
 // int4, asymmetric per (row, group of group_size consecutive input columns): the container
 // encoder's grid over the group's [mn, mx] (endor::int4_grid, SPEC.md §7.2: the range widened to
 // hold 0, min = −z·scale for an integer z, so code z is exactly 0), as f16 BEFORE codes are
-// chosen. Differs: ALGORITHMS.md's grid spans exactly [mn, mx] with a float min; this one has the
+// chosen. Differs: FlexGen's grid spans exactly [mn, mx] with a float min; this one has the
 // same half-step error bound for a group of both signs (the step up to 1.6 % coarser) and spans
 // from 0 for a group of one sign, and lets the CPU kernels multiply a bitmap word as dense. Values beyond the f16 range (|x| > 65504) throw, as in the container encoder.
 struct Int4GroupParams {
