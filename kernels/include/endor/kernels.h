@@ -1,5 +1,5 @@
-// Numeric building blocks behind one interface, with two backends: cpu/ (OpenMP, AVX2, oneDNN)
-// and cuda/ (CUDA, cuBLAS). The CPU backend is the fallback and the reference the CUDA kernels
+// Numeric building blocks behind one interface, with two backends: cpu/ (a persistent worker pool,
+// AVX-512/AVX2/portable kernels chosen at run time, oneDNN) and cuda/ (CUDA, cuBLAS). The CPU backend is the fallback and the reference the CUDA kernels
 // are tested against. The model code (runtime/) calls only this interface.
 //
 // Conventions: activations are row-major f32 in the backend's own memory (host for CPU, device
@@ -162,7 +162,8 @@ class Backend {
 namespace cpu {
 
 // Instruction set of the weight kernels. Auto picks the widest this CPU and build have:
-// Avx512 (AVX-512 F/BW/VL/DQ/VBMI2: the bitmap decode is vpexpand), else Avx2 (AVX2+FMA+F16C),
+// Avx512 (AVX-512 F/BW/VL/DQ/VBMI/VBMI2: the bitmap decode is vpexpand; its int8-activation kernels
+// also need VNNI and hand over to AVX2's without it), else Avx2 (AVX2+FMA+F16C),
 // else Portable. Forcing an ISA the CPU lacks throws endor::Error. The environment variable
 // ENDOR_ISA=portable|avx2|avx512 caps what Auto picks (benchmarks, reproducing a CI machine).
 enum class Isa : uint8_t { Auto, Portable, Avx2, Avx512 };
@@ -187,7 +188,7 @@ enum class LinearPath : uint8_t { Auto, Fused, RowDecode, PanelGemm };
 enum class GemmImpl : uint8_t { Auto, Builtin };
 
 struct Options {
-  int n_threads = 0;                      // 0 = OpenMP default
+  int n_threads = 0;                      // worker-pool threads; 0 = omp_get_max_threads() (every core)
   Isa isa = Isa::Auto;
   LinearPath linear_path = LinearPath::Auto;
   GemmImpl gemm = GemmImpl::Auto;
@@ -211,7 +212,7 @@ void decode_u16(const TensorView&, uint16_t* out, int n_threads = 0, Isa isa = I
 const char* simd_level();
 // True when this CPU (and build) can run the AVX2+FMA+F16C kernels.
 bool cpu_has_avx2();
-// True when this CPU (and build) can run the AVX-512 kernels (F, BW, VL, DQ, VBMI2 and AVX2's).
+// True when this CPU (and build) can run the AVX-512 kernels (F, BW, VL, DQ, VBMI, VBMI2 and AVX2's).
 bool cpu_has_avx512();
 // Parses "auto|portable|avx2|avx512"; throws endor::Error naming `what` otherwise.
 Isa parse_isa(const std::string& name, const std::string& what = "isa");
@@ -227,7 +228,7 @@ double measure_copy_bandwidth_gbps(size_t bytes = 0, int n_threads = 0);
 
 }  // namespace cpu
 
-// The CPU backend. n_threads 0 = OpenMP default.
+// The CPU backend. n_threads 0 = omp_get_max_threads() (OMP_NUM_THREADS when set, else every core).
 std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
 std::unique_ptr<Backend> make_cpu_backend(const cpu::Options& options);
 // The reference CPU backend: Options::exact (f32 activations for every weight), n_threads as above.

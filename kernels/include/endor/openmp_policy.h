@@ -1,4 +1,5 @@
-// How Endor's programs make OpenMP wait: one call at the top of main() (endor-pack, endor-infer).
+// How Endor's programs make OpenMP wait: one call at the top of main() (endor-pack, endor-infer,
+// endor-serve).
 #pragma once
 
 #include <unistd.h>

@@ -60,8 +60,10 @@ ModelConfig parse_model_config(const nlohmann::json& config, const std::string& 
 
 // ---- backend choice ---------------------------------------------------------------------------
 // device: "cpu", "cuda" or "auto" (auto = cuda when available, else cpu). n_threads (CPU only):
-// 0 = the OpenMP default. exact (CPU only): f32 activations for int8/int4 weights too, instead of the
-// default int8 activations (cpu::Options::exact; the CUDA backend is always exact). Throws when
+// 0 = omp_get_max_threads() (every core). exact (CPU only): f32 activations for every weight, instead
+// of the default int8 activations (int8/int8g/int4 weights) and f16 activations (f16/bf16 weights;
+// cpu::Options::exact). The CUDA backend ignores it: its fused kernels (up to 8 tokens) multiply f32
+// activations, its decode-then-GEMM path rounds them to the weight's 16-bit type. Throws when
 // the device is unknown or absent.
 std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, bool exact = false);
 // Devices make_backend can open here: {"cpu"}, plus "cuda" when built with CUDA and a device exists.
