@@ -228,7 +228,7 @@ Int4Grid int4_grid(float mn, float mx);
 uint16_t int8g_scale(float amax);
 
 // Encodes a row-major f32 tensor. Bitmap: entries equal to ±0 are the absent ones. f16/bf16
-// values are rounded to nearest even (bit-exact for inputs that came from f16/bf16). int8/int4
+// values are rounded to nearest even (bit-exact for inputs that came from f16/bf16). int8/int8g/int4
 // quantize here (docs/algorithms.md "Quantization"; int4 on int4_grid's grid with a zero code, which
 // differs from FlexGen's [mn, mx] grid; params are f16 before codes are chosen, so
 // decode(encode(x)) is what the spec's dequantization yields). Pruned zeros stay zero.

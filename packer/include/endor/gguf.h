@@ -164,7 +164,7 @@ struct GgufModelTensor {
   const GgufTensorInfo* info = nullptr;
   std::vector<uint64_t> shape;     // torch order
   // llama.cpp's convert permutes the rows of llama's q/k weights (per head, halves interleaved);
-  // when > 0, HF row r is GGUF row unpermuted_row(r, rows, heads).
+  // when > 0, HF row r is GGUF row gguf_unpermuted_row(r, rows, heads).
   uint32_t permute_heads = 0;
 };
 // The GGUF row holding HF row r of a q/k projection with `rows` rows and `heads` heads

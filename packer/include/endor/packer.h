@@ -339,8 +339,8 @@ PreparedTensor prepare_tensor(const Checkpoint&, const CheckpointTensor&, const 
 // The encoding rule above, given the element count, stored values and value type.
 Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType, uint32_t group_size, uint64_t nnz);
 // A pruned/quantized f32 tensor w (row-major, `shape`) encoded as pack writes it: choose_encoding
-// over its nonzeros, then encode_tensor (int8/int4 parameters chosen by SPEC.md §7.1/§7.2).
-// group_size: int4 only.
+// over its nonzeros, then encode_tensor (parameters chosen by SPEC.md §7.1 int8, §7.5 int8g, §7.2 int4,
+// §7.4 int4k with Int4Params::Coded6). group_size: int4 and int8g (stored_group_size).
 EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, ValueType, uint32_t group_size,
                               Int4Params = Int4Params::F16);
 

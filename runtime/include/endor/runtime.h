@@ -71,7 +71,7 @@ std::vector<std::string> available_devices();
 
 // ---- KV cache -----------------------------------------------------------------------------------
 // How cached keys/values are stored: f32, or IEEE half (half the memory; the backend must
-// support_f16_kv(); attention widens them back to f32).
+// report supports_f16_kv(), which only the CPU backend does; attention widens them back to f32).
 enum class KvDtype : uint8_t { F32, F16 };
 const char* to_string(KvDtype);
 KvDtype parse_kv_dtype(const std::string& s);  // "f32" | "f16", else throws endor::Error
