@@ -145,7 +145,7 @@ const WeightKernels& avx512_kernels();
 // Auto/Portable/Avx2/Avx512 -> kernels; throws endor::Error for an ISA this CPU or build lacks.
 const WeightKernels& select_kernels(Isa isa);
 
-// ---- scalar helpers (exactly the reference decoder's arithmetic, SPEC.md §6.1/§6.3) ----------
+// ---- scalar helpers (exactly the reference decoder's arithmetic, SPEC.md §6.1/§6.6) ----------
 
 inline float bits_to_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 

@@ -1,5 +1,5 @@
 // Internal to endor_kernels_cuda: device helpers the weight kernels share — the decoded value of a
-// stored value (exactly the reference decoder's arithmetic, SPEC §6.3), warp scans and sums.
+// stored value (exactly the reference decoder's arithmetic, SPEC §6.6), warp scans and sums.
 // The library is compiled with --fmad=false: a product and a sum round separately unless a
 // kernel asks for __fmaf_rn, as the CPU backend (-ffp-contract=off) and the reference do.
 #pragma once
