@@ -1,5 +1,7 @@
 // Fused decode + multiply for decode-time token counts: y[t, r] = Σ_c W[r, c]·x[t, c] straight
-// from the compressed weight, each weight byte read once per launch (up to 8 tokens).
+// from the compressed weight, each weight byte read once per launch (up to 8 tokens). Not the
+// default since 2026-11-27: the runtime runs fused_linear16.cu's kernels; these are
+// cuda::FusedKernel::WarpPerRow, kept as the comparison baseline (bench/gpu/bench_fused16.cpp).
 //
 // One warp per output row, 8 rows per block. The block walks the columns in tiles of 1024: it
 // stages x[:, tile] for every token in shared memory, then each warp consumes its row's part of
