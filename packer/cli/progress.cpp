@@ -36,8 +36,8 @@ void ProgressDisplay::update(const PackProgress& p) {
                       : p.tensors_total ? double(p.tensors_done) / double(p.tensors_total) : 0.0;
   const bool done = p.tensors_total > 0 && p.tensors_done == p.tensors_total;
   char line[512];
-  std::snprintf(line, sizeof line, "%s: %3.0f%%  %llu/%llu tensors", p.stage.c_str(), 100.0 * frac,
-                (unsigned long long)p.tensors_done, (unsigned long long)p.tensors_total);
+  std::snprintf(line, sizeof line, "%s: %3.0f%%  %llu/%llu %s", p.stage.c_str(), 100.0 * frac,
+                (unsigned long long)p.tensors_done, (unsigned long long)p.tensors_total, p.unit);
   std::string text = line;
   if (p.bytes_total) text += "  " + gb(p.bytes_done) + " / " + gb(p.bytes_total);
   std::snprintf(line, sizeof line, "  %.0f s", elapsed);
@@ -47,8 +47,7 @@ void ProgressDisplay::update(const PackProgress& p) {
     if (p.bytes_total)
       std::snprintf(line, sizeof line, "  %.1f MB/s", double(p.bytes_done) / 1e6 / stage_elapsed);
     else
-      std::snprintf(line, sizeof line, "  %.2f %s/s", double(p.tensors_done) / stage_elapsed,
-                    p.stage == "calibrate" ? "blocks" : "tensors");
+      std::snprintf(line, sizeof line, "  %.2f %s/s", double(p.tensors_done) / stage_elapsed, p.unit);
     text += line;
     const double left = stage_elapsed * (1.0 - frac) / frac;
     if (left >= 90.0)

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cmath>
 #include <deque>
 #include <fstream>
 #include <map>
@@ -150,6 +152,17 @@ void drop_group_pages(const ContainerReader& r, uint32_t g) {
   ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: failure is harmless
 }
 
+// The value type of a Linear whose kept weights SparseGPT moved to make up for the pruned ones
+// (stored unquantized): bf16 keeps 8 significant bits and loses part of those updates, so such a
+// Linear is stored f16 (11 bits) when every value fits f16's range, unless --dtype asked for a
+// type. SmolLM2-135M at 50 % (bench/ACCURACY.md, "Updated weights"): bf16 35.97, f16 35.06, f32 35.26.
+ValueType updated_value_type(ValueType planned, const float* w, uint64_t n, const PackOptions& o) {
+  if (planned != ValueType::BF16 || o.dtype) return planned;
+  float amax = 0.0f;
+  for (uint64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(w[i]));
+  return amax <= 65504.0f ? ValueType::F16 : planned;
+}
+
 // A Linear pruned by the method (w [rows, cols] is left as the algorithm leaves it) and encoded
 // as it will be stored: SparseGPT with joint quantization stores its own codes and parameters
 // (encode_quantized); otherwise the f32 result is encoded by pack's rule (encode_for_pack; with
@@ -191,7 +204,8 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
     so.fixed_mask = first_mask.data();
   }
   const pruning::SparseGptResult res = pruning::sparsegpt_prune(w, rows, cols, hessian->hessian().data(), so);
-  if (res.scheme == pruning::QuantScheme::None) return encode_for_pack(w, shape, tr.value_type, group_size);
+  if (res.scheme == pruning::QuantScheme::None)
+    return encode_for_pack(w, shape, updated_value_type(tr.value_type, w, rows * cols, o), group_size);
 
   std::vector<uint8_t> present(res.mask.size());
   uint64_t nnz = 0;
@@ -224,7 +238,50 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
   return encode_quantized(shape, enc, q);
 }
 
+// The first token of a self-generated sequence: BOS, else the first EOS (models trained on
+// documents separated by one end token start a document after it), else id 0.
+int32_t self_calibration_start(const ModelConfig& c) {
+  if (c.bos_token_id >= 0 && uint32_t(c.bos_token_id) < c.vocab) return c.bos_token_id;
+  for (int32_t e : c.eos_token_ids)
+    if (e >= 0 && uint32_t(e) < c.vocab) return e;
+  return 0;
+}
+
 }  // namespace
+
+// Throughput mode: co.self_batch sequences share each pass over the blocks.
+std::vector<int32_t> self_calibration_ids(Model& model, uint64_t n, uint64_t L, const CalibrationOptions& co,
+                                          const PackCallbacks& cb) {
+  if (L < 1 || L > model.config().max_positions)
+    throw Error("self-calibration: sequences of " + std::to_string(L) + " tokens must be in [1, " +
+                std::to_string(model.config().max_positions) + "] (max_position_embeddings)");
+  const int32_t start = self_calibration_start(model.config());
+  const std::vector<std::vector<int32_t>> prompts(n, std::vector<int32_t>{start});
+  SamplerOptions so;
+  so.temperature = co.self_temperature;
+  so.top_p = co.self_top_p;
+  so.seed = co.seed;
+  BatchGenerationOptions bo;
+  bo.batch = std::max<uint32_t>(1, co.self_batch);
+  bo.max_new_tokens = L - 1;
+  bo.stop_at_eos = false;
+  PackProgress progress;
+  progress.stage = "generate";
+  progress.unit = "sequences";
+  progress.tensors_total = n;
+  if (cb.on_progress) cb.on_progress(progress);
+  std::vector<int32_t> ids(n * L);
+  generate_batch(model, prompts, so, bo, [&](size_t i, const std::vector<int32_t>& out) {
+    if (out.size() != L - 1)  // only the context end stops a sequence early, and L fits the context
+      throw Error("self-calibration: sequence " + std::to_string(i + 1) + " stopped after " +
+                  std::to_string(out.size()) + " of " + std::to_string(L - 1) + " tokens");
+    ids[i * L] = start;
+    std::copy(out.begin(), out.end(), ids.begin() + ptrdiff_t(i * L + 1));
+    progress.tensors_done += 1;
+    if (cb.on_progress) cb.on_progress(progress);
+  });
+  return ids;
+}
 
 PackSummary pack_calibrated(const std::string& source_dir, const std::string& output_path,
                             const PackOptions& o, const CalibrationOptions& co, const PackCallbacks& cb) {
@@ -240,11 +297,11 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     throw Error("N:M pattern needs 0 < N < M");
   if (co.n_samples == 0) throw Error("--calib-samples must be at least 1");
   packer_detail::validate_options(o);
-  const std::string text = read_file(co.text_path);
+  const std::string text = co.self_generated() ? std::string() : read_file(co.text_path);
   std::unique_ptr<Checkpoint> ck = Checkpoint::open(source_dir);
   packer_detail::check_output_is_not_input(output_path, *ck);  // before the long part, not after
   std::vector<int32_t> given_ids;  // --calib-ids, checked before the long part too
-  if (co.ids) {
+  if (co.ids && !co.self_generated()) {
     given_ids = parse_ids(text, ck->shape().vocab, co.text_path);
     require_windows(given_ids.size(), co.seq_len ? co.seq_len : ck->shape().max_positions, co.text_path);
   }
@@ -272,32 +329,50 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     reader = ContainerReader::open(model_file.path());
   }
   // Exact f32 activations: calibration is the reference, whatever endor-infer's default is.
+  pruning::set_threads(co.n_threads);
   std::unique_ptr<Backend> backend = make_backend("cpu", co.n_threads, /*exact=*/true);
   std::unique_ptr<Model> model = load_model(*reader, *backend);
   const ModelConfig c = model->config();
 
-  // 2. Calibration windows, embedded into the activation store.
-  std::vector<int32_t> ids = std::move(given_ids);
-  if (!co.ids) {
-    const std::optional<std::string_view> tok_json = reader->file("tokenizer.json");
-    if (!tok_json) throw Error(source_dir + ": no tokenizer.json; calibration needs the checkpoint's tokenizer");
-    const Tokenizer tokenizer = Tokenizer::from_json(*tok_json, source_dir + "/tokenizer.json");
-    ids = tokenizer.encode(text, true);
-  }
-  const uint64_t L = co.seq_len ? co.seq_len : c.max_positions;
+  // 2. Calibration windows (token ids and where each window starts), embedded into the activation store.
+  const uint64_t S = co.n_samples, H = c.hidden;
+  const uint64_t L = co.seq_len                ? co.seq_len
+                     : co.self_generated() ? std::min<uint64_t>(kSelfCalibSeqLen, c.max_positions)
+                                             : c.max_positions;
   if (L < 1 || L > c.max_positions)
     throw Error("--calib-seqlen " + std::to_string(L) + " must be in [1, " + std::to_string(c.max_positions) +
                 "] (max_position_embeddings)");
-  require_windows(ids.size(), L, co.text_path);
-  const uint64_t S = co.n_samples, H = c.hidden;
+  std::vector<int32_t> ids = std::move(given_ids);
+  std::vector<uint64_t> starts(S);
+  // Wall seconds per phase, reported as a note when calibration ends.
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  double generate_s = 0.0, stats_s = 0.0, prune_s = 0.0, rerun_s = 0.0;
+  if (co.self_generated()) {
+    if (cb.on_note)
+      cb.on_note("no --calib: calibrating on " + std::to_string(S) + " x " + std::to_string(L) +
+                 " tokens generated by the model itself (--calib FILE for text of your own)");
+    const auto t0 = Clock::now();
+    ids = self_calibration_ids(*model, S, L, co, cb);
+    generate_s = since(t0);
+    for (uint64_t s = 0; s < S; ++s) starts[s] = s * L;  // one window per sequence
+  } else {
+    if (!co.ids) {
+      const std::optional<std::string_view> tok_json = reader->file("tokenizer.json");
+      if (!tok_json) throw Error(source_dir + ": no tokenizer.json; calibration needs the checkpoint's tokenizer");
+      const Tokenizer tokenizer = Tokenizer::from_json(*tok_json, source_dir + "/tokenizer.json");
+      ids = tokenizer.encode(text, true);
+    }
+    require_windows(ids.size(), L, co.text_path);
+    std::mt19937_64 rng(co.seed);
+    std::uniform_int_distribution<uint64_t> start_dist(0, ids.size() - L - 1);
+    for (uint64_t s = 0; s < S; ++s) starts[s] = start_dist(rng);
+  }
   std::optional<ActivationStore> acts;
   acts.emplace(output_path + ".calib-acts" + tag, L * H, cb.on_temp_file);
   std::vector<float> window(L * H);  // [L, H]: the one window in memory
-  std::mt19937_64 rng(co.seed);
-  std::uniform_int_distribution<uint64_t> start_dist(0, ids.size() - L - 1);
   for (uint64_t s = 0; s < S; ++s) {
-    const uint64_t start = start_dist(rng);
-    model->embed(ids.data() + start, L, window.data());
+    model->embed(ids.data() + starts[s], L, window.data());
     acts->write(s, window.data());
   }
   for (uint32_t g = 0; g < reader->manifest().groups.size(); ++g)
@@ -315,6 +390,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   SpilledTensors spilled(output_path + ".calib-tensors" + tag, cb.on_temp_file);
   PackProgress progress;
   progress.stage = "calibrate";
+  progress.unit = "blocks";
   progress.tensors_total = c.n_layers;
   if (cb.on_progress) cb.on_progress(progress);  // the windows are embedded: blocks start
   for (uint32_t l = 0; l < c.n_layers; ++l) {
@@ -339,10 +415,12 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
       if (wanda) wstats.try_emplace(linear, in).first->second.add_batch(x, n, in, 1);
       else hstats.try_emplace(linear, in).first->second.add_batch(x, n, in, 1);
     };
+    auto t_phase = Clock::now();
     for (uint64_t s = 0; s < S; ++s) {  // dense pass: statistics, one window per call
       acts->read(s, window.data());
       model->forward_block(l, window.data(), L, hook);
     }
+    stats_s += since(t_phase);
 
     struct Pruned {
       std::string linear, name;
@@ -369,8 +447,10 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
       p.linear = linear;
       p.name = name;
       p.original = view->info;
+      const auto t_prune = Clock::now();
       p.enc = prune_linear(w.data(), rows, cols, wanda ? &wstats.at(linear) : nullptr,
                            wanda ? nullptr : &hstats.at(linear), target, spec, o, tr->second);
+      prune_s += since(t_prune);
       hstats.erase(linear);  // n_in² floats: free before the next Linear's work
       if (co.on_pruned) co.on_pruned(name, w.data(), rows, cols);
       p.info.name = name;
@@ -384,11 +464,13 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
       // fp16 model after writing the pruned weights back into it).
       model->replace_block_weight(l, linear, TensorView{&p.info, p.enc.layout, p.enc.bytes.data()});
     }
+    t_phase = Clock::now();
     for (uint64_t s = 0; s < S; ++s) {  // pruned pass: the next block's inputs, in place
       acts->read(s, window.data());
       model->forward_block(l, window.data(), L, {});
       acts->write(s, window.data());
     }
+    rerun_s += since(t_phase);
     for (Pruned& p : pruned) {
       spilled.add(p.name, p.enc);
       // Give the model its original weight back so it refers to nothing that is freed below.
@@ -401,6 +483,13 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     if (cb.on_progress) cb.on_progress(progress);
   }
   // Free the runtime's buffers, the temporary model and the activations before the output pass.
+  if (cb.on_note) {
+    char line[256];
+    std::snprintf(line, sizeof line, "calibration took %.1f s: generating the text %.1f s, dense passes with statistics %.1f s, "
+                  "%s %.1f s, pruned passes %.1f s", generate_s + stats_s + prune_s + rerun_s, generate_s, stats_s,
+                  spec.method.c_str(), prune_s, rerun_s);
+    cb.on_note(line);
+  }
   acts.reset();
   model.reset();
   backend.reset();
@@ -409,8 +498,16 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
 
   // 4. The output, through the normal packer path (the calibrated Linears come from `spilled`).
   // The text's file name only: the manifest must not carry the packer's file system layout.
-  nlohmann::json calibration = {{co.ids ? "ids" : "text", packer_detail::base_name(co.text_path)}, {"samples", S}, {"seq_len", L}, {"seed", co.seed},
-                                {"tokens", ids.size()}, {"sampling", "uniform window start, std::mt19937_64"}};
+  nlohmann::json calibration = {{"samples", S}, {"seq_len", L}, {"seed", co.seed}, {"tokens", ids.size()}};
+  if (co.self_generated()) {
+    calibration["generated"] = {{"by", "the model itself"}, {"start_token", ids.empty() ? -1 : ids[0]},
+                                {"temperature", co.self_temperature}, {"top_p", co.self_top_p},
+                               };
+    calibration["sampling"] = "one window per generated sequence";
+  } else {
+    calibration[co.ids ? "ids" : "text"] = packer_detail::base_name(co.text_path);
+    calibration["sampling"] = "uniform window start, std::mt19937_64";
+  }
   return pack_checkpoint_with_pruner(source_dir, output_path, o, &spilled, cb, calibration);
 }
 

@@ -308,6 +308,8 @@ EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape
   return encode_tensor(w, shape, eo);
 }
 
+static bool is_float_type(ValueType v) { return v == ValueType::F16 || v == ValueType::BF16 || v == ValueType::F32; }
+
 PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, const TensorTreatment& tr,
                               Pruner* pruner, const PackOptions& o) {
   PreparedTensor p;
@@ -338,7 +340,10 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
     if (tr.prune && pruner) encoded = pruner->take_encoded(t.name);
     if (encoded) {
       const TensorLayout& L = encoded->layout;
-      if (L.rows * L.cols != t.numel() || L.rows != t.rows() || L.value_type != tr.value_type ||
+      // A float tensor may come back in another float type (the calibration driver stores
+      // SparseGPT's updated weights f16 rather than bf16: calibrate.cpp, updated_value_type).
+      if (is_float_type(L.value_type) && is_float_type(tr.value_type)) p.info.value_type = L.value_type;
+      if (L.rows * L.cols != t.numel() || L.rows != t.rows() || L.value_type != p.info.value_type ||
           L.group_size != p.info.group_size || L.int4_params != p.info.int4_params ||
           encoded->bytes.size() != L.total_bytes)
         throw Error(std::string("the precomputed encoding does not match the tensor (") + to_string(L.value_type) +

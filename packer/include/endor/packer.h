@@ -285,6 +285,7 @@ struct PackOptions {
 struct PackProgress {
   std::string stage;                   // "pack", "compare", ...
   std::string tensor;                  // current tensor name
+  const char* unit = "tensors";        // what tensors_done/_total count ("blocks", "sequences")
   uint64_t tensors_done = 0, tensors_total = 0;
   uint64_t bytes_done = 0, bytes_total = 0;  // source bytes
 };
@@ -297,6 +298,9 @@ using TempFileCallback = std::function<void(const std::string& path, bool exists
 struct PackCallbacks {
   std::function<void(const PackProgress&)> on_progress;
   TempFileCallback on_temp_file;
+  // A choice made where the options were silent, as one line (e.g. the self-generated
+  // calibration's size), reported before the work it concerns.
+  std::function<void(const std::string&)> on_note;
 };
 
 struct PackSummary {
@@ -360,13 +364,28 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
 // adds one); with std::mt19937_64(seed), each of n_samples windows starts at
 // std::uniform_int_distribution<uint64_t>(0, n_tokens - seq_len - 1)(rng) (the reference's
 // random.randint(0, len - seqlen - 1) over one C4 document; here the whole text is one document).
+// The defaults of `endor-pack prune` without --calib (bench/ACCURACY.md, "The default prune").
+inline constexpr uint64_t kSelfCalibSamples = 32;
+inline constexpr uint64_t kSelfCalibSeqLen = 512;
+
+// Self-generated calibration (text_path empty: no --calib/--calib-ids): the model writes its own
+// calibration text first. n_samples sequences, each started at the BOS token (else the first EOS
+// token, else id 0) and continued for seq_len - 1 tokens sampled at self_temperature / self_top_p
+// with seed + the sequence's index (EOS does not stop a sequence), self_batch sequences at a time
+// (throughput mode: one pass over the blocks per step for all of them). Each sequence is one
+// calibration window. Needs no tokenizer.
 struct CalibrationOptions {
-  std::string text_path;               // --calib (or --calib-ids: then a file of token ids)
+  std::string text_path;               // --calib (or --calib-ids: then a file of token ids); empty: self-generated
   bool ids = false;                    // text_path holds whitespace-separated token ids, not text
   uint64_t n_samples = 128;            // --calib-samples
   uint64_t seq_len = 0;                // --calib-seqlen; 0 = the model's max_position_embeddings
+                                       // (self-generated: min(kSelfCalibSeqLen, max_position_embeddings))
   uint64_t seed = 0;                   // --seed
-  int n_threads = 0;                   // CPU backend threads (0 = OpenMP default)
+  int n_threads = 0;                   // CPU threads: backend, OpenMP and BLAS (0 = all cores)
+  float self_temperature = 1.0f;
+  float self_top_p = 1.0f;
+  uint32_t self_batch = 16;            // sequences generated together (KV caches: self_batch x seq_len tokens)
+  bool self_generated() const { return text_path.empty(); }
   // Called with each calibrated Linear's f32 weights [rows, cols] as the algorithm leaves them
   // (SparseGPT with --quant: the dequantized codes it chose), before they are encoded. Optional.
   std::function<void(const std::string& tensor, const float* w, uint64_t rows, uint64_t cols)> on_pruned;
@@ -387,6 +406,13 @@ struct CalibrationOptions {
 // block's weights, statistics and pruning work (calibrate.cpp; measured in packer/README.md).
 PackSummary pack_calibrated(const std::string& source_dir, const std::string& output_path,
                             const PackOptions&, const CalibrationOptions&, const PackCallbacks& = {});
+
+class Model;
+// Self-generated calibration text (CalibrationOptions): n sequences of L tokens the model writes,
+// concatenated [n * L] in sequence order, each starting at the start token. Throws when L is
+// outside [1, the context length].
+std::vector<int32_t> self_calibration_ids(Model& model, uint64_t n, uint64_t L, const CalibrationOptions& co,
+                                          const PackCallbacks& cb = {});
 
 // Provenance object written into the manifest.
 nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&);

@@ -228,4 +228,8 @@ struct SparseGptResult {
 SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float* h,
                                 const SparseGptOptions&);
 
+// Threads for everything above: OpenMP (the row loops) and the BLAS/LAPACK library (its own
+// threads). n <= 0 leaves them at their defaults (every core).
+void set_threads(int n);
+
 }  // namespace endor::pruning
