@@ -1,5 +1,6 @@
-// GGUF v3 for llama.cpp: llama (Mistral as llama) and qwen2, F16/BF16/F32 tensors under llama.cpp's
-// names, `{arch}.*` hyperparameters from config.json and `tokenizer.ggml.*` from the container's
+// GGUF v3 for llama.cpp: llama (Mistral as llama) and qwen2, F16/BF16/F32 tensors and int4/int8g
+// as Q4_1/Q4_K/Q8_0 blocks (where those hold the decoded values exactly) under llama.cpp's names,
+// `{arch}.*` hyperparameters from config.json and `tokenizer.ggml.*` from the container's
 // byte-level BPE tokenizer.json. The inverse of gguf_model.cpp / gguf_tokenizer.cpp: what this
 // writes, `endor-pack convert` reads back to the same weights (tests/cli/test_export.cpp).
 #include <cmath>
@@ -100,15 +101,37 @@ struct GgufTensor {
   uint64_t n_bytes = 0, offset = 0;
 };
 
-// An int4/int4k tensor as Q4_1/Q4_K blocks holding its decoded values exactly (gguf_blocks_exact),
-// rows in llama.cpp's order; nullopt when none does or --dtype forces floats.
+// An int4/int4k/int8g tensor as Q4_1/Q4_K/Q8_0 blocks holding its decoded values exactly
+// (gguf_blocks_exact: every row dequantized as gguf-py does and compared bit for bit), rows in
+// llama.cpp's order; nullopt when none does or --dtype forces floats.
+bool block_candidate(const ExportJob& job, const TensorInfo& t) {
+  return (t.value_type == ValueType::I4 || t.value_type == ValueType::I8G) && t.shape.size() == 2 && !job.options.dtype;
+}
 std::optional<GgufBlocks> exact_blocks(const ExportJob& job, const TensorInfo& t, uint32_t permute_heads) {
-  if (t.value_type != ValueType::I4 || t.shape.size() != 2 || job.options.dtype) return std::nullopt;
+  if (!block_candidate(job, t)) return std::nullopt;
   const std::vector<float> w = decode_tensor(job.reader, t);
   const uint64_t rows = t.shape[0];
   return gguf_blocks_exact(job.reader.tensor(t), w.data(), [&](uint64_t r) {
     return permute_heads ? gguf_row_of_hf_row(r, rows, permute_heads) : r;
   });
+}
+
+// general.file_type (llama_ftype) for the type most matrices are written in, a block type before a
+// float type on a tie: MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_Q4_1 3, MOSTLY_F16 1, MOSTLY_BF16 32,
+// ALL_F32 0.
+uint32_t gguf_file_type(const std::map<GgmlType, int>& matrices) {
+  static const std::pair<GgmlType, uint32_t> kOrder[] = {{GgmlType::Q8_0, 7}, {GgmlType::Q4_K, 14}, {GgmlType::Q4_1, 3},
+                                                         {GgmlType::F16, 1},  {GgmlType::BF16, 32}, {GgmlType::F32, 0}};
+  uint32_t ftype = 0;
+  int most = 0;
+  for (const auto& [type, code] : kOrder) {
+    const auto it = matrices.find(type);
+    if (it != matrices.end() && it->second > most) {
+      most = it->second;
+      ftype = code;
+    }
+  }
+  return ftype;
 }
 
 std::string gguf_name(const ExportJob& job, const TensorInfo& t, const std::string& arch) {
@@ -311,7 +334,9 @@ void export_gguf(ExportJob& job) {
   // Tensors, in container order, with their llama.cpp names and types.
   std::vector<GgufTensor> tensors;
   uint64_t offset = 0;
-  int n_f16 = 0, n_bf16 = 0, n_q4_1 = 0, n_q4_k = 0;
+  std::map<GgmlType, int> matrices;   // 2-D tensors per written type
+  std::map<GgmlType, int> as_blocks;  // int4/int4k/int8g tensors written as blocks, per block type
+  std::vector<std::string> as_floats; // int4/int4k/int8g tensors no block type holds exactly
   for (const TensorInfo& t : m.tensors) {
     GgufTensor g;
     g.info = &t;
@@ -322,32 +347,39 @@ void export_gguf(ExportJob& job) {
       if (t.shape.size() != 2 || t.shape[0] % (2 * g.permute_heads) != 0)
         fail(job.where(t), "rows are not 2 x a multiple of its heads; llama.cpp's rotary order cannot be applied");
     }
-    // int4 in llama.cpp's own blocks where they hold it exactly (decided here, rebuilt when written:
-    // one tensor in memory at a time); otherwise floats by the exact rule.
+    // int4/int8g in llama.cpp's own blocks where they hold it exactly (decided here, rebuilt when
+    // written: one tensor in memory at a time); otherwise floats by the exact rule.
     std::optional<GgufBlocks> blocks = exact_blocks(job, t, g.permute_heads);
     if (blocks) {
       g.type = blocks->type;
       g.n_bytes = blocks->bytes.size();
-      n_q4_1 += g.type == GgmlType::Q4_1;
-      n_q4_k += g.type == GgmlType::Q4_K;
+      ++as_blocks[g.type];
     } else {
+      if (block_candidate(job, t)) as_floats.push_back(t.name);
       // llama.cpp keeps norms and biases in f32
       g.value_type = t.shape.size() == 1 ? ValueType::F32 : export_float_type(job, t);
       g.type = g.value_type == ValueType::F16 ? GgmlType::F16 : g.value_type == ValueType::BF16 ? GgmlType::BF16 : GgmlType::F32;
       g.n_bytes = t.numel() * (value_bits(g.value_type) / 8);
     }
-    n_f16 += t.shape.size() == 2 && g.type == GgmlType::F16;
-    n_bf16 += t.shape.size() == 2 && g.type == GgmlType::BF16;
+    if (t.shape.size() == 2) ++matrices[g.type];
     g.offset = offset;
     offset += (g.n_bytes + kAlignment - 1) / kAlignment * kAlignment;
     tensors.push_back(g);
   }
-  // llama_ftype: MOSTLY_Q4_K_S, MOSTLY_Q4_1, MOSTLY_F16, MOSTLY_BF16, ALL_F32 (what most matrices are)
-  kv.push_back({"general.file_type", gv_u32(n_q4_k && n_q4_k >= n_q4_1 ? 14 : n_q4_1 ? 3 : n_f16 ? 1 : n_bf16 ? 32 : 0)});
-  if (n_q4_1 + n_q4_k)
-    job.summary.notes.push_back(std::to_string(n_q4_1 + n_q4_k) + " int4 tensors written as llama.cpp's " +
-                                (n_q4_k ? (n_q4_1 ? "Q4_1 and Q4_K" : "Q4_K") : "Q4_1") + " blocks (exact)");
-  job.summary.quantized_tensors += uint64_t(n_q4_1 + n_q4_k);
+  kv.push_back({"general.file_type", gv_u32(gguf_file_type(matrices))});
+  int n_blocks = 0;
+  std::string kinds;
+  for (const auto& [type, n] : as_blocks) {
+    n_blocks += n;
+    kinds += (kinds.empty() ? "" : ", ") + std::to_string(n) + " " + ggml_type_name(type);
+  }
+  if (n_blocks)
+    job.summary.notes.push_back(std::to_string(n_blocks) + " int4/int8g tensors written as llama.cpp's own blocks, exactly (" + kinds + ")");
+  if (!as_floats.empty())
+    job.summary.notes.push_back(std::to_string(as_floats.size()) + " int4/int8g tensors written as floats: no block type holds their " +
+                                "values exactly (Q4_1/Q8_0 need groups of a multiple of 32 columns, Q4_K whole 256-column " +
+                                "super-blocks), e.g. '" + as_floats.front() + "'");
+  job.summary.quantized_tensors += uint64_t(n_blocks);
   for (auto& e : tokenizer_metadata(job, c)) kv.push_back(std::move(e));
 
   Bytes head;
@@ -375,9 +407,10 @@ void export_gguf(ExportJob& job) {
   for (const GgufTensor& g : tensors) {
     f.zeros(g.offset - at);
     const TensorInfo& t = *g.info;
-    if (g.type == GgmlType::Q4_1 || g.type == GgmlType::Q4_K) {
+    if (ggml_block_elements(g.type) > 1) {
       const std::optional<GgufBlocks> blocks = exact_blocks(job, t, g.permute_heads);
-      if (!blocks || blocks->type != g.type || blocks->bytes.size() != g.n_bytes) fail(job.where(t), "int4 blocks changed while exporting");
+      if (!blocks || blocks->type != g.type || blocks->bytes.size() != g.n_bytes)
+        fail(job.where(t), std::string(ggml_type_name(g.type)) + " blocks changed while exporting");
       f.write(blocks->bytes.data(), blocks->bytes.size());
       at = g.offset + g.n_bytes;
       continue;

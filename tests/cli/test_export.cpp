@@ -1,8 +1,10 @@
 // `endor-pack export` end to end on the transformers-made fixtures: every target's output read back
 // by `endor-pack convert` decodes to the original container's values bit for bit (tied and untied
-// heads, GQA, OPT where the target has it, int4 and int8, sharded safetensors); the independent
-// numpy reader of compressed-tensors (tools/ct_reader.py, when python3 has numpy) agrees; bad input
-// is one line, a non-zero exit and nothing written.
+// heads, GQA, OPT where the target has it, int4, int8 and int8g, sharded safetensors); each GGUF
+// tensor has the GGML type its value type calls for (Q4_1, Q8_0 or floats) and each
+// compressed-tensors folder declares its scheme; int8g's Q8_0 blocks are the container's codes and
+// scales; the independent numpy reader of compressed-tensors (tools/ct_reader.py, when python3 has
+// numpy) agrees; bad input is one line, a non-zero exit and nothing written.
 #include <doctest/doctest.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -26,6 +28,7 @@
 #include "../packer/synthetic_checkpoint.h"
 #include "endor/export.h"
 #include "endor/format.h"
+#include "endor/gguf.h"
 
 extern char** environ;
 
@@ -136,10 +139,66 @@ std::string numpy_python() {
   return std::system((quote(py) + " -c 'import numpy' > /dev/null 2>&1").c_str()) == 0 ? py : "";
 }
 
+// The GGML types a GGUF export must hold, by role: decoder Linears, token_embd, output ("" when the
+// head is tied: no output.weight); norms and biases are always F32. file_type: general.file_type.
+struct GgufTypes {
+  std::string linear, embed, head;
+  uint64_t file_type = 0;
+  std::string note;  // a line the export prints (its notes)
+};
+
+// Every tensor of the GGUF at `path` has the type its role calls for.
+void check_gguf_types(const std::string& path, const GgufTypes& want) {
+  const auto f = endor::GgufFile::open(path);
+  const endor::GgufHeader& h = f->header();
+  std::map<std::string, int> seen;
+  for (const endor::GgufTensorInfo& t : h.tensors) {
+    const std::string role = t.ne.size() == 1 ? "1-D" : t.name == "token_embd.weight" ? "embed" : t.name == "output.weight" ? "head" : "linear";
+    const std::string expected = role == "1-D" ? "F32" : role == "embed" ? want.embed : role == "head" ? want.head : want.linear;
+    INFO(path << ": " << t.name);
+    CHECK(std::string(endor::ggml_type_name(t.type)) == expected);
+    ++seen[role];
+  }
+  CHECK(seen["linear"] > 0);
+  CHECK(seen["embed"] == 1);
+  CHECK(seen["head"] == (want.head.empty() ? 0 : 1));
+  const endor::GgufValue* ft = h.find("general.file_type");
+  REQUIRE(ft != nullptr);
+  CHECK(ft->u == want.file_type);
+}
+
+// The compressed-tensors scheme a folder's config.json must declare for its packed Linears: one
+// config group, the given bits, strategy and group size (null for the channel strategy).
+struct CtScheme {
+  int num_bits = 0;
+  std::string strategy;
+  int group_size = 0;  // 0: channel (group_size null)
+};
+
+void check_ct_scheme(const std::string& folder, const CtScheme& want) {
+  const nlohmann::json cfg = nlohmann::json::parse(read_bytes(folder + "/config.json"));
+  INFO(folder << ": " << cfg["quantization_config"].dump());
+  const nlohmann::json& qc = cfg["quantization_config"];
+  CHECK(qc["quant_method"] == "compressed-tensors");
+  CHECK(qc["format"] == "pack-quantized");
+  REQUIRE(qc["config_groups"].size() == 1);
+  const nlohmann::json& g = qc["config_groups"]["group_0"];
+  CHECK(g["targets"] == nlohmann::json::array({"Linear"}));
+  const nlohmann::json& w = g["weights"];
+  CHECK(w["type"] == "int");
+  CHECK(w["num_bits"] == want.num_bits);
+  CHECK(w["strategy"] == want.strategy);
+  CHECK(w["symmetric"] == (want.num_bits == 8));  // int8/int8g symmetric, int4 with zero points
+  if (want.group_size) CHECK(w["group_size"] == want.group_size);
+  else CHECK(w["group_size"].is_null());
+}
+
 struct Case {
   std::string fixture;
   std::vector<std::string> pack_args;  // after "SRC -o X.endor"
   std::vector<std::string> targets;
+  GgufTypes gguf;                      // when targets has gguf
+  CtScheme ct;                         // when targets has compressed-tensors
 };
 
 }  // namespace
@@ -148,20 +207,35 @@ TEST_CASE("export round trips: hf, compressed-tensors and gguf read back by conv
   const std::string dir = make_temp_dir("export-rt");
   const std::string py = numpy_python();
   if (py.empty()) MESSAGE("PARTLY SKIPPED: no python3 with numpy ($ENDOR_PYTHON): tools/ct_reader.py is not run");
+  const std::string blocks = "written as llama.cpp's own blocks, exactly", floats = "written as floats: no block type";
   const std::vector<Case> cases = {
-      // untied head, MHA, f32 source; int4 groups of 32 with pruning
-      {"llama-tiny", {"prune", "--sparsity", "0.5", "--quant", "int4", "--group-size", "32"}, {"hf", "compressed-tensors", "gguf"}},
-      // tied embedding, GQA 4/2, head_dim 24, bf16 source; int8 Linears and an int8 embedding
-      {"llama-gqa-bf16", {"prune", "--sparsity", "0.5", "--quant", "int8", "--quant-head", "int8"}, {"hf", "compressed-tensors", "gguf"}},
-      // int8g: Q8_0 blocks in the GGUF, group-strategy int8 in compressed-tensors (untied head: int8g too)
-      {"llama-tiny", {"prune", "--sparsity", "0.5", "--quant", "int8g", "--quant-head", "int8g", "--group-size", "32"}, {"hf", "compressed-tensors", "gguf"}},
-      // q/k/v biases, tied, intermediate 88 (groups of 8 divide it)
-      {"qwen2-tiny", {"prune", "--sparsity", "0.5", "--quant", "int4", "--group-size", "8"}, {"hf", "compressed-tensors", "gguf"}},
+      // untied head, MHA, f32 source; int4 groups of 32 with pruning: Q4_1 (MOSTLY_Q4_1 3)
+      {"llama-tiny", {"prune", "--sparsity", "0.5", "--quant", "int4", "--group-size", "32"}, {"hf", "compressed-tensors", "gguf"},
+       {"Q4_1", "F32", "F32", 3, blocks}, {4, "group", 32}},
+      // tied embedding, GQA 4/2, head_dim 24, bf16 source; int8 Linears and an int8 embedding (no block
+      // type holds a per-row f32 scale: floats, f32 where bf16 does not hold them)
+      {"llama-gqa-bf16", {"prune", "--sparsity", "0.5", "--quant", "int8", "--quant-head", "int8"}, {"hf", "compressed-tensors", "gguf"},
+       {"F32", "F32", "", 0, "int8/int4 tensors written as F32"}, {8, "channel", 0}},
+      // int8g: Q8_0 blocks in the GGUF (MOSTLY_Q8_0 7; pruned weights as code 0), group-strategy int8
+      // in compressed-tensors (untied head: int8g too, decoded there)
+      {"llama-tiny", {"prune", "--sparsity", "0.5", "--quant", "int8g", "--quant-head", "int8g", "--group-size", "32"}, {"hf", "compressed-tensors", "gguf"},
+       {"Q8_0", "Q8_0", "Q8_0", 7, blocks}, {8, "group", 32}},
+      // int8g at groups of 64, dense: each Q8_0 block repeats its group's scale
+      {"llama-tiny", {"prune", "--sparsity", "0", "--quant", "int8g", "--group-size", "64"}, {"compressed-tensors", "gguf"},
+       {"Q8_0", "F32", "F32", 7, blocks}, {8, "group", 64}},
+      // int8g at groups of 16 and int4k on rows of 64/128 columns (not whole 256-column super-blocks):
+      // no block type holds them; floats (the f32 source's type), said so
+      {"llama-tiny", {"prune", "--sparsity", "0.5", "--quant", "int8g", "--group-size", "16"}, {"gguf"}, {"F32", "F32", "F32", 0, floats}, {}},
+      {"llama-tiny", {"prune", "--sparsity", "0.5", "--quant", "int4k"}, {"gguf"}, {"F32", "F32", "F32", 0, floats}, {}},
+      // q/k/v biases, tied, intermediate 88 (groups of 8 divide it; no block type holds groups of 8)
+      {"qwen2-tiny", {"prune", "--sparsity", "0.5", "--quant", "int4", "--group-size", "8"}, {"hf", "compressed-tensors", "gguf"},
+       {"F32", "F32", "", 0, floats}, {4, "group", 8}},
       // OPT: no llama.cpp architecture; f16 source, dense int4
-      {"opt-postln-proj", {"prune", "--sparsity", "0", "--quant", "int4", "--group-size", "16"}, {"hf", "compressed-tensors"}},
-      {"opt-tiny", {"prune", "--sparsity", "0.5", "--quant", "int4", "--group-size", "32", "--quant-head", "int4"}, {"hf", "compressed-tensors"}},
-      // dense floats, f16 source, sliding window (a note for gguf)
-      {"mistral-tiny", {"convert", "--dtype", "f16"}, {"hf", "gguf"}},
+      {"opt-postln-proj", {"prune", "--sparsity", "0", "--quant", "int4", "--group-size", "16"}, {"hf", "compressed-tensors"}, {}, {4, "group", 16}},
+      {"opt-tiny", {"prune", "--sparsity", "0.5", "--quant", "int4", "--group-size", "32", "--quant-head", "int4"}, {"hf", "compressed-tensors"},
+       {}, {4, "group", 32}},
+      // dense floats, f16 source, sliding window (a note for gguf): MOSTLY_F16 1
+      {"mistral-tiny", {"convert", "--dtype", "f16"}, {"hf", "gguf"}, {"F16", "F16", "F16", 1, "sliding_window"}, {}},
   };
   for (const Case& c : cases) {
     const std::string name = c.fixture + "-" + c.pack_args[0] + "-" + std::to_string(&c - cases.data());
@@ -172,9 +246,21 @@ TEST_CASE("export round trips: hf, compressed-tensors and gguf read back by conv
     for (const std::string& target : c.targets) {
       INFO(name << " --to " << target);
       const std::string out = dir + "/" + name + "." + target + (target == "gguf" ? ".gguf" : "");
-      require_ok(pack({"export", endor, "--to", target, "-o", out}, dir), "export");
+      const Run exported = pack({"export", endor, "--to", target, "-o", out}, dir);
+      require_ok(exported, "export");
+      if (target == "gguf") {
+        check_gguf_types(out, c.gguf);
+        INFO(exported.err);
+        CHECK(exported.err.find(c.gguf.note) != std::string::npos);
+      }
+      if (target == "compressed-tensors") check_ct_scheme(out, c.ct);
       const std::string back = dir + "/" + name + "." + target + ".back.endor";
-      require_ok(pack({"convert", out, "-o", back}, dir), "convert the export back");
+      // (convert stores a GGUF's block types in f16 unless told otherwise; Q8_0's d·q has up to
+      // 19 significant bits, so its values come back exactly in f32)
+      const bool q8_0 = target == "gguf" && (c.gguf.linear == "Q8_0" || c.gguf.embed == "Q8_0");
+      std::vector<std::string> convert = {"convert", out, "-o", back};
+      if (q8_0) convert.insert(convert.end(), {"--dtype", "f32"});
+      require_ok(pack(convert, dir), "convert the export back");
       check_same_weights(endor, back);
       if (target == "gguf") check_same_hyperparameters(endor, back);
       if (target == "compressed-tensors" && !py.empty()) {
@@ -185,6 +271,92 @@ TEST_CASE("export round trips: hf, compressed-tensors and gguf read back by conv
         CHECK(rc == 0);
       }
     }
+  }
+  remove_tree(dir);
+}
+
+namespace {
+
+// An int8g tensor's codes [rows, cols], an absent (bitmap) weight as code 0.
+std::vector<int8_t> int8g_codes(const endor::TensorView& v) {
+  const endor::TensorLayout& L = v.layout;
+  REQUIRE(L.value_type == endor::ValueType::I8G);
+  std::vector<int8_t> codes(L.rows * L.cols, 0);
+  const int8_t* values = reinterpret_cast<const int8_t*>(v.values());
+  if (L.encoding == endor::Encoding::Dense) {
+    std::memcpy(codes.data(), values, codes.size());
+    return codes;
+  }
+  uint64_t k = 0;
+  for (uint64_t r = 0; r < L.rows; ++r)
+    for (uint64_t c = 0; c < L.cols; ++c)
+      if ((v.bitmap()[r * L.words_per_row + c / 64] >> (c % 64)) & 1) codes[r * L.cols + c] = values[k++];
+  REQUIRE(k == L.nnz);
+  return codes;
+}
+
+}  // namespace
+
+TEST_CASE("export gguf: int8g leaves as Q8_0 blocks holding the container's codes and scales, and packs back onto them") {
+  const std::string dir = make_temp_dir("export-q8");
+  for (const char* sparsity : {"0", "0.5"}) {
+    CAPTURE(sparsity);
+    const std::string endor = dir + "/m" + sparsity + ".endor", gguf = dir + "/m" + sparsity + ".gguf";
+    const std::string back = dir + "/back" + sparsity + ".endor";
+    require_ok(pack({"prune", fixture("llama-tiny"), "-o", endor, "--sparsity", sparsity, "--quant", "int8g", "--quant-head", "int8g",
+                     "--group-size", "32"}, dir), "pack");
+    require_ok(pack({"export", endor, "--to", "gguf", "-o", gguf}, dir), "export");
+
+    // Block by block: d is the group's f16 scale (its bits), the 32 codes are the container's codes,
+    // in llama.cpp's row order (q/k rows permuted).
+    const auto reader = endor::ContainerReader::open(endor);
+    const auto file = endor::GgufFile::open(gguf);
+    const endor::GgufModel model = endor::gguf_to_model(file->header(), gguf);
+    uint64_t q8 = 0;
+    for (const endor::GgufModelTensor& gt : model.tensors) {
+      if (gt.shape.size() != 2) continue;
+      INFO(gt.hf_name);
+      REQUIRE(gt.info->type == endor::GgmlType::Q8_0);
+      const std::optional<endor::TensorView> v = reader->find_tensor(gt.hf_name);
+      REQUIRE(v.has_value());
+      const std::vector<int8_t> codes = int8g_codes(*v);
+      const uint64_t rows = v->layout.rows, cols = v->layout.cols, bpr = cols / 32;
+      const uint8_t* data = file->data(*gt.info);
+      uint64_t scale_diff = 0, code_diff = 0;
+      for (uint64_t r = 0; r < rows; ++r) {
+        const uint64_t src = gt.permute_heads ? endor::gguf_unpermuted_row(r, rows, gt.permute_heads) : r;
+        for (uint64_t b = 0; b < bpr; ++b) {
+          const uint8_t* blk = data + (src * bpr + b) * endor::ggml_block_bytes(endor::GgmlType::Q8_0);
+          scale_diff += std::memcmp(blk, &v->group_scales()[r * bpr + b], 2) != 0;
+          code_diff += std::memcmp(blk + 2, &codes[r * cols + b * 32], 32) != 0;
+        }
+      }
+      CHECK(scale_diff == 0);
+      CHECK(code_diff == 0);
+      ++q8;
+    }
+    CHECK(q8 == 2 + 7 * 2);  // embedding, head, 7 Linears in each of 2 blocks
+
+    // Packed back from the GGUF at int8g groups of 32: every tensor keeps the file's codes and
+    // scales (the pruned weights as code 0), nothing re-rounded.
+    const Run r = pack({"prune", gguf, "-o", back, "--sparsity", "0", "--quant", "int8g", "--quant-head", "int8g", "--group-size", "32"}, dir);
+    require_ok(r, "pack the GGUF back");
+    CHECK(r.err.find("tensors keep the GGUF's own") != std::string::npos);
+    const auto again = endor::ContainerReader::open(back);
+    uint64_t same = 0;
+    for (const endor::TensorInfo& t : reader->manifest().tensors) {
+      if (t.value_type != endor::ValueType::I8G) continue;
+      INFO(t.name);
+      const std::optional<endor::TensorView> a = reader->find_tensor(t.name), b = again->find_tensor(t.name);
+      REQUIRE(b.has_value());
+      REQUIRE(b->layout.value_type == endor::ValueType::I8G);
+      REQUIRE(b->layout.group_size == 32);
+      CHECK(int8g_codes(*a) == int8g_codes(*b));
+      CHECK(std::memcmp(a->group_scales(), b->group_scales(), a->layout.scales_bytes) == 0);
+      ++same;
+    }
+    CHECK(same == q8);
+    check_same_weights(endor, back);
   }
   remove_tree(dir);
 }
