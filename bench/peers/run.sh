@@ -149,8 +149,8 @@ time_endor() {  # model config -> "tok/s bytes_read_per_token"
 import re, sys
 log = sys.argv[1]
 m = re.search(r"^decode: \d+ tokens in [0-9.]+ ms \(([0-9.]+) tokens/s\)", log, re.M)
-b = re.search(r"^bytes read per token: ([0-9.]+) MB", log, re.M)
-print(m.group(1) if m else "0", int(float(b.group(1)) * 1e6) if b else 0)
+b = re.search(r"^bytes read per token: .*\((\d+) bytes", log, re.M)
+print(m.group(1) if m else "0", b.group(1) if b else 0)
 PY
 }
 for ((r = 1; r <= rounds; ++r)); do

@@ -306,30 +306,4 @@ Manifest Manifest::from_json(const json& root, const Header& header, const std::
   return m;
 }
 
-uint64_t parse_byte_size(const std::string& text) {
-  const std::string bad = "invalid size '" + text + "' (examples: 3G, 512M, 1.5T, 4096)";
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == 0) throw Error(bad);
-  const std::string number = text.substr(0, i);
-  if (number.find('.') != number.rfind('.') || number == ".") throw Error(bad);
-  char* end = nullptr;
-  const double value = std::strtod(number.c_str(), &end);
-  if (end != number.c_str() + number.size() || !std::isfinite(value) || value < 0) throw Error(bad);
-  std::string unit = text.substr(i);
-  for (char& c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.size() >= 2 && unit.compare(unit.size() - 2, 2, "IB") == 0) unit.resize(unit.size() - 2);
-  else if (!unit.empty() && unit.back() == 'B') unit.pop_back();
-  double scale = 1;
-  if (unit == "") scale = 1;
-  else if (unit == "K") scale = 1024.0;
-  else if (unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T") scale = 1024.0 * 1024 * 1024 * 1024;
-  else throw Error(bad);
-  const double bytes = value * scale;
-  if (bytes >= 1.8e19) throw Error(bad);
-  return uint64_t(bytes);
-}
-
 }  // namespace endor

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cleanup.h"
+#include "endor/cli_common.h"
 #include "endor/openmp_policy.h"
 #include "commands.h"
 
@@ -30,11 +31,11 @@ const char kUsage[] =
 }  // namespace
 
 int main(int argc, char** argv) {
-  endor::prefer_passive_openmp(argv);
+  endor::prefer_passive_openmp(argv, /*openblas=*/true);
   endor::cli::install_cleanup_handlers();
   if (argc < 2) {
     std::fputs(kUsage, stderr);
-    return 2;
+    return endor::cli::kExitUsage;
   }
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
   if (cmd == "inspect") return endor::cli::run_inspect(argc - 1, argv + 1);
   if (cmd == "compare") return endor::cli::run_compare(argc - 1, argv + 1);
   if (cmd == "export") return endor::cli::run_export(argc - 1, argv + 1);
-  std::fprintf(stderr, "error: unknown command '%s' (convert, prune, inspect, compare, export; see endor-pack --help)\n",
-               cmd.c_str());
-  return 2;
+  return endor::cli::run_command("endor-pack", [&]() -> int {
+    throw endor::cli::UsageError("unknown command '" + cmd + "': the commands are convert, prune, inspect, compare and export");
+  });
 }

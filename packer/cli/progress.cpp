@@ -7,14 +7,6 @@
 
 namespace endor::cli {
 
-namespace {
-std::string gb(uint64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GB", double(b) / 1e9);
-  return buf;
-}
-}  // namespace
-
 ProgressDisplay::ProgressDisplay()
     : tty_(::isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
@@ -39,7 +31,7 @@ void ProgressDisplay::update(const PackProgress& p) {
   std::snprintf(line, sizeof line, "%s: %3.0f%%  %llu/%llu %s", p.stage.c_str(), 100.0 * frac,
                 (unsigned long long)p.tensors_done, (unsigned long long)p.tensors_total, p.unit);
   std::string text = line;
-  if (p.bytes_total) text += "  " + gb(p.bytes_done) + " / " + gb(p.bytes_total);
+  if (p.bytes_total) text += "  " + format_bytes(p.bytes_done) + " / " + format_bytes(p.bytes_total);
   std::snprintf(line, sizeof line, "  %.0f s", elapsed);
   text += line;
   // The stage's rate and time left, once it has run a while (the first steps include warm-up).

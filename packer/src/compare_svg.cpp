@@ -142,7 +142,7 @@ std::string render_compare_svg(const CompareReport& r) {
     << "<text x=\"20\" y=\"24\" class=\"title\" font-size=\"17\">Endor vs zstd: " << xml_escape(r.description)
     << "</text>\n"
     << "<text x=\"20\" y=\"42\" class=\"sub\">" << r.rows.size() << " tensors, "
-    << num(double(t.dense_bytes) / 1e6, "%.1f") << " MB dense; zstd on the dense bytes, Endor + zstd on the Endor bytes</text>\n"
+    << format_bytes(t.dense_bytes) << " dense; zstd on the dense bytes, Endor + zstd on the Endor bytes</text>\n"
     << body.str() << "</svg>\n";
   return o.str();
 }

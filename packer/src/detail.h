@@ -44,9 +44,6 @@ inline std::string printable(const std::string& s) {
   return out;
 }
 
-// "1.23 MB"-style human sizes (decimal units, as du -h --si / the paper's tables).
-std::string human_bytes(uint64_t n);
-
 // pack.cpp's checks, shared with the calibration driver (which runs them before hours of work):
 // option consistency (dtype, group size, --skip regex), and an output path that would replace
 // an input file, a folder, or a .safetensors file.

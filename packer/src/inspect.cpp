@@ -106,10 +106,9 @@ nlohmann::json inspect_container(const ContainerReader& reader, bool verify) {
 }
 
 std::string render_inspect_text(const nlohmann::json& r) {
-  using packer_detail::human_bytes;
   std::ostringstream o;
   o << r["file"].get<std::string>() << ": Endor container v" << r["format_version"].get<std::string>() << ", "
-    << human_bytes(r["file_bytes"].get<uint64_t>()) << " (" << r["file_bytes"].get<uint64_t>() << " bytes)\n";
+    << format_bytes(r["file_bytes"].get<uint64_t>()) << " (" << r["file_bytes"].get<uint64_t>() << " bytes)\n";
   if (r.contains("model")) {
     const nlohmann::json& mdl = r["model"];
     o << "model: " << mdl.value("model_type", std::string("?"));
@@ -141,7 +140,7 @@ std::string render_inspect_text(const nlohmann::json& r) {
   if (!r["files"].empty()) {
     o << "\nfiles:";
     for (const nlohmann::json& f : r["files"])
-      o << " " << f["name"].get<std::string>() << " (" << human_bytes(f["bytes"].get<uint64_t>()) << ")";
+      o << " " << f["name"].get<std::string>() << " (" << format_bytes(f["bytes"].get<uint64_t>()) << ")";
     o << "\n";
   }
   o << "\ntier   groups  stored        dense (source dtype)  ratio\n";
@@ -149,15 +148,15 @@ std::string render_inspect_text(const nlohmann::json& r) {
     const nlohmann::json& t = r["tiers"][tier];
     if (t["groups"].get<uint64_t>() == 0) continue;
     std::snprintf(line, sizeof line, "%-5s  %6llu  %-12s  %-20s  %s\n", tier, (unsigned long long)t["groups"].get<uint64_t>(),
-                  human_bytes(t["bytes"].get<uint64_t>()).c_str(), human_bytes(t["dense_bytes"].get<uint64_t>()).c_str(),
+                  format_bytes(t["bytes"].get<uint64_t>()).c_str(), format_bytes(t["dense_bytes"].get<uint64_t>()).c_str(),
                   t["dense_bytes"].get<uint64_t>() ? fmt("%.2f%%", 100.0 * t["ratio"].get<double>()).c_str() : "-");
     o << line;
   }
   const nlohmann::json& tot = r["total"];
   std::snprintf(line, sizeof line, "total  %llu tensors, %s of tensor data vs %s dense in the source dtype = %.2f%%, %.2f%% of weights not stored\n",
                 (unsigned long long)tot["tensors"].get<uint64_t>(),
-                human_bytes(tot["groups_bytes"].get<uint64_t>() - tot["files_bytes"].get<uint64_t>()).c_str(),
-                human_bytes(tot["dense_bytes"].get<uint64_t>()).c_str(), 100.0 * tot["ratio"].get<double>(),
+                format_bytes(tot["groups_bytes"].get<uint64_t>() - tot["files_bytes"].get<uint64_t>()).c_str(),
+                format_bytes(tot["dense_bytes"].get<uint64_t>()).c_str(), 100.0 * tot["ratio"].get<double>(),
                 100.0 * tot["sparsity"].get<double>());
   o << line;
   if (r["provenance"].is_object()) {

@@ -11,21 +11,6 @@
 
 namespace endor {
 
-namespace packer_detail {
-std::string human_bytes(uint64_t n) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(n);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
-}
-}  // namespace packer_detail
-
 void write_file_atomic(const std::string& path, const std::string& content,
                        const TempFileCallback& on_temp_file) {
   const std::string temp = path + ".tmp-" + std::to_string(::getpid());

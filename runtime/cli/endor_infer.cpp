@@ -4,7 +4,7 @@
 //   endor-infer FILE --perplexity TEXT_FILE [--ctx L]
 //   endor-infer FILE --chat [-p TEXT]   (a conversation through the model's chat template)
 //   endor-infer tokenize FILE  /  endor-infer detokenize FILE   (stdin -> stdout)
-// Errors: one line "error: ..." on stderr, exit 1 (2 for command-line usage errors).
+// Errors: one line on stderr, exit 1, or exit 2 for a malformed command line (endor/cli_common.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +25,7 @@
 
 #include <cxxopts.hpp>
 
+#include "endor/cli_common.h"
 #include "endor/offload.h"
 #include "endor/runtime.h"
 #include "endor/tokenizer.h"
@@ -32,7 +33,6 @@
 #include "chat_command.h"
 #include "placement_options.h"
 #include "tokenizer_commands.h"
-#include "usage_error.h"
 
 namespace {
 
@@ -68,8 +68,9 @@ void print_stats(const endor::Backend& backend, const endor::Model& model,
                st.prefill_tokens_per_s());
   std::fprintf(stderr, "decode: %zu tokens in %.2f ms (%.2f tokens/s)\n", st.n_decode_steps,
                st.decode_ms, st.decode_tokens_per_s());
-  std::fprintf(stderr, "bytes read per token: %.3f MB (encoded weights)\n",
-               model.decode_bytes_per_token() / 1e6);
+  std::fprintf(stderr, "bytes read per token: %s (%llu bytes of encoded weights)\n",
+               endor::format_bytes(model.decode_bytes_per_token()).c_str(),
+               static_cast<unsigned long long>(model.decode_bytes_per_token()));
   const endor::ForwardProfile& p = model.profile();
   if (p.n_calls > 0) {
     std::fprintf(stderr, "time per layer (decode, ms/token):");
@@ -377,9 +378,6 @@ int run(int argc, char** argv) {
     ("jsonl", "throughput mode: one JSON object per prompt {\"prompt\", \"prompt_ids\", \"text\", \"ids\"} instead of text")
     ("perplexity", "measure perplexity on this text file instead of generating",
      cxxopts::value<std::string>())
-    ("ctx", "perplexity window, or --chat conversation length, in tokens (default: the model's "
-            "max_position_embeddings)",
-     cxxopts::value<size_t>())
     ("temperature", "sampling temperature; 0 = greedy (default: the container's generation_config, "
                     "else greedy)", cxxopts::value<float>())
     ("top-k", "keep the K most likely tokens (0 = off)", cxxopts::value<uint32_t>())
@@ -393,6 +391,8 @@ int run(int argc, char** argv) {
     ("stats", "print prefill/decode speed, time per layer, bytes read per token and the offload table "
               "(placement, bytes moved, bandwidth, compute and stall time per token) to stderr")
     ("h,help", "show this help");
+  endor::cli::add_ctx_option(options, "perplexity window, or --chat conversation length, in tokens (default: the "
+                                      "model's max_position_embeddings; for --chat 4096 if smaller)");
   endor::cli::add_placement_options(options);
   options.parse_positional({"file"});
   cxxopts::ParseResult args = options.parse(argc, argv);
@@ -400,7 +400,8 @@ int run(int argc, char** argv) {
     std::cout << options.help() << "\n";
     return 0;
   }
-  if (!args.count("file")) throw UsageError("no model file given (endor-infer FILE -p TEXT)");
+  endor::cli::reject_unmatched(args);
+  if (!args.count("file")) throw UsageError("missing FILE (a .endor container)");
   const bool measure = args.count("perplexity") > 0;
   const bool batched = args.count("prompts") > 0;
   const bool chat = args.count("chat") > 0;
@@ -415,7 +416,7 @@ int run(int argc, char** argv) {
   if (batched && args["batch"].as<size_t>() == 0) throw UsageError("--batch must be at least 1");
   if (batched && args.count("dump-logits")) throw UsageError("--dump-logits goes with -p or --ids, not --prompts");
   if (args.count("ctx") && !measure && !chat) throw UsageError("--ctx goes with --perplexity or --chat");
-  if (args.count("ctx") && args["ctx"].as<size_t>() < 2) throw UsageError("--ctx must be at least 2 tokens");
+  const std::optional<size_t> ctx = endor::cli::ctx_option(args);
   endor::cli::check_placement_options(args);
   std::vector<int32_t> prompt;
   if (args.count("ids")) prompt = parse_ids(args["ids"].as<std::string>());
@@ -428,6 +429,8 @@ int run(int argc, char** argv) {
 
   const std::string file = args["file"].as<std::string>();
   std::unique_ptr<endor::ContainerReader> container = endor::ContainerReader::open(file);
+  const size_t context = endor::parse_model_config(container->manifest().config, file).max_positions;
+  if (ctx) endor::cli::check_ctx_fits(*ctx, context);
   // Text in or out needs the tokenizer; checked before the weights are placed.
   std::optional<endor::Tokenizer> tokenizer;
   if (!args.count("ids")) {
@@ -456,10 +459,8 @@ int run(int argc, char** argv) {
   const std::string prompt_text = args.count("prompt") ? args["prompt"].as<std::string>() : "";
   if (tokenizer && !measure && !batched && !chat) prompt = tokenizer->encode(prompt_text, true);
   const size_t n_new = args["n-tokens"].as<size_t>();
-  const size_t context = endor::parse_model_config(container->manifest().config, file).max_positions;
   // A chat's KV cache is allocated whole up front: 4096 tokens unless --ctx asks for more.
-  const size_t ctx_tokens =
-      args.count("ctx") ? args["ctx"].as<size_t>() : chat && !batched ? std::min<size_t>(context, 4096) : context;
+  const size_t ctx_tokens = ctx.value_or(chat && !batched ? std::min<size_t>(context, 4096) : context);
   // Checked before anything is printed: a refused prompt must not be half echoed.
   if (!measure && !batched && !chat && prompt.empty()) throw endor::Error(file + ": the prompt has no tokens");
   if (!measure && !batched && !chat && prompt.size() > context)
@@ -498,11 +499,7 @@ int run(int argc, char** argv) {
   model->set_kv_dtype(kv_dtype);
 
   if (measure) {
-    const size_t ctx = args.count("ctx") ? args["ctx"].as<size_t>() : model->config().max_positions;
-    if (ctx > model->config().max_positions)
-      throw endor::Error(file + ": --ctx " + std::to_string(ctx) + " exceeds the model's context length " +
-                       std::to_string(model->config().max_positions) + " (max_position_embeddings)");
-    run_perplexity(*model, *tokenizer, args["perplexity"].as<std::string>(), ctx);
+    run_perplexity(*model, *tokenizer, args["perplexity"].as<std::string>(), ctx_tokens);
     return 0;
   }
   const uint64_t seed = args.count("seed") ? args["seed"].as<uint64_t>() : std::random_device{}();
@@ -609,21 +606,13 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   endor::prefer_passive_openmp(argv);
-  try {
-    // Subcommands come first; anything else is the model FILE (pass a file literally named
-    // "tokenize" as ./tokenize).
-    const std::string first = argc > 1 ? argv[1] : "";
-    if (first == "tokenize") return endor::cli::run_tokenize(argc - 1, argv + 1);
-    if (first == "detokenize") return endor::cli::run_detokenize(argc - 1, argv + 1);
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  } catch (const cxxopts::exceptions::exception& e) {
-    std::fprintf(stderr, "error: %s (see endor-infer --help)\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  // Subcommands come first; anything else is the model FILE (pass a file literally named
+  // "tokenize" as ./tokenize).
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (first == "tokenize" || first == "detokenize")
+    return endor::cli::run_command("endor-infer " + first, [&] {
+      return first == "tokenize" ? endor::cli::run_tokenize(argc - 1, argv + 1)
+                                 : endor::cli::run_detokenize(argc - 1, argv + 1);
+    });
+  return endor::cli::run_command("endor-infer", [&] { return run(argc, argv); });
 }

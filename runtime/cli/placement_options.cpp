@@ -3,13 +3,13 @@
 
 #include <algorithm>
 
-#include "usage_error.h"
+#include "endor/cli_common.h"
 
 namespace endor::cli {
 
 void add_placement_options(cxxopts::Options& options) {
+  add_threads_option(options);
   options.add_options()
-    ("threads", "CPU threads (0 = all)", cxxopts::value<int>()->default_value("0"))
     ("exact", "CPU: multiply every weight by the f32 activations exactly (default: int8/int4 weights take "
               "activations quantized to int8 per 32 values, dense f16/bf16 ones and bitmap ones over 4096 "
               "columns wide activations rounded to f16; bench/ACCURACY.md has the cost)")
@@ -27,17 +27,13 @@ void add_placement_options(cxxopts::Options& options) {
                 "cufile", cxxopts::value<std::string>()->default_value("auto"));
 }
 
-std::optional<uint64_t> size_option(const cxxopts::ParseResult& args, const char* name) {
-  if (!args.count(name)) return std::nullopt;
-  try {
-    return parse_memory_size(args[name].as<std::string>(), std::string("--") + name);
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
-}
-
 void check_placement_options(const cxxopts::ParseResult& args) {
-  if (args["threads"].as<int>() < 0) throw UsageError("--threads must be >= 0");
+  threads_option(args);
+  const std::string device = args["device"].as<std::string>();
+  if (device != "cpu" && device != "cuda" && device != "auto")
+    throw UsageError("--device must be cpu, cuda or auto, got '" + device + "'");
+  const std::string kv = args["kv-dtype"].as<std::string>();
+  if (kv != "f32" && kv != "f16") throw UsageError("--kv-dtype must be f32 or f16, got '" + kv + "'");
   if (args["prefetch"].as<uint32_t>() < 1 || args["prefetch"].as<uint32_t>() > 64)
     throw UsageError("--prefetch must be in [1, 64]");
   if (!parse_disk_io(args["disk-io"].as<std::string>()))
@@ -48,7 +44,7 @@ void check_placement_options(const cxxopts::ParseResult& args) {
 
 Compute open_compute(const cxxopts::ParseResult& args) {
   Compute c;
-  c.backend = make_backend(args["device"].as<std::string>(), args["threads"].as<int>(), args.count("exact") > 0);
+  c.backend = make_backend(args["device"].as<std::string>(), threads_option(args), args.count("exact") > 0);
   if (args.count("gpu-mem") && !is_cuda_device(*c.backend))
     throw Error("--gpu-mem needs the CUDA device, but this run uses " + c.backend->name());
   c.kv_dtype = parse_kv_dtype(args["kv-dtype"].as<std::string>());

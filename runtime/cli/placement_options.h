@@ -19,8 +19,8 @@ namespace endor::cli {
 // Declares the options above on `options` (with endor-infer's defaults).
 void add_placement_options(cxxopts::Options& options);
 
-// Usage checks that need no file: --threads >= 0, --prefetch in [1, 64], --disk-io known, the
-// memory sizes parse. Throws UsageError (usage_error.h).
+// Usage checks that need no file: --threads (endor/cli_common.h), --device, --kv-dtype and --disk-io
+// known, --prefetch in [1, 64], the memory sizes parse. Throws UsageError (endor/cli_common.h).
 void check_placement_options(const cxxopts::ParseResult& args);
 
 // The backend of --device/--threads/--exact and the KV dtype of --kv-dtype, checked against each
@@ -38,9 +38,6 @@ struct Offload {
   Placement placement;
   std::unique_ptr<StreamingWeights> weights;  // null: every group read in place (CPU)
 };
-
-// --gpu-mem / --cpu-mem as bytes (nullopt when not given). Throws UsageError on a bad size.
-std::optional<uint64_t> size_option(const cxxopts::ParseResult& args, const char* name);
 
 // kv_capacity / max_tokens: the KV cache rows of all sequences held at once and the rows of the
 // largest forward call of this run (fixed needs the budgets must hold besides the weights). Throws

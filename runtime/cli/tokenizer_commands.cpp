@@ -13,7 +13,7 @@
 
 #include <cxxopts.hpp>
 
-#include "usage_error.h"
+#include "endor/cli_common.h"
 
 namespace endor::cli {
 namespace {
@@ -53,9 +53,10 @@ std::pair<std::string, bool> parse_subcommand(int argc, char** argv, const std::
     std::cout << options.help() << "\n";
     return {"", false};
   }
-  if (!args.count("file")) throw UsageError(name + ": no tokenizer file given (endor-infer " + name + " FILE)");
+  if (!args.count("file")) throw UsageError("missing FILE (a .endor container or a tokenizer.json)");
   const auto files = args["file"].as<std::vector<std::string>>();
-  if (files.size() != 1) throw UsageError(name + ": give one FILE; the text comes on stdin");
+  if (files.size() != 1) throw UsageError("give one FILE; the " + std::string(name == "tokenize" ? "text" : "ids") +
+                                          " come on stdin");
   return {files[0], args.count(flag) > 0};
 }
 

@@ -3,7 +3,8 @@
 //               [--metrics] [placement options of endor-infer]
 // Listens first (GET /health answers 503 while the model loads), then serves until SIGTERM/SIGINT:
 // new requests are refused, in-flight streams end with a final chunk, exit 0.
-// Errors at startup: one line "error: ..." on stderr, exit 1 (2 for command-line usage errors).
+// Errors at startup: one line on stderr, exit 1, or exit 2 for a malformed command line
+// (endor/cli_common.h).
 #include <pthread.h>
 #include <signal.h>
 
@@ -20,12 +21,12 @@
 #include <cxxopts.hpp>
 
 #include "chat_command.h"
+#include "endor/cli_common.h"
 #include "endor/openmp_policy.h"
 #include "endor/serve_http.h"
 #include "endor/serve_scheduler.h"
 #include "placement_options.h"
 #include "tokenizer_commands.h"
-#include "usage_error.h"
 
 namespace {
 
@@ -42,9 +43,6 @@ int run(int argc, char** argv) {
     ("port", "TCP port (0 = any free port, printed at startup)", cxxopts::value<int>()->default_value("8080"))
     ("parallel", "slots: requests generated together, each block read once per step for all of them",
      cxxopts::value<size_t>()->default_value("4"))
-    ("ctx", "tokens one request may hold, prompt and answer (default: 4096 or the model's context if smaller); "
-            "the KV caches of --parallel such requests count against --cpu-mem/--gpu-mem",
-     cxxopts::value<size_t>())
     ("queue", "requests waiting for a slot; more are answered 429", cxxopts::value<size_t>()->default_value("64"))
     ("prefill-chunk", "prompt tokens prefilled per step (long prompts take several steps, so decoding slots "
                       "keep getting tokens)", cxxopts::value<size_t>()->default_value("256"))
@@ -57,6 +55,9 @@ int run(int argc, char** argv) {
     ("timeout", "seconds a client may take to send its request (and to take a response's data)",
      cxxopts::value<int>()->default_value("30"))
     ("h,help", "show this help");
+  endor::cli::add_ctx_option(options, "tokens one request may hold, prompt and answer (default: 4096 or the model's "
+                                      "context if smaller); the KV caches of --parallel such requests count against "
+                                      "--cpu-mem/--gpu-mem");
   endor::cli::add_placement_options(options);
   options.parse_positional({"file"});
   cxxopts::ParseResult args = options.parse(argc, argv);
@@ -64,28 +65,26 @@ int run(int argc, char** argv) {
     std::cout << options.help() << "\n";
     return 0;
   }
-  if (!args.count("file")) throw UsageError("no model file given (endor-serve MODEL.endor)");
+  endor::cli::reject_unmatched(args);
+  if (!args.count("file")) throw UsageError("missing MODEL.endor (the model to serve)");
   endor::cli::check_placement_options(args);
   const size_t parallel = args["parallel"].as<size_t>();
   if (parallel < 1 || parallel > 256) throw UsageError("--parallel must be in [1, 256]");
-  if (args.count("ctx") && args["ctx"].as<size_t>() < 2) throw UsageError("--ctx must be at least 2 tokens");
+  const std::optional<size_t> ctx = endor::cli::ctx_option(args);
   if (args["prefill-chunk"].as<size_t>() < 1) throw UsageError("--prefill-chunk must be at least 1");
   const int port = args["port"].as<int>();
   if (port < 0 || port > 65535) throw UsageError("--port must be in [0, 65535]");
   if (args["timeout"].as<int>() < 1) throw UsageError("--timeout must be at least 1 second");
   if (args.count("api-key") && args["api-key"].as<std::string>().empty()) throw UsageError("--api-key must not be empty");
-  uint64_t body_limit = 0;
-  try {
-    body_limit = endor::parse_memory_size(args["body-limit"].as<std::string>(), "--body-limit");
-  } catch (const endor::Error& e) {
-    throw UsageError(e.what());
-  }
+  const uint64_t body_limit = endor::cli::parse_size_option(args, "body-limit");
   if (body_limit < 1024) throw UsageError("--body-limit must be at least 1K");
 
   // The file, its tokenizer and its chat template are checked before anything listens.
   const std::string file = args["file"].as<std::string>();
   std::unique_ptr<endor::ContainerReader> container = endor::ContainerReader::open(file);
   const endor::ModelConfig config = endor::parse_model_config(container->manifest().config, file);
+  const size_t ctx_tokens = ctx.value_or(std::min<size_t>(config.max_positions, 4096));
+  endor::cli::check_ctx_fits(ctx_tokens, config.max_positions);
   std::optional<endor::Tokenizer> tokenizer = endor::cli::container_tokenizer(*container);
   if (!tokenizer) throw endor::Error(file + ": the container holds no tokenizer.json; endor-serve needs one for text");
   std::optional<endor::cli::ChatSetup> chat;
@@ -103,10 +102,7 @@ int run(int argc, char** argv) {
   sched.parallel = parallel;
   sched.queue = args["queue"].as<size_t>();
   sched.prefill_chunk = args["prefill-chunk"].as<size_t>();
-  sched.ctx = args.count("ctx") ? args["ctx"].as<size_t>() : std::min<size_t>(config.max_positions, 4096);
-  if (sched.ctx > config.max_positions)
-    throw UsageError("--ctx " + std::to_string(sched.ctx) + " exceeds the model's context length " +
-                     std::to_string(config.max_positions));
+  sched.ctx = ctx_tokens;
 
   // SIGTERM/SIGINT are taken by one thread (sigwait), not by a handler: blocked here, before any
   // other thread starts, so every thread inherits the mask.
@@ -203,16 +199,5 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   endor::prefer_passive_openmp(argv);
-  try {
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  } catch (const cxxopts::exceptions::exception& e) {
-    std::fprintf(stderr, "error: %s (see endor-serve --help)\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return endor::cli::run_command("endor-serve", [&] { return run(argc, argv); });
 }

@@ -112,6 +112,15 @@ void check_one_line_error(const Run& r, int code, const std::string& fragment) {
   CHECK(r.err.find(fragment) != std::string::npos);
 }
 
+// A usage error: exit 2 and one line "error: WHAT (see endor-pack [COMMAND] --help)", the shape all
+// three programs share (endor/cli_common.h).
+void check_usage_error(const Run& r, const std::string& command, const std::string& fragment) {
+  check_one_line_error(r, 2, fragment);
+  const std::string tail = " (see " + command + " --help)\n";
+  CHECK(r.err.size() > tail.size());
+  CHECK(r.err.compare(r.err.size() - tail.size(), tail.size(), tail) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("--help on the tool and on every command") {
@@ -131,6 +140,42 @@ TEST_CASE("--help on the tool and on every command") {
     CHECK(r.exit_code == 0);
     for (const std::string& o : options) CHECK(r.out.find(o) != std::string::npos);
   }
+}
+
+TEST_CASE("usage errors: exit 2, one line naming the option and where the help is") {
+  const std::string dir = make_temp_dir("cli-usage");
+  const std::string out = dir + "/x.endor";
+  check_usage_error(run({"frobnicate"}), "endor-pack", "unknown command 'frobnicate'");
+  check_usage_error(run({"convert", fixture("opt-tiny"), "-o", out, "--bogus"}), "endor-pack convert", "bogus");
+  check_usage_error(run({"convert", fixture("opt-tiny"), "extra", "-o", out}), "endor-pack convert",
+                    "unexpected argument 'extra'");
+  check_usage_error(run({"inspect"}), "endor-pack inspect", "missing FILE");
+  check_usage_error(run({"convert", fixture("opt-tiny"), "-o", out, "--cpu-mem", "12Q"}), "endor-pack convert",
+                    "--cpu-mem: invalid size '12Q'");
+  check_usage_error(run({"export", out, "--to", "hf", "-o", dir + "/hf", "--max-shard-size", "lots"}), "endor-pack export",
+                    "--max-shard-size: invalid size 'lots'");
+  for (const char* threads : {"-1", "4097"})
+    check_usage_error(run({"compare", fixture("opt-tiny"), "--threads", threads}), "endor-pack compare",
+                      std::string("--threads must be in [0, 4096] (0 = all cores), got ") + threads);
+  check_usage_error(run({"compare", fixture("opt-tiny"), "--threads", "two"}), "endor-pack compare", "two");
+  CHECK(list_dir(dir).empty());  // nothing written by a refused command
+  remove_tree(dir);
+}
+
+TEST_CASE("sizes print in the binary units the size options read (format_bytes)") {
+  const std::string dir = make_temp_dir("cli-sizes");
+  const std::string out = dir + "/m.endor";
+  const Run c = run({"convert", fixture("llama-tiny"), "-o", out});
+  REQUIRE_MESSAGE(c.exit_code == 0, c.err);
+  const std::string size = endor::format_bytes(read_bytes(out).size());
+  CAPTURE(c.out);
+  CHECK(size.find("iB") != std::string::npos);  // the fixture is over 1 KiB: a unit, not bytes
+  CHECK(c.out.find("wrote " + out + ": " + size + ", ") == 0);
+  const Run i = run({"inspect", out});
+  REQUIRE(i.exit_code == 0);
+  CHECK(i.out.find(size + " (" + std::to_string(read_bytes(out).size()) + " bytes)") != std::string::npos);
+  for (const char* si : {" GB", " MB", " kB"}) CHECK(c.out.find(si) == std::string::npos);
+  remove_tree(dir);
 }
 
 TEST_CASE("convert, prune, inspect --verify on OPT and Llama fixtures; inputs untouched") {

@@ -91,8 +91,8 @@ TEST_CASE("--perplexity errors: one line, non-zero exit") {
   const std::vector<Case> cases = {
       // Fewer tokens than one window of the default L = 256.
       {model + " --perplexity " + shortfile, "use a smaller --ctx", 1},
-      {model + " --perplexity " + shortfile + " --ctx 300", "exceeds the model's context length 256", 1},
-      {model + " --perplexity " + shortfile + " --ctx 1", "--ctx must be at least 2", 2},
+      {model + " --perplexity " + shortfile + " --ctx 300", "--ctx 300 exceeds the model's context length 256", 2},
+      {model + " --perplexity " + shortfile + " --ctx 1", "--ctx must be a whole number >= 2", 2},
       {model + " --perplexity " + dir.file("absent.txt") + " --ctx 8", "absent.txt", 1},
       {model + " --perplexity " + dir.path() + " --ctx 8", "is a directory", 1},
       {model + " --perplexity " + shortfile + " -p hello", "give one of", 2},

@@ -105,7 +105,7 @@ TEST_CASE("tokenize / detokenize bad input: one line, non-zero exit, nothing on 
       {"tokenize " + bare, text, "holds no tokenizer.json", 1},
       {"tokenize " + dir.path(), text, "is a directory", 1},
       {"tokenize " + test::ppl_fixture("text.txt"), text, "text.txt", 1},  // not JSON at all
-      {"tokenize", text, "no tokenizer file", 2},
+      {"tokenize", text, "missing FILE", 2},
       {"tokenize " + model + " " + model, text, "give one FILE", 2},
       {"detokenize " + model + " --bogus", "1", "bogus", 2},
   };

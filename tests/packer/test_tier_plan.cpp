@@ -1,6 +1,8 @@
 // Tier planning from budgets, and byte-size parsing.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "endor/packer.h"
 
 using namespace endor;
@@ -22,6 +24,21 @@ TEST_CASE("parse_byte_size: binary units, optional B/iB, decimals") {
   CHECK(parse_byte_size("0") == 0);
   for (const char* bad : {"", "G", "16X", "-1G", "1.2.3G", "16 G", "nanG", "1e3", "99999999999T"})
     CHECK_THROWS_WITH_AS(parse_byte_size(bad), doctest::Contains("invalid size"), Error);
+}
+
+TEST_CASE("format_bytes prints in parse_byte_size's units: a printed size reads back") {
+  CHECK(format_bytes(0) == "0 B");
+  CHECK(format_bytes(1023) == "1023 B");
+  CHECK(format_bytes(1024) == "1.00 KiB");
+  CHECK(format_bytes(16ull << 30) == "16.00 GiB");
+  CHECK(format_bytes(1ull << 50) == "1024.00 TiB");  // T is the largest unit the parser reads
+  for (uint64_t b : {1500ull, 123456789ull, 7ull << 30, 3ull << 39, 5ull << 40}) {
+    std::string typed = format_bytes(b);
+    typed.erase(typed.find(' '), 1);  // "1.46 KiB" -> "1.46KiB", as a user would type it
+    CAPTURE(typed);
+    const double back = double(parse_byte_size(typed));
+    CHECK(std::abs(back - double(b)) <= 0.005 * double(b));  // two decimals of the unit
+  }
 }
 
 TEST_CASE("no budgets: everything on the GPU") {

@@ -116,6 +116,15 @@ inline CommandResult run_capture(const std::string& cmd, const TempDir& dir) {
   return r;
 }
 
+// A usage error as every program reports one (endor/cli_common.h): exit 2, nothing on stdout, one
+// line on stderr "error: ... (see COMMAND --help)" holding `what`.
+inline bool is_usage_error(const CommandResult& r, const std::string& command, const std::string& what) {
+  const std::string tail = " (see " + command + " --help)\n";
+  return r.status == 2 && r.out.empty() && r.err.rfind("error: ", 0) == 0 && r.err.find('\n') == r.err.size() - 1 &&
+         r.err.find(what) != std::string::npos && r.err.size() > tail.size() &&
+         r.err.compare(r.err.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 inline std::string fixture_dir(const std::string& model) {
   return std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/models/" + model;
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,7 +59,8 @@ TEST_CASE("endor-infer --ids streams transformers' greedy ids and dumps the prom
   CHECK(parse_ids(r.out) == expected);
   CHECK(r.err.find("prefill: 8 tokens") != std::string::npos);
   CHECK(r.err.find("decode: ") != std::string::npos);
-  CHECK(r.err.find("bytes read per token") != std::string::npos);
+  // Sizes print as format_bytes does (binary units, what --gpu-mem/--cpu-mem read).
+  CHECK(std::regex_search(r.err, std::regex("bytes read per token: [0-9]+\\.[0-9]{2} [KMGT]iB \\([0-9]+ bytes of encoded weights\\)")));
   CHECK(r.err.find("time per layer") != std::string::npos);
 
   const test::NpyMatrix got = test::read_npy_f32(npy);
@@ -110,7 +112,7 @@ TEST_CASE("endor-infer errors are one line, exit 1 (2 for usage), and leave no o
   CHECK(one_error_line(r.err));
 
   r = test::run_capture(infer + " " + model + " --ids 1 --kv-dtype f8", dir);
-  CHECK(r.status == 1);
+  CHECK(r.status == 2);
   CHECK(one_error_line(r.err));
   CHECK(r.err.find("f8") != std::string::npos);
 
@@ -151,4 +153,47 @@ TEST_CASE("endor-infer errors are one line, exit 1 (2 for usage), and leave no o
   CHECK(r.status == 0);
   CHECK(parse_ids(r.out).size() <= 5);
   CHECK(test::read_npy_f32(npy).rows == 3);
+}
+
+TEST_CASE("endor-infer usage errors: exit 2, one line naming the option and where the help is") {
+  TempDir dir;
+  const nlohmann::json cfg = test::synthetic_llama_config();  // context 16
+  const std::string model = dir.file("m.endor");
+  test::write_synthetic_container(model, cfg, test::synthetic_llama_tensors(cfg), 4);
+  const std::string text = dir.file("text.txt");
+  std::ofstream(text) << "one two three\n";
+  const std::string infer = test::endor_infer() + " ";
+  const struct {
+    std::string args, what;
+  } cases[] = {
+      {model + " --ids 1 --bogus", "bogus"},
+      {model + " other.endor --ids 1", "unexpected argument 'other.endor'"},
+      {"--ids 1", "missing FILE"},
+      {model + " --ids 1 --threads -1", "--threads must be in [0, 4096] (0 = all cores), got -1"},
+      {model + " --ids 1 --threads 4097", "--threads must be in [0, 4096]"},
+      {model + " --ids 1 --gpu-mem 12Q", "--gpu-mem: invalid size '12Q'"},
+      {model + " --ids 1 --cpu-mem lots", "--cpu-mem: invalid size 'lots'"},
+      {model + " --ids 1 --device tpu", "--device must be cpu, cuda or auto, got 'tpu'"},
+      {model + " --ids 1 --kv-dtype f8", "--kv-dtype must be f32 or f16, got 'f8'"},
+      {model + " --perplexity " + text + " --ctx 1", "--ctx must be a whole number >= 2, got '1'"},
+      {model + " --perplexity " + text + " --ctx -5", "--ctx must be a whole number >= 2, got '-5'"},
+      {model + " --perplexity " + text + " --ctx abc", "got 'abc'"},
+      // The model's context (16) is known once the file is open: still the command line's fault.
+      {model + " --perplexity " + text + " --ctx 17",
+       "--ctx 17 exceeds the model's context length 16 (max_position_embeddings)"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    const auto r = test::run_capture(infer + c.args, dir);
+    INFO("stderr: ", r.err);
+    CHECK(test::is_usage_error(r, "endor-infer", c.what));
+  }
+  CHECK(test::is_usage_error(test::run_capture(infer + "tokenize", dir), "endor-infer tokenize", "missing FILE"));
+  CHECK(test::is_usage_error(test::run_capture(infer + "detokenize " + model + " --bogus", dir),
+                             "endor-infer detokenize", "bogus"));
+  // A failure of the work is exit 1 and names the file, without the help hint.
+  const auto r = test::run_capture(infer + dir.file("absent.endor") + " --ids 1", dir);
+  CHECK(r.status == 1);
+  CHECK(r.err.rfind("error: " + dir.file("absent.endor") + ": ", 0) == 0);
+  CHECK(r.err.find("--help") == std::string::npos);
 }

@@ -208,6 +208,39 @@ void check_concurrent_greedy(const TempDir& dir, const std::string& model, const
 
 }  // namespace
 
+TEST_CASE("endor-serve: a malformed command line is one line, exit 2, before anything listens") {
+  TempDir dir;
+  const std::string model = test::pack_sample(dir, "sample.endor", "convert");  // context 256
+  // `timeout`: a case that wrongly starts the server fails instead of hanging the suite.
+  const std::string serve = "timeout 60 " + test::endor_serve() + " ";
+  const struct {
+    std::string args, what;
+  } cases[] = {
+      {model + " --bogus", "bogus"},
+      {model + " other.endor", "unexpected argument 'other.endor'"},
+      {"--port 0", "missing MODEL.endor"},
+      {model + " --threads -1", "--threads must be in [0, 4096] (0 = all cores), got -1"},
+      {model + " --ctx 1", "--ctx must be a whole number >= 2, got '1'"},
+      {model + " --ctx many", "--ctx must be a whole number >= 2, got 'many'"},
+      {model + " --ctx 257", "--ctx 257 exceeds the model's context length 256 (max_position_embeddings)"},
+      {model + " --cpu-mem 12Q", "--cpu-mem: invalid size '12Q'"},
+      {model + " --body-limit lots", "--body-limit: invalid size 'lots'"},
+      {model + " --kv-dtype f8", "--kv-dtype must be f32 or f16"},
+      {model + " --parallel 0", "--parallel must be in [1, 256]"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    const auto r = test::run_capture(serve + c.args + " --port 0", dir);
+    INFO("stderr: ", r.err);
+    CHECK(test::is_usage_error(r, "endor-serve", c.what));
+  }
+  // A file that is not a model: exit 1, the file named, no help hint.
+  const auto r = test::run_capture(serve + dir.file("absent.endor") + " --port 0", dir);
+  CHECK(r.status == 1);
+  CHECK(r.err.rfind("error: " + dir.file("absent.endor") + ": ", 0) == 0);
+  CHECK(r.err.find("--help") == std::string::npos);
+}
+
 TEST_CASE("endor-serve: greedy text under concurrency equals endor-infer alone") {
   TempDir dir;
   const std::string f16 = test::pack_sample(dir, "sample-50.endor", "prune --sparsity 0.5");

@@ -177,6 +177,12 @@ struct Manifest {
 // a decimal number with an optional binary unit K, M, G or T (powers of 1024; "B"/"iB" suffix and
 // case ignored). Throws endor::Error "invalid size '...' (examples: ...)" for anything else.
 uint64_t parse_byte_size(const std::string& text);
+// parse_byte_size with the option named in its error: "--gpu-mem: invalid size 'x' (examples: ...)".
+uint64_t parse_memory_size(const std::string& text, const std::string& option);
+// The one way every program prints a byte size to users, in parse_byte_size's binary units (so a
+// size printed can be typed back): 12 -> "12 B", 1536 -> "1.50 KiB", 3221225472 -> "3.00 GiB"
+// (KiB, MiB, GiB, TiB, two decimals). Rates stay in decimal GB/s, bandwidth's own convention.
+std::string format_bytes(uint64_t bytes);
 
 // ---- encoded tensors -----------------------------------------------------------------------
 // A non-owning view of one tensor blob with its layout.

@@ -24,28 +24,6 @@ uint64_t mul(uint64_t a, uint64_t b) { return b != 0 && a > UINT64_MAX / b ? UIN
 
 }  // namespace
 
-uint64_t parse_memory_size(const std::string& text, const std::string& option) {
-  try {
-    return parse_byte_size(text);
-  } catch (const Error& e) {
-    throw Error(option + ": " + e.what());
-  }
-}
-
-std::string format_bytes(uint64_t bytes) {
-  static const char* const units[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = double(bytes) / 1024;
-  int u = 0;
-  while (v >= 1024 && u < 3) {
-    v /= 1024;
-    ++u;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f %s", v, units[u]);
-  return text;
-}
-
 std::vector<GroupDemand> group_demands(const Manifest& m) {
   std::vector<GroupDemand> out;
   out.reserve(m.groups.size());

@@ -34,12 +34,7 @@
 
 namespace endor {
 
-// ---- memory sizes ---------------------------------------------------------------------------------
-// parse_byte_size (endor/format.h) with the option named in its error:
-// Throws naming `option` (e.g. "--gpu-mem") when the text is not a size.
-uint64_t parse_memory_size(const std::string& text, const std::string& option);
-// 3221225472 -> "3.00 GiB", 1536 -> "1.50 KiB", 12 -> "12 B".
-std::string format_bytes(uint64_t bytes);
+// Memory sizes are read by parse_memory_size and printed by format_bytes (endor/format.h).
 
 // ---- placement -------------------------------------------------------------------------------------
 // What one manifest group asks of the machine.
