@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cleanup.h"
+#include "endor/cli_common.h"
 #include "endor/export.h"
 #include "endor/gguf.h"
 #include "endor/packer.h"
@@ -23,29 +24,10 @@ namespace endor::cli {
 
 namespace {
 
-// A malformed command line (exit code 2).
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Runs a subcommand body, turning errors into one line and an exit code.
+// Runs a subcommand body, turning errors into one line and an exit code (endor/cli_common.h).
 template <class F>
 int guarded(const char* cmd, F&& body) {
-  try {
-    return body();
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: %s (see endor-pack %s --help)\n", e.what(), cmd);
-    return 2;
-  } catch (const cxxopts::exceptions::exception& e) {
-    std::fprintf(stderr, "error: %s (see endor-pack %s --help)\n", e.what(), cmd);
-    return 2;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory\n");
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return run_command(std::string("endor-pack ") + cmd, body);
 }
 
 double parse_fraction(const std::string& text, const char* option) {
@@ -54,14 +36,6 @@ double parse_fraction(const std::string& text, const char* option) {
   if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
     throw UsageError(std::string(option) + " must be a number, got '" + text + "'");
   return v;
-}
-
-uint64_t parse_size_option(const cxxopts::ParseResult& r, const char* option) {
-  try {
-    return parse_byte_size(r[option].as<std::string>());
-  } catch (const Error& e) {
-    throw UsageError(std::string("--") + option + ": " + e.what());
-  }
 }
 
 void add_dtype_and_budget_options(cxxopts::Options& o) {
@@ -229,17 +203,6 @@ std::string positional(const cxxopts::ParseResult& r, const char* name, const ch
   return r[name].as<std::string>();
 }
 
-std::string gib(uint64_t b) {
-  char buf[32];
-  if (b >= 100'000'000)
-    std::snprintf(buf, sizeof buf, "%.2f GB", double(b) / 1e9);
-  else if (b >= 100'000)
-    std::snprintf(buf, sizeof buf, "%.2f MB", double(b) / 1e6);
-  else
-    std::snprintf(buf, sizeof buf, "%llu bytes", (unsigned long long)b);
-  return buf;
-}
-
 int run_pack(const char* cmd, int argc, char** argv) {
   return guarded(cmd, [&] {
     const bool prune = std::string(cmd) == "prune";
@@ -262,7 +225,7 @@ int run_pack(const char* cmd, int argc, char** argv) {
       std::cout << opts.help({"", "Pruning"});
       return 0;
     }
-    if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+    reject_unmatched(r);
     const std::string src = positional(r, "src", "SRC (the checkpoint folder or GGUF file)");
     if (!r.count("output")) throw UsageError("missing -o OUT.endor");
     const std::string out = r["output"].as<std::string>();
@@ -297,8 +260,8 @@ int run_pack(const char* cmd, int argc, char** argv) {
       std::fprintf(stderr, "note: %llu tensors keep the GGUF's own Q4_0/Q4_1/Q4_K/Q8_0 codes and scales (not re-rounded)\n",
                    (unsigned long long)s.source_grid_tensors);
     std::printf("wrote %s: %s, %.1f%% of the %s source; %llu tensors (%llu %s) in %.1f s\n", out.c_str(),
-                gib(s.file_bytes).c_str(), s.source_bytes ? 100.0 * double(s.file_bytes) / double(s.source_bytes) : 0.0,
-                gib(s.source_bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.pruned_tensors,
+                format_bytes(s.file_bytes).c_str(), s.source_bytes ? 100.0 * double(s.file_bytes) / double(s.source_bytes) : 0.0,
+                format_bytes(s.source_bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.pruned_tensors,
                 o.prune.method == "gptq" ? "quantized by GPTQ" : "pruned", secs);
     return 0;
   });
@@ -361,7 +324,7 @@ int run_inspect(int argc, char** argv) {
       std::cout << opts.help();
       return 0;
     }
-    if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+    reject_unmatched(r);
     const std::string file = positional(r, "file", "FILE (a .endor container)");
     const std::unique_ptr<ContainerReader> reader = ContainerReader::open(file);
     const nlohmann::json report = inspect_container(*reader, r.count("verify") > 0);
@@ -391,9 +354,9 @@ int run_compare(int argc, char** argv) {
       ("csv", "CSV output path", cxxopts::value<std::string>())
       ("json", "JSON output path", cxxopts::value<std::string>())
       ("svg", "SVG chart output path", cxxopts::value<std::string>())
-      ("threads", "threads for Endor's multithreaded decode (0 = all)", cxxopts::value<int>()->default_value("0"))
       ("min-time", "seconds each speed measurement repeats for (best run counts)", cxxopts::value<double>()->default_value("0.02"))
       ("h,help", "show this help");
+    add_threads_option(opts, "CPU threads for Endor's multithreaded decode");
     add_dtype_and_budget_options(opts);
     add_prune_options(opts);
     opts.parse_positional({"input"});
@@ -402,7 +365,7 @@ int run_compare(int argc, char** argv) {
       std::cout << opts.help({"", "Pruning"});
       return 0;
     }
-    if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+    reject_unmatched(r);
     const std::string input = positional(r, "input", "SRC or FILE (a checkpoint folder, a GGUF file or a .endor container)");
     struct stat st {};
     const bool is_dir = (::stat(input.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) || is_gguf_file(input);
@@ -412,9 +375,8 @@ int run_compare(int argc, char** argv) {
     po.command = "compare";
     CompareOptions co;
     co.zstd_levels = parse_levels(r["zstd-levels"].as<std::string>());
-    co.n_threads = r["threads"].as<int>();
+    co.n_threads = threads_option(r);
     co.min_time_s = r["min-time"].as<double>();
-    if (co.n_threads < 0) throw UsageError("--threads must be >= 0");
     if (!(co.min_time_s >= 0 && co.min_time_s < 3600)) throw UsageError("--min-time must be in [0, 3600)");
     const std::string csv = r.count("csv") ? r["csv"].as<std::string>() : default_output_name(input, "csv");
     const std::string json = r.count("json") ? r["json"].as<std::string>() : default_output_name(input, "json");
@@ -464,7 +426,7 @@ int run_export(int argc, char** argv) {
       std::cout << opts.help();
       return 0;
     }
-    if (!r.unmatched().empty()) throw UsageError("unexpected argument '" + r.unmatched()[0] + "'");
+    reject_unmatched(r);
     const std::string file = positional(r, "file", "FILE (a .endor container)");
     if (!r.count("to")) throw UsageError("missing --to hf|compressed-tensors|gguf");
     ExportOptions o;
@@ -490,7 +452,7 @@ int run_export(int argc, char** argv) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const std::string& n : s.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
     std::printf("wrote %s (%s): %s, %llu tensors (%llu int8/int4 kept packed) in %.1f s\n", out.c_str(), to_string(o.target),
-                gib(s.bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.quantized_tensors, secs);
+                format_bytes(s.bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.quantized_tensors, secs);
     return 0;
   });
 }
