@@ -5,7 +5,7 @@
 # of each candidate (method x calibration source), and on the 1 B shape the default's pack time and
 # peak RSS with its per-phase times (the note endor-pack prints), for the projection to 7 B and 70 B.
 # Raw rows go to OUT/rows.tsv (name, ppl, wall s, cpu s, peak MiB), each pack's stderr to OUT/NAME.log.
-# Usage: scripts/default_prune.sh [OUT (default bench/default-prune/<date>)]
+# Usage: scripts/default_prune.sh [OUT (default bench/default-prune/<date>)]   (PACK=, INFER=: other binaries)
 #   ROWS=REGEX packs only the rows whose names match; BIG=0 skips the 1 B shape.
 # Needs: endor-pack and endor-infer in build/, GNU time; scripts/fetch_smollm2.sh's GGUF; for the
 # folder rows tools/make_smollm2_fixture.py's folder; for the 1 B shape tools/make_big_checkpoint.py's
@@ -14,8 +14,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/bench/default-prune/$(date -u +%Y-%m-%d)}
 cache=${ENDOR_CACHE:-$HOME/.cache/endor}
-pack=$root/build/packer/endor-pack
-infer=$root/build/runtime/endor-infer
+pack=${PACK:-$root/build/packer/endor-pack}
+infer=${INFER:-$root/build/runtime/endor-infer}
 gguf=$cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 folder=$cache/smollm2-135m-instruct-hf
 big=$cache/big1b
@@ -56,20 +56,20 @@ text=(--calib "$calib" --calib-samples 32 --calib-seqlen 512)
 # ---- SmolLM2 from the GGUF (what the PyPI wheel holds) ----------------------------------------
 row gguf.default "$gguf" --sparsity 0.5
 row gguf.default.int4 "$gguf" --sparsity 0.5 --quant int4
-row gguf.wanda.self32x512 "$gguf" --sparsity 0.5 --method wanda
-row gguf.sparsegpt.self64x512 "$gguf" --sparsity 0.5 --calib-samples 64
-row gguf.sparsegpt.self16x512 "$gguf" --sparsity 0.5 --calib-samples 16
-row gguf.sparsegpt.text32x512 "$gguf" --sparsity 0.5 "${text[@]}"
-row gguf.wanda.text32x512 "$gguf" --sparsity 0.5 --method wanda "${text[@]}"
-row gguf.magnitude "$gguf" --sparsity 0.5 --method magnitude
-
 # ---- SmolLM2 from the Hugging Face folder (bf16): the stored type of SparseGPT's updated weights
 if [ -s "$folder/model.safetensors" ]; then
-  row hf.default "$folder" --sparsity 0.5
   row hf.sparsegpt.text32x512 "$folder" --sparsity 0.5 "${text[@]}" --seed 0
   row hf.sparsegpt.text32x512.bf16 "$folder" --sparsity 0.5 "${text[@]}" --seed 0 --dtype bf16
   row hf.sparsegpt.text32x512.f32 "$folder" --sparsity 0.5 "${text[@]}" --seed 0 --dtype f32
+  row hf.default "$folder" --sparsity 0.5
 fi
+# ---- the other candidates for the default ----------------------------------------------------
+row gguf.wanda.self32x512 "$gguf" --sparsity 0.5 --method wanda
+row gguf.sparsegpt.text32x512 "$gguf" --sparsity 0.5 "${text[@]}"
+row gguf.sparsegpt.self16x512 "$gguf" --sparsity 0.5 --calib-samples 16
+row gguf.sparsegpt.self64x512 "$gguf" --sparsity 0.5 --calib-samples 64
+row gguf.wanda.text32x512 "$gguf" --sparsity 0.5 --method wanda "${text[@]}"
+row gguf.magnitude "$gguf" --sparsity 0.5 --method magnitude
 
 # ---- the 1 B shape (random f16 weights: time and memory only) ---------------------------------
 if [ "${BIG:-1}" != 0 ]; then

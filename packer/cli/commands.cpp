@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cxxopts.hpp>
+#include <omp.h>
 #include <iostream>
 #include <regex>
 #include <sstream>
@@ -48,7 +49,9 @@ void add_dtype_and_budget_options(cxxopts::Options& o) {
 void add_prune_options(cxxopts::Options& o) {
   o.add_options("Pruning")
     ("sparsity", "fraction of each pruned Linear to zero, in [0, 1); 0 keeps existing zeros", cxxopts::value<std::string>())
-    ("method", "magnitude, wanda, sparsegpt, or gptq (quantization only, no pruning); all but magnitude need --calib", cxxopts::value<std::string>()->default_value("magnitude"))
+    ("method", "magnitude, wanda, sparsegpt, or gptq (quantization only, no pruning); default: sparsegpt for prune "
+               "(calibrated on --calib, or without it on text the model generates itself), magnitude for compare",
+     cxxopts::value<std::string>())
     ("pattern", "unstructured or N:M (zero N of every M consecutive inputs, e.g. 2:4)", cxxopts::value<std::string>()->default_value("unstructured"))
     ("sparsity-ramp", "wanda|sparsegpt, unstructured: block sparsity rises linearly from S-D (first block) to S+D (last), mean S", cxxopts::value<std::string>())
     ("scope", "row (the int(in*S) smallest |w| of each row) or matrix (one threshold)", cxxopts::value<std::string>()->default_value("row"))
@@ -59,11 +62,12 @@ void add_prune_options(cxxopts::Options& o) {
     ("act-order", "sparsegpt, gptq: quantize columns in order of decreasing Hessian diagonal (GPTQ's act-order)")
     ("clip", "sparsegpt, gptq with int4/int4k: mse (search each group's range for the least Hessian-weighted error) or none ([min, max])", cxxopts::value<std::string>()->default_value("mse"))
     ("skip", "regex (ECMAScript, searched in the canonical tensor name) of Linears to leave unpruned and unquantized", cxxopts::value<std::string>())
-    ("calib", "calibration text (UTF-8 file) for --method wanda|sparsegpt", cxxopts::value<std::string>())
+    ("calib", "calibration text (UTF-8 file) for --method wanda|sparsegpt|gptq (default: the model generates its own, "
+              "32 sequences of 512 tokens)", cxxopts::value<std::string>())
     ("calib-ids", "calibration as token ids instead of text: a file of whitespace-separated ids (e.g. chat "
                   "conversations rendered by the model's template: scripts/chat_calibration.py)", cxxopts::value<std::string>())
-    ("calib-samples", "calibration windows drawn from --calib", cxxopts::value<uint64_t>()->default_value("128"))
-    ("calib-seqlen", "tokens per calibration window (default: max_position_embeddings)", cxxopts::value<uint64_t>())
+    ("calib-samples", "calibration windows drawn from --calib (default 128), or sequences the model generates (default 32)", cxxopts::value<uint64_t>())
+    ("calib-seqlen", "tokens per calibration window (default: max_position_embeddings with --calib, else 512)", cxxopts::value<uint64_t>())
     ("seed", "seed of the calibration window sampling (std::mt19937_64)", cxxopts::value<uint64_t>()->default_value("0"));
 }
 
@@ -74,8 +78,18 @@ bool any_prune_option_given(const cxxopts::ParseResult& r) {
   return false;
 }
 
-// Reads --dtype, budgets and (when `prune`) the pruning options into PackOptions.
-PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool budgets, bool require_sparsity) {
+// The method `prune` uses when --method is not given (bench/ACCURACY.md, "The default prune":
+// SparseGPT on self-generated text against Wanda, by perplexity and pack time).
+#ifdef ENDOR_PACK_CALIBRATION
+constexpr const char* kDefaultPruneMethod = "sparsegpt";
+#else
+constexpr const char* kDefaultPruneMethod = "magnitude";  // this build cannot calibrate
+#endif
+
+// Reads --dtype, budgets and (when `prune`) the pruning options into PackOptions. Without
+// --method, pruning uses `default_method`.
+PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool budgets, bool require_sparsity,
+                               const char* default_method = "magnitude") {
   PackOptions o;
   o.tool_version = ENDOR_VERSION;
   if (r.count("dtype")) {
@@ -92,7 +106,7 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
   if (!prune) return o;
 
   PruneSpec& p = o.prune;
-  p.method = r["method"].as<std::string>();
+  p.method = r.count("method") ? r["method"].as<std::string>() : default_method;
   if (p.method != "magnitude" && p.method != "wanda" && p.method != "sparsegpt" && p.method != "gptq")
     throw UsageError("--method must be magnitude, wanda, sparsegpt or gptq, got '" + p.method + "'");
 #ifndef ENDOR_PACK_CALIBRATION
@@ -105,8 +119,6 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
         throw UsageError(std::string("--") + k + " is for --method wanda|sparsegpt|gptq; magnitude pruning needs no data");
   } else if (r.count("calib") && r.count("calib-ids")) {
     throw UsageError("--calib and --calib-ids both given; calibration comes from one of them");
-  } else if (!r.count("calib") && !r.count("calib-ids")) {
-    throw UsageError("--method " + p.method + " needs --calib TEXT_FILE (calibration text) or --calib-ids IDS_FILE");
   }
 
   const std::string pattern = r["pattern"].as<std::string>();
@@ -129,6 +141,12 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
     if (!p.structured()) p.sparsity = s;
   } else if (require_sparsity && !p.structured() && p.method != "gptq") {
     throw UsageError("prune needs --sparsity S (or --pattern N:M)");
+  }
+  // Nothing pruned (--sparsity 0, e.g. only --quant): the default method has nothing to do.
+  if (!r.count("method") && !p.active()) {
+    for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed"})
+      if (r.count(k)) throw UsageError(std::string("--") + k + " calibrates pruning; give --sparsity S, --pattern N:M or --method gptq");
+    p.method = "magnitude";
   }
   if (p.method == "gptq" && (p.structured() || p.sparsity > 0.0))
     throw UsageError("--method gptq quantizes without pruning; use --method sparsegpt to prune with GPTQ's error feedback");
@@ -198,6 +216,26 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
   return o;
 }
 
+// What `prune` chose where the command line is silent, and what an explicit magnitude prune
+// costs, as lines for stderr (printed before the long part starts).
+std::vector<std::string> method_notes(const cxxopts::ParseResult& r, const PackOptions& o) {
+  std::vector<std::string> lines;
+  const PruneSpec& p = o.prune;
+  if (o.command != "prune" || !p.active()) return lines;
+  const std::string amount = p.structured() ? p.pattern() : std::to_string(int(std::lround(p.sparsity * 100))) + " %";
+  if (!r.count("method"))
+    lines.push_back(p.method == "magnitude"
+                        ? "note: no --method: magnitude (this build has no calibration support)"
+                        : "note: no --method: " + p.method + ", the default (on SmolLM2-135M at 50 % it reads 1.5x the "
+                          "dense perplexity where magnitude reads 12x; bench/ACCURACY.md)");
+  const double fraction = p.structured() ? double(p.n) / double(p.m) : p.sparsity;
+  if (r.count("method") && p.method == "magnitude" && fraction >= 0.3 && kDefaultPruneMethod != std::string("magnitude"))
+    lines.push_back("note: magnitude pruning at " + amount + " ignores how the model uses its weights and costs far more "
+                    "quality than the default (SmolLM2-135M at 50 %: 12x the dense perplexity against sparsegpt's 1.5x; "
+                    "bench/ACCURACY.md); leave out --method for the calibrated default");
+  return lines;
+}
+
 std::string positional(const cxxopts::ParseResult& r, const char* name, const char* what) {
   if (!r.count(name)) throw UsageError(std::string("missing ") + what);
   return r[name].as<std::string>();
@@ -219,6 +257,7 @@ int run_pack(const char* cmd, int argc, char** argv) {
       ("h,help", "show this help");
     add_dtype_and_budget_options(opts);
     if (prune) add_prune_options(opts);
+    add_threads_option(opts, prune ? "CPU threads for conversion, calibration and the pruning algorithms" : "CPU threads for conversion");
     opts.parse_positional({"src"});
     const cxxopts::ParseResult r = opts.parse(argc, argv);
     if (r.count("help")) {
@@ -229,28 +268,39 @@ int run_pack(const char* cmd, int argc, char** argv) {
     const std::string src = positional(r, "src", "SRC (the checkpoint folder or GGUF file)");
     if (!r.count("output")) throw UsageError("missing -o OUT.endor");
     const std::string out = r["output"].as<std::string>();
-    PackOptions o = parse_pack_options(r, prune, true, true);
+    PackOptions o = parse_pack_options(r, prune, true, true, kDefaultPruneMethod);
     o.command = cmd;
+    const int threads = threads_option(r);
+    if (threads > 0) omp_set_num_threads(threads);
 
     ProgressDisplay progress;
     PackCallbacks cb;
     cb.on_progress = [&](const PackProgress& p) { progress.update(p); };
     cb.on_temp_file = track_temp_file;
+    cb.on_note = [&](const std::string& line) {
+      progress.finish();
+      std::fprintf(stderr, "note: %s\n", line.c_str());
+    };
     const auto t0 = std::chrono::steady_clock::now();
 #ifdef ENDOR_PACK_CALIBRATION
     const bool calibrated = prune && o.prune.method != "magnitude";
     CalibrationOptions co;
     if (calibrated) {
       co.ids = r.count("calib-ids") > 0;
-      co.text_path = r[co.ids ? "calib-ids" : "calib"].as<std::string>();
-      co.n_samples = r["calib-samples"].as<uint64_t>();
+      if (co.ids || r.count("calib")) co.text_path = r[co.ids ? "calib-ids" : "calib"].as<std::string>();
+      co.n_samples = r.count("calib-samples") ? r["calib-samples"].as<uint64_t>()
+                     : co.self_generated()    ? kSelfCalibSamples
+                                              : co.n_samples;
       if (co.n_samples == 0) throw UsageError("--calib-samples must be at least 1");
       if (r.count("calib-seqlen")) co.seq_len = r["calib-seqlen"].as<uint64_t>();
       if (r.count("calib-seqlen") && co.seq_len == 0) throw UsageError("--calib-seqlen must be at least 1");
       co.seed = r["seed"].as<uint64_t>();
+      co.n_threads = threads;
     }
+    for (const std::string& line : method_notes(r, o)) std::fprintf(stderr, "%s\n", line.c_str());
     const PackSummary s = calibrated ? pack_calibrated(src, out, o, co, cb) : pack_checkpoint(src, out, o, cb);
 #else
+    for (const std::string& line : method_notes(r, o)) std::fprintf(stderr, "%s\n", line.c_str());
     const PackSummary s = pack_checkpoint(src, out, o, cb);
 #endif
     progress.finish();
@@ -262,7 +312,7 @@ int run_pack(const char* cmd, int argc, char** argv) {
     std::printf("wrote %s: %s, %.1f%% of the %s source; %llu tensors (%llu %s) in %.1f s\n", out.c_str(),
                 format_bytes(s.file_bytes).c_str(), s.source_bytes ? 100.0 * double(s.file_bytes) / double(s.source_bytes) : 0.0,
                 format_bytes(s.source_bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.pruned_tensors,
-                o.prune.method == "gptq" ? "quantized by GPTQ" : "pruned", secs);
+                o.prune.method == "gptq" ? "quantized by GPTQ" : o.prune.active() ? ("pruned by " + o.prune.method).c_str() : "pruned", secs);
     return 0;
   });
 }
@@ -356,9 +406,9 @@ int run_compare(int argc, char** argv) {
       ("svg", "SVG chart output path", cxxopts::value<std::string>())
       ("min-time", "seconds each speed measurement repeats for (best run counts)", cxxopts::value<double>()->default_value("0.02"))
       ("h,help", "show this help");
-    add_threads_option(opts, "CPU threads for Endor's multithreaded decode");
     add_dtype_and_budget_options(opts);
     add_prune_options(opts);
+    add_threads_option(opts, "CPU threads for Endor's multithreaded decode");
     opts.parse_positional({"input"});
     const cxxopts::ParseResult r = opts.parse(argc, argv);
     if (r.count("help")) {

@@ -259,6 +259,7 @@ std::vector<int32_t> self_calibration_ids(Model& model, uint64_t n, uint64_t L, 
   const std::vector<std::vector<int32_t>> prompts(n, std::vector<int32_t>{start});
   SamplerOptions so;
   so.temperature = co.self_temperature;
+  so.top_k = co.self_top_k;
   so.top_p = co.self_top_p;
   so.seed = co.seed;
   BatchGenerationOptions bo;
@@ -501,7 +502,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   nlohmann::json calibration = {{"samples", S}, {"seq_len", L}, {"seed", co.seed}, {"tokens", ids.size()}};
   if (co.self_generated()) {
     calibration["generated"] = {{"by", "the model itself"}, {"start_token", ids.empty() ? -1 : ids[0]},
-                                {"temperature", co.self_temperature}, {"top_p", co.self_top_p},
+                                {"temperature", co.self_temperature}, {"top_k", co.self_top_k}, {"top_p", co.self_top_p},
                                };
     calibration["sampling"] = "one window per generated sequence";
   } else {

@@ -367,6 +367,7 @@ TEST_CASE("self-calibration: the model's own sampled text, one window per sequen
   const int32_t start = c.bos_token_id >= 0 ? c.bos_token_id : c.eos_token_ids.at(0);
   SamplerOptions so;
   so.temperature = 1.0f;
+  so.top_k = 50;
   so.seed = 7;
   BatchGenerationOptions bo;
   bo.batch = 1;
@@ -405,6 +406,7 @@ TEST_CASE("self-calibration: the model's own sampled text, one window per sequen
   CHECK(cal["tokens"] == 8 * 64);
   CHECK(cal["generated"]["start_token"] == start);
   CHECK(cal["generated"]["temperature"] == 1.0);
+  CHECK(cal["generated"]["top_k"] == 50);
   CHECK(!cal.contains("text"));
   const std::string mag = dir.file("mag.endor");
   pack_checkpoint(kSample, mag, prune_options("magnitude", 0.5));

@@ -370,7 +370,7 @@ inline constexpr uint64_t kSelfCalibSeqLen = 512;
 
 // Self-generated calibration (text_path empty: no --calib/--calib-ids): the model writes its own
 // calibration text first. n_samples sequences, each started at the BOS token (else the first EOS
-// token, else id 0) and continued for seq_len - 1 tokens sampled at self_temperature / self_top_p
+// token, else id 0) and continued for seq_len - 1 tokens sampled at self_temperature / _top_k / _top_p
 // with seed + the sequence's index (EOS does not stop a sequence), self_batch sequences at a time
 // (throughput mode: one pass over the blocks per step for all of them). Each sequence is one
 // calibration window. Needs no tokenizer.
@@ -382,9 +382,15 @@ struct CalibrationOptions {
                                        // (self-generated: min(kSelfCalibSeqLen, max_position_embeddings))
   uint64_t seed = 0;                   // --seed
   int n_threads = 0;                   // CPU threads: backend, OpenMP and BLAS (0 = all cores)
+  // transformers' default sampling (generate() with do_sample: temperature 1, top-k 50). Top-k also
+  // spares the sampler a sort of the whole vocabulary per token (SmolLM2: 49152 ids).
   float self_temperature = 1.0f;
+  uint32_t self_top_k = 50;
   float self_top_p = 1.0f;
-  uint32_t self_batch = 16;            // sequences generated together (KV caches: self_batch x seq_len tokens)
+  // Sequences generated together (KV caches: self_batch x seq_len tokens). 8: the exact CPU
+  // backend runs up to 8 tokens per Linear call on its fused kernels; 16 went to row-decode, 3x
+  // slower a token on SmolLM2 (f16, Intel Xeon, 2 threads).
+  uint32_t self_batch = 8;
   bool self_generated() const { return text_path.empty(); }
   // Called with each calibrated Linear's f32 weights [rows, cols] as the algorithm leaves them
   // (SparseGPT with --quant: the dequantized codes it chose), before they are encoded. Optional.
