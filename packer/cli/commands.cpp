@@ -275,9 +275,20 @@ int run_pack(const char* cmd, int argc, char** argv) {
 
     ProgressDisplay progress;
     PackCallbacks cb;
-    cb.on_progress = [&](const PackProgress& p) { progress.update(p); };
+    // The notes on what was chosen come once the work starts: input refused before that gets its
+    // one error line alone.
+    std::vector<std::string> notes = method_notes(r, o);
+    const auto flush_notes = [&] {
+      for (const std::string& line : notes) std::fprintf(stderr, "%s\n", line.c_str());
+      notes.clear();
+    };
+    cb.on_progress = [&](const PackProgress& p) {
+      flush_notes();
+      progress.update(p);
+    };
     cb.on_temp_file = track_temp_file;
     cb.on_note = [&](const std::string& line) {
+      flush_notes();
       progress.finish();
       std::fprintf(stderr, "note: %s\n", line.c_str());
     };
@@ -297,13 +308,12 @@ int run_pack(const char* cmd, int argc, char** argv) {
       co.seed = r["seed"].as<uint64_t>();
       co.n_threads = threads;
     }
-    for (const std::string& line : method_notes(r, o)) std::fprintf(stderr, "%s\n", line.c_str());
     const PackSummary s = calibrated ? pack_calibrated(src, out, o, co, cb) : pack_checkpoint(src, out, o, cb);
 #else
-    for (const std::string& line : method_notes(r, o)) std::fprintf(stderr, "%s\n", line.c_str());
     const PackSummary s = pack_checkpoint(src, out, o, cb);
 #endif
     progress.finish();
+    flush_notes();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const std::string& d : s.dropped) std::fprintf(stderr, "note: not packed: %s\n", d.c_str());
     if (s.source_grid_tensors)

@@ -40,9 +40,9 @@ const Variant kVariants[] = {
     {"orig", "convert --dtype f32"},
     {"f16", "convert --dtype f16"},
     {"bf16", "convert --dtype bf16"},
-    {"mag50_f16", "prune --sparsity 0.5 --quant none --dtype f16"},
-    {"mag50_int8", "prune --sparsity 0.5 --quant int8 --dtype f16"},
-    {"mag50_int4", "prune --sparsity 0.5 --quant int4 --group-size 32 --dtype f16"},
+    {"mag50_f16", "prune --method magnitude --sparsity 0.5 --quant none --dtype f16"},
+    {"mag50_int8", "prune --method magnitude --sparsity 0.5 --quant int8 --dtype f16"},
+    {"mag50_int4", "prune --method magnitude --sparsity 0.5 --quant int4 --group-size 32 --dtype f16"},
 };
 
 constexpr double kEpsF32 = 1.1920928955078125e-07;
