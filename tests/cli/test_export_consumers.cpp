@@ -5,8 +5,8 @@
 //     export's logits within 1e-3 relative of `endor-infer --exact --dump-logits`, the hf export's
 //     perplexity within 1e-4 relative of `endor-infer --perplexity --exact`.
 //   llama.cpp: llama-perplexity and llama-quantize in $ENDOR_LLAMA_CPP_BIN (default
-//     ~/.cache/endor/peers/llama-build/bin, bench/peers/build_llama.sh). The GGUF export runs, and
-//     llama-quantize takes it to Q8_0. With the SmolLM2 folder (~/.cache/endor/smollm2-135m-instruct-hf)
+//     ~/.cache/endor/peers/llama-build/bin, bench/peers/build_llama.sh). The GGUF export (int4 as
+//     Q4_1 blocks, int8g as Q8_0, each Linear's type checked) runs, and llama-quantize takes it to Q8_0. With the SmolLM2 folder (~/.cache/endor/smollm2-135m-instruct-hf)
 //     and llama.cpp's convert_hf_to_gguf.py ($ENDOR_LLAMA_CPP_CONVERT), the GGUF export's
 //     llama-perplexity equals that of llama.cpp's own F32 conversion of the hf export.
 #include <doctest/doctest.h>
@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "../packer/synthetic_checkpoint.h"
+#include "endor/gguf.h"
 
 using endor::test::make_temp_dir;
 using endor::test::read_bytes;
@@ -147,14 +148,36 @@ TEST_CASE("llama.cpp runs the GGUF export, quantizes it, and scores it as its ow
   }
   const std::string dir = make_temp_dir("export-llama");
   const std::string endor = dir + "/m.endor", gguf = dir + "/m.gguf";
-  // llama (MHA, untied), qwen2 (biases, GQA, tied) and mistral (GQA, written as llama).
-  for (const char* f : {"qwen2-tiny", "mistral-tiny", "llama-tiny"}) {
+  // llama (MHA, untied), qwen2 (biases, GQA, tied) and mistral (GQA, written as llama) as int4 in
+  // Q4_1 blocks; llama's int8g (embedding and head too) in Q8_0 blocks. Every Linear whose columns
+  // are whole 32-blocks has the block type.
+  struct Case {
+    const char* fixture;
+    const char* quant;
+    endor::GgmlType type;  // every decoder Linear's in the export
+  };
+  for (const Case& c : {Case{"qwen2-tiny", "--quant int4", endor::GgmlType::Q4_1}, Case{"mistral-tiny", "--quant int4", endor::GgmlType::Q4_1},
+                        Case{"llama-tiny", "--quant int8g --quant-head int8g", endor::GgmlType::Q8_0},
+                        Case{"llama-tiny", "--quant int4", endor::GgmlType::Q4_1}}) {
     ::unlink(endor.c_str());
     ::unlink(gguf.c_str());
-    sh(quote(kPack) + " prune " + quote(fixture(f)) + " -o " + quote(endor) + " --sparsity 0.5 --quant int4 --group-size 32", dir);
+    sh(quote(kPack) + " prune " + quote(fixture(c.fixture)) + " -o " + quote(endor) + " --sparsity 0.5 " + c.quant + " --group-size 32", dir);
     sh(quote(kPack) + " export " + quote(endor) + " --to gguf -o " + quote(gguf), dir);
+    uint64_t blocks = 0;
+    const auto file = endor::GgufFile::open(gguf);
+    for (const endor::GgufTensorInfo& t : file->header().tensors) {
+      if (t.ne.size() != 2 || t.name == "token_embd.weight" || t.name == "output.weight") continue;
+      INFO((std::string(c.fixture) + " " + t.name + ": " + endor::ggml_type_name(t.type)));
+      if (t.ne[0] % 32 != 0) {  // qwen2-tiny's down_proj (88 columns): no whole blocks, floats
+        CHECK(endor::ggml_block_elements(t.type) == 1);
+        continue;
+      }
+      CHECK(t.type == c.type);
+      ++blocks;
+    }
+    CHECK(blocks > 0);
     const double p = llama_ppl(quote(bin + "/llama-perplexity") + " -m " + quote(gguf) + " -f " + quote(kText) + " -c 64 -t 2", dir);
-    MESSAGE(std::string(f) << " int4 @ 50 % GGUF export (Q4_1 blocks): llama-perplexity " << p);
+    MESSAGE((std::string(c.fixture) + " " + c.quant + " @ 50 % GGUF export (" + endor::ggml_type_name(c.type) + " blocks): llama-perplexity ") << p);
     CHECK(std::isfinite(p));
     CHECK(p > 1.0);
   }
