@@ -8,7 +8,8 @@
 //     ~/.cache/endor/peers/llama-build/bin, bench/peers/build_llama.sh). The GGUF export (int4 as
 //     Q4_1 blocks, int8g as Q8_0, each Linear's type checked) runs, and llama-quantize takes it to
 //     Q8_0. With the SmolLM2 folder (~/.cache/endor/smollm2-135m-instruct-hf) and llama.cpp's
-//     convert_hf_to_gguf.py ($ENDOR_LLAMA_CPP_CONVERT), the GGUF export's llama-perplexity equals that of llama.cpp's own F32 conversion of the hf export.
+//     convert_hf_to_gguf.py ($ENDOR_LLAMA_CPP_CONVERT), the GGUF export's llama-perplexity equals
+//     that of llama.cpp's own F32 conversion of the hf export.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <unistd.h>
