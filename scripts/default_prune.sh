@@ -64,10 +64,10 @@ if [ -s "$folder/model.safetensors" ]; then
   row hf.default "$folder" --sparsity 0.5
 fi
 # ---- the other candidates for the default ----------------------------------------------------
-row gguf.wanda.self32x512 "$gguf" --sparsity 0.5 --method wanda
+row gguf.sparsegpt.self32x512 "$gguf" --sparsity 0.5 --calib-samples 32 --calib-seqlen 512
+row gguf.sparsegpt.self128x128 "$gguf" --sparsity 0.5 --calib-samples 128 --calib-seqlen 128
+row gguf.wanda.self64x256 "$gguf" --sparsity 0.5 --method wanda
 row gguf.sparsegpt.text32x512 "$gguf" --sparsity 0.5 "${text[@]}"
-row gguf.sparsegpt.self16x512 "$gguf" --sparsity 0.5 --calib-samples 16
-row gguf.sparsegpt.self64x512 "$gguf" --sparsity 0.5 --calib-samples 64
 row gguf.wanda.text32x512 "$gguf" --sparsity 0.5 --method wanda "${text[@]}"
 row gguf.magnitude "$gguf" --sparsity 0.5 --method magnitude
 
@@ -80,4 +80,4 @@ if [ "${BIG:-1}" != 0 ]; then
   fi
   NO_PPL=1 row big1b.default "$big" --sparsity 0.5 --threads 2
 fi
-echo "rows: $out/rows.tsv" >&2
+echo "rows: $out/rows.tsv (python3 scripts/default_prune_report.py $out: the ACCURACY.md section)" >&2
