@@ -64,9 +64,11 @@ if [ -s "$folder/model.safetensors" ]; then
   row hf.default "$folder" --sparsity 0.5
 fi
 # ---- the other candidates for the default ----------------------------------------------------
+row gguf.sparsegpt.self64x256 "$gguf" --sparsity 0.5 --calib-samples 64 --calib-seqlen 256
+row gguf.sparsegpt.self64x256.int4 "$gguf" --sparsity 0.5 --calib-samples 64 --calib-seqlen 256 --quant int4
 row gguf.sparsegpt.self32x512 "$gguf" --sparsity 0.5 --calib-samples 32 --calib-seqlen 512
-row gguf.sparsegpt.self128x128 "$gguf" --sparsity 0.5 --calib-samples 128 --calib-seqlen 128
-row gguf.wanda.self64x256 "$gguf" --sparsity 0.5 --method wanda
+row gguf.sparsegpt.self32x512.int4 "$gguf" --sparsity 0.5 --calib-samples 32 --calib-seqlen 512 --quant int4
+row gguf.wanda.self128x128 "$gguf" --sparsity 0.5 --method wanda
 row gguf.sparsegpt.text32x512 "$gguf" --sparsity 0.5 "${text[@]}"
 row gguf.wanda.text32x512 "$gguf" --sparsity 0.5 --method wanda "${text[@]}"
 row gguf.magnitude "$gguf" --sparsity 0.5 --method magnitude

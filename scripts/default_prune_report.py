@@ -12,7 +12,7 @@ import sys
 DENSE = 23.19  # SmolLM2 from the GGUF, `endor-infer --perplexity GPL-3 --ctx 512` (bench/ACCURACY.md)
 
 WHAT = {
-    "gguf.default": "`prune GGUF --sparsity 0.5` (the default: SparseGPT, self-generated 64 x 256)",
+    "gguf.default": "`prune GGUF --sparsity 0.5` (the default: SparseGPT, self-generated 128 x 128)",
     "gguf.default.int4": "the default with `--quant int4`",
     "gguf.sparsegpt.self32x512": "SparseGPT, self-generated 32 x 512",
     "gguf.sparsegpt.self32x512.int4": "the same with `--quant int4`",
@@ -21,7 +21,9 @@ WHAT = {
     "gguf.sparsegpt.self16x512": "SparseGPT, self-generated 16 x 512",
     "gguf.sparsegpt.self64x512": "SparseGPT, self-generated 64 x 512",
     "gguf.sparsegpt.self128x128": "SparseGPT, self-generated 128 x 128",
-    "gguf.wanda.self64x256": "Wanda, self-generated 64 x 256",
+    "gguf.wanda.self128x128": "Wanda, self-generated 128 x 128",
+    "gguf.sparsegpt.self64x256": "SparseGPT, self-generated 64 x 256",
+    "gguf.sparsegpt.self64x256.int4": "the same with `--quant int4`",
     "gguf.sparsegpt.text32x512": "SparseGPT, license texts 32 x 512",
     "gguf.wanda.text32x512": "Wanda, license texts 32 x 512",
     "gguf.magnitude": "magnitude",
@@ -29,7 +31,7 @@ WHAT = {
     "hf.sparsegpt.text32x512": "SparseGPT, license texts 32 x 512, folder: updated weights f16 (the default)",
     "hf.sparsegpt.text32x512.bf16": "the same, `--dtype bf16` (updated weights bf16: the earlier default)",
     "hf.sparsegpt.text32x512.f32": "the same, `--dtype f32` (every tensor f32)",
-    "big1b.default": "1 B shape (random f16 weights), the default",
+    "big1b.default": "1 B shape (random f16 weights), the default at 64 x 256 (as many tokens)",
 }
 
 

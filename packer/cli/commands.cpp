@@ -63,11 +63,11 @@ void add_prune_options(cxxopts::Options& o) {
     ("clip", "sparsegpt, gptq with int4/int4k: mse (search each group's range for the least Hessian-weighted error) or none ([min, max])", cxxopts::value<std::string>()->default_value("mse"))
     ("skip", "regex (ECMAScript, searched in the canonical tensor name) of Linears to leave unpruned and unquantized", cxxopts::value<std::string>())
     ("calib", "calibration text (UTF-8 file) for --method wanda|sparsegpt|gptq (default: the model generates its own, "
-              "64 sequences of 256 tokens)", cxxopts::value<std::string>())
+              "128 sequences of 128 tokens)", cxxopts::value<std::string>())
     ("calib-ids", "calibration as token ids instead of text: a file of whitespace-separated ids (e.g. chat "
                   "conversations rendered by the model's template: scripts/chat_calibration.py)", cxxopts::value<std::string>())
-    ("calib-samples", "calibration windows drawn from --calib (default 128), or sequences the model generates (default 64)", cxxopts::value<uint64_t>())
-    ("calib-seqlen", "tokens per calibration window (default: max_position_embeddings with --calib, else 256)", cxxopts::value<uint64_t>())
+    ("calib-samples", "calibration windows drawn from --calib (default 128), or sequences the model generates (default 128)", cxxopts::value<uint64_t>())
+    ("calib-seqlen", "tokens per calibration window (default: max_position_embeddings with --calib, else 128)", cxxopts::value<uint64_t>())
     ("seed", "seed of the calibration window sampling (std::mt19937_64)", cxxopts::value<uint64_t>()->default_value("0"));
 }
 
@@ -226,12 +226,12 @@ std::vector<std::string> method_notes(const cxxopts::ParseResult& r, const PackO
   if (!r.count("method"))
     lines.push_back(p.method == "magnitude"
                         ? "note: no --method: magnitude (this build has no calibration support)"
-                        : "note: no --method: " + p.method + ", the default (on SmolLM2-135M at 50 % it reads 2.2x the "
+                        : "note: no --method: " + p.method + ", the default (on SmolLM2-135M at 50 % it reads 2.0x the "
                           "dense perplexity where magnitude reads 12x; bench/ACCURACY.md)");
   const double fraction = p.structured() ? double(p.n) / double(p.m) : p.sparsity;
   if (r.count("method") && p.method == "magnitude" && fraction >= 0.3 && kDefaultPruneMethod != std::string("magnitude"))
     lines.push_back("note: magnitude pruning at " + amount + " ignores how the model uses its weights and costs far more "
-                    "quality than the default (SmolLM2-135M at 50 %: 12x the dense perplexity against the default's 2.2x; "
+                    "quality than the default (SmolLM2-135M at 50 %: 12x the dense perplexity against the default's 2.0x; "
                     "bench/ACCURACY.md); leave out --method for the calibrated default");
   return lines;
 }

@@ -365,8 +365,8 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
 // std::uniform_int_distribution<uint64_t>(0, n_tokens - seq_len - 1)(rng) (the reference's
 // random.randint(0, len - seqlen - 1) over one C4 document; here the whole text is one document).
 // The defaults of `endor-pack prune` without --calib (bench/ACCURACY.md, "The default prune").
-inline constexpr uint64_t kSelfCalibSamples = 64;
-inline constexpr uint64_t kSelfCalibSeqLen = 256;
+inline constexpr uint64_t kSelfCalibSamples = 128;
+inline constexpr uint64_t kSelfCalibSeqLen = 128;
 
 // Self-generated calibration (text_path empty: no --calib/--calib-ids): the model writes its own
 // calibration text first. n_samples sequences, each started at the BOS token (else the first EOS

@@ -61,7 +61,15 @@ void HessianAccumulator::add_batch(const float* x, size_t n_tokens, size_t n_in,
   // Upper triangle: H = keep·H + Xsᵀ·Xs (X is [n_tokens, n_in] row-major, so Xsᵀ·Xs is "Trans").
   const int n = int(n_in_), k = int(n_tokens);
   cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, n, k, 1.0f, scaled_.data(), n, keep, h_.data(), n);
-  detail::mirror_triangle(h_.data(), n_in_, /*from_upper=*/true);
+  mirrored_ = false;
+}
+
+const std::vector<float>& HessianAccumulator::hessian() const {
+  if (!mirrored_) {
+    detail::mirror_triangle(h_.data(), n_in_, /*from_upper=*/true);
+    mirrored_ = true;
+  }
+  return h_;
 }
 
 }  // namespace endor::pruning

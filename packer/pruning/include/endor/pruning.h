@@ -65,13 +65,16 @@ class HessianAccumulator {
   explicit HessianAccumulator(size_t n_in);
   // x: [n_tokens, n_in] activations of n_samples samples; n_in must match the constructor's.
   void add_batch(const float* x, size_t n_tokens, size_t n_in, size_t n_samples = 1);
-  const std::vector<float>& hessian() const { return h_; }  // [n_in, n_in], both triangles set
+  const std::vector<float>& hessian() const;  // [n_in, n_in], both triangles set
   size_t n_in() const { return n_in_; }
   uint64_t n_samples() const { return n_samples_; }
 
  private:
   size_t n_in_;
-  std::vector<float> h_;
+  // add_batch updates the upper triangle only; hessian() mirrors it once when asked (a mirror per
+  // batch cost as much as a quarter of the batch's ssyrk at 128-token windows).
+  mutable std::vector<float> h_;
+  mutable bool mirrored_ = true;
   std::vector<float> scaled_;  // scratch: sqrt(2/n)·X
   uint64_t n_samples_ = 0;
 };
