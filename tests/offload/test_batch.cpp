@@ -70,7 +70,7 @@ std::string summary_value(const std::string& err, const std::string& key) {
 TEST_CASE("generate_batch: greedy ids of every prompt equal generate() of the prompt alone") {
   TempDir dir;
   // Two encodings: dense f16 (fused dense kernel) and 50 % int4 (bitmap kernels).
-  for (const char* pack : {"convert --dtype f16", "prune --sparsity 0.5 --quant int4"}) {
+  for (const char* pack : {"convert --dtype f16", "prune --method magnitude --sparsity 0.5 --quant int4"}) {
     CAPTURE(pack);
     const std::string path = pack_sample(dir, "m.endor", pack);
     std::unique_ptr<ContainerReader> container = ContainerReader::open(path);
@@ -152,7 +152,7 @@ TEST_CASE("generate_batch: a sequence stopped by the context leaves and the next
 
 TEST_CASE("endor-infer --prompts: prompt order, ids and text as alone, from disk too, --jsonl and --stats") {
   TempDir dir;
-  const std::string model = pack_sample(dir, "m.endor", "prune --sparsity 0.5 --quant int8");
+  const std::string model = pack_sample(dir, "m.endor", "prune --method magnitude --sparsity 0.5 --quant int8");
   const std::string prompts = write_prompts(dir, "prompts.txt", kPrompts);
   const std::string gen = " -n 8 --temperature 0 --ignore-eos";
 

@@ -130,8 +130,8 @@ GPU_TEST_CASE("offload cuda: every fixture architecture, f16 and int4 at 50 %, s
   TempDir dir;
   for (const char* fixture :
        {"opt-tiny", "opt-postln-proj", "llama-tiny", "llama-gqa-bf16", "llama3-rope", "qwen2-tiny", "mistral-tiny"}) {
-    for (const char* pack : {"convert --dtype f16", "prune --sparsity 0.5 --quant int4",
-                             "prune --sparsity 0.5 --quant int4 --quant-head int4"}) {
+    for (const char* pack : {"convert --dtype f16", "prune --method magnitude --sparsity 0.5 --quant int4",
+                             "prune --method magnitude --sparsity 0.5 --quant int4 --quant-head int4"}) {
       // The int4 embedding/head (device embed and lm_head on int4 rows): one tied, one untied model.
       if (std::string(pack).find("quant-head") != std::string::npos && std::string(fixture) != "llama-tiny" &&
           std::string(fixture) != "qwen2-tiny")

@@ -243,8 +243,8 @@ TEST_CASE("endor-serve: a malformed command line is one line, exit 2, before any
 
 TEST_CASE("endor-serve: greedy text under concurrency equals endor-infer alone") {
   TempDir dir;
-  const std::string f16 = test::pack_sample(dir, "sample-50.endor", "prune --sparsity 0.5");
-  const std::string int8 = test::pack_sample(dir, "sample-int8.endor", "prune --sparsity 0.5 --quant int8");
+  const std::string f16 = test::pack_sample(dir, "sample-50.endor", "prune --method magnitude --sparsity 0.5");
+  const std::string int8 = test::pack_sample(dir, "sample-int8.endor", "prune --method magnitude --sparsity 0.5 --quant int8");
   SUBCASE("16 slots, every request in one step (f16)") { check_concurrent_greedy(dir, f16, "--parallel 16", 40); }
   SUBCASE("16 slots, int8") { check_concurrent_greedy(dir, int8, "--parallel 16", 40); }
   SUBCASE("3 slots: requests queue, join and leave") { check_concurrent_greedy(dir, int8, "--parallel 3", 24); }
@@ -255,7 +255,7 @@ TEST_CASE("endor-serve: greedy text under concurrency equals endor-infer alone")
 
 TEST_CASE("endor-serve: chats through the template equal endor-infer --chat") {
   TempDir dir;
-  const std::string model = pack_with_chat(dir, "chat.endor", "prune --sparsity 0.5");
+  const std::string model = pack_with_chat(dir, "chat.endor", "prune --method magnitude --sparsity 0.5");
   const std::vector<std::string> questions = {"Who made the heaven?", "What is the way?", "Who is my shepherd?",
                                               "Where is the light?"};
   std::vector<std::string> expected;
@@ -299,7 +299,7 @@ TEST_CASE("endor-serve: chats through the template equal endor-infer --chat") {
 
 TEST_CASE("endor-serve: API key, limits, error codes, stop strings, metrics") {
   TempDir dir;
-  const std::string model = test::pack_sample(dir, "sample-50.endor", "prune --sparsity 0.5");
+  const std::string model = test::pack_sample(dir, "sample-50.endor", "prune --method magnitude --sparsity 0.5");
   ServerProcess server(dir, "limits");
   REQUIRE_MESSAGE(server.start(model, "--threads 1 --parallel 1 --queue 1 --ctx 64 --api-key sesame "
                                       "--body-limit 4K --metrics --model-name kjv"),
@@ -391,7 +391,7 @@ TEST_CASE("endor-serve: API key, limits, error codes, stop strings, metrics") {
 
 TEST_CASE("endor-serve: >= 1000 malformed requests, each 4xx with an error body; the server answers after") {
   TempDir dir;
-  const std::string model = test::pack_sample(dir, "sample-50.endor", "prune --sparsity 0.5");
+  const std::string model = test::pack_sample(dir, "sample-50.endor", "prune --method magnitude --sparsity 0.5");
   ServerProcess server(dir, "malformed");
   REQUIRE_MESSAGE(server.start(model, "--threads 1 --parallel 2 --ctx 64 --api-key k --body-limit 8K --timeout 2"),
                   server.log);
@@ -560,7 +560,7 @@ TEST_CASE("endor-serve: a client that leaves frees its slot or queue place, stre
 
 TEST_CASE("endor-serve: SIGTERM ends streams in flight with a final chunk and exits 0") {
   TempDir dir;
-  const std::string model = test::pack_sample(dir, "sample-50.endor", "prune --sparsity 0.5");
+  const std::string model = test::pack_sample(dir, "sample-50.endor", "prune --method magnitude --sparsity 0.5");
   ServerProcess server(dir, "sigterm");
   // One slot with a long answer; the other streams wait in the queue.
   REQUIRE_MESSAGE(server.start(model, "--threads 1 --parallel 1 --queue 8 --metrics"), server.log);
