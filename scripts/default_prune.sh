@@ -43,6 +43,7 @@ row() {
   local file=$work/$name.endor
   /usr/bin/time -v "$pack" prune "$src" -o "$file" "$@" >"$out/$name.log" 2>&1 ||
     { tail -5 "$out/$name.log" >&2; exit 1; }
+  sed -i "s#$root/##g; s#$HOME/#~/#g" "$out/$name.log"  # the logs are committed: no paths of this machine
   local wall cpu rss p
   wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$out/$name.log")
   cpu=$(awk -F': ' '/User time/ {u=$2} /System time/ {s=$2} END {print u+s}' "$out/$name.log")

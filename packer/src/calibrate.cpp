@@ -153,9 +153,9 @@ void drop_group_pages(const ContainerReader& r, uint32_t g) {
 }
 
 // The value type of a Linear whose kept weights SparseGPT moved to make up for the pruned ones
-// (stored unquantized): bf16 keeps 8 significant bits and loses part of those updates, so such a
-// Linear is stored f16 (11 bits) when every value fits f16's range, unless --dtype asked for a
-// type. SmolLM2-135M at 50 % (bench/ACCURACY.md, "Updated weights"): bf16 35.97, f16 35.06, f32 35.26.
+// (stored unquantized): bf16 keeps 8 significant bits of those updates, f16 11 at the same size, so
+// such a Linear is stored f16 when every value fits f16's range, unless --dtype asked for a type.
+// End to end on SmolLM2 the difference is within the calibration's run-to-run spread (NOTES.md).
 ValueType updated_value_type(ValueType planned, const float* w, uint64_t n, const PackOptions& o) {
   if (planned != ValueType::BF16 || o.dtype) return planned;
   float amax = 0.0f;
@@ -483,7 +483,6 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     progress.tensors_done = l + 1;
     if (cb.on_progress) cb.on_progress(progress);
   }
-  // Free the runtime's buffers, the temporary model and the activations before the output pass.
   if (cb.on_note) {
     char line[256];
     std::snprintf(line, sizeof line, "calibration took %.1f s: generating the text %.1f s, dense passes with statistics %.1f s, "
@@ -491,6 +490,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
                   spec.method.c_str(), prune_s, rerun_s);
     cb.on_note(line);
   }
+  // Free the runtime's buffers, the temporary model and the activations before the output pass.
   acts.reset();
   model.reset();
   backend.reset();

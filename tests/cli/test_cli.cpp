@@ -18,6 +18,7 @@
 
 #include "../packer/gguf_builder.h"
 #include "../packer/synthetic_checkpoint.h"
+#include "endor/openmp_policy.h"
 
 extern char** environ;
 
@@ -158,6 +159,11 @@ TEST_CASE("usage errors: exit 2, one line naming the option and where the help i
     check_usage_error(run({"compare", fixture("opt-tiny"), "--threads", threads}), "endor-pack compare",
                       std::string("--threads must be in [0, 4096] (0 = all cores), got ") + threads);
   check_usage_error(run({"compare", fixture("opt-tiny"), "--threads", "two"}), "endor-pack compare", "two");
+  // prune and convert: the same --threads, with the same check.
+  check_usage_error(run({"prune", fixture("opt-tiny"), "-o", "x.endor", "--sparsity", "0.5", "--threads", "-1"}),
+                    "endor-pack prune", "--threads must be in [0, 4096] (0 = all cores), got -1");
+  check_usage_error(run({"convert", fixture("opt-tiny"), "-o", "x.endor", "--threads", "4097"}), "endor-pack convert",
+                    "--threads must be in [0, 4096] (0 = all cores), got 4097");
   CHECK(list_dir(dir).empty());  // nothing written by a refused command
   remove_tree(dir);
 }
@@ -649,3 +655,29 @@ TEST_CASE("--calib-ids: the ids of the calibration text prune as the text does; 
   remove_tree(dir);
 }
 #endif
+
+TEST_CASE("endor-pack names OpenBLAS's kernels from the CPU's features unless the user did") {
+  // OpenBLAS prints the core it chose when it loads (OPENBLAS_VERBOSE=2); endor-pack re-executes
+  // itself once with OPENBLAS_CORETYPE set (endor/openmp_policy.h), so the last choice printed is ours.
+  const char* want = endor::openblas_core_for_this_cpu();
+  if (!want) {
+    MESSAGE("skipped: this CPU has neither AVX-512 nor AVX2, so endor-pack leaves OpenBLAS's own choice");
+    return;
+  }
+  const std::string io = make_temp_dir("cli-blas");
+  const std::string base = "env -u OPENBLAS_CORETYPE -u ENDOR_REEXEC -u OMP_WAIT_POLICY OPENBLAS_VERBOSE=2 '" + kBinary +
+                           "' --version >'" + io + "/out' 2>'" + io + "/err'";
+  REQUIRE(std::system(base.c_str()) == 0);
+  std::string err = read_bytes(io + "/err"), last;
+  for (size_t at = err.find("Core: "); at != std::string::npos; at = err.find("Core: ", at + 1))
+    last = err.substr(at + 6, err.find('\n', at) - at - 6);
+  CHECK(last == want);
+  // The user's choice stands.
+  const std::string mine = "env -u ENDOR_REEXEC OPENBLAS_CORETYPE=Haswell OPENBLAS_VERBOSE=2 '" + kBinary +
+                           "' --version >'" + io + "/out' 2>'" + io + "/err'";
+  REQUIRE(std::system(mine.c_str()) == 0);
+  err = read_bytes(io + "/err");
+  CHECK(err.find("Core: Haswell") != std::string::npos);
+  CHECK(err.find("Core: SkylakeX") == std::string::npos);
+  remove_tree(io);
+}
