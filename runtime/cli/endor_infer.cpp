@@ -16,7 +16,9 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -352,7 +354,20 @@ int run_batch(endor::Model& model, const endor::Tokenizer* tokenizer, const Batc
   return 0;
 }
 
-int run(int argc, char** argv) {
+// endor-infer's modes. The command line selects exactly one (select_mode); run() opens what every mode
+// shares, always in the same order (the container, its tokenizer, the backend, the placement sized for the
+// mode's KV cache, the model), and dispatch() hands it to the mode's function, as endor-pack's main() hands
+// argv to its subcommands. Keeping that order in one place is what keeps the errors' order stable: a
+// usage error before any file is read, a refused tokenizer before the weights are placed, a refused
+// prompt before anything is printed.
+enum class Mode {
+  Generate,    // -p TEXT or --ids "1 2 3": one prompt, its continuation streamed out
+  Chat,        // --chat (turns from stdin, or the one turn -p TEXT): a conversation through the chat template
+  Batch,       // --prompts FILE (with --chat: every line a one-turn chat): throughput mode
+  Perplexity,  // --perplexity TEXT_FILE
+};
+
+cxxopts::Options infer_options() {
   cxxopts::Options options("endor-infer",
                            "Run a .endor model: stream generated text, or measure perplexity.\n"
                            "  endor-infer tokenize FILE     text on stdin -> ids on stdout\n"
@@ -395,13 +410,12 @@ int run(int argc, char** argv) {
                                       "model's max_position_embeddings; for --chat 4096 if smaller)");
   endor::cli::add_placement_options(options);
   options.parse_positional({"file"});
-  cxxopts::ParseResult args = options.parse(argc, argv);
-  if (args.count("help")) {
-    std::cout << options.help() << "\n";
-    return 0;
-  }
-  endor::cli::reject_unmatched(args);
-  if (!args.count("file")) throw UsageError("missing FILE (a .endor container)");
+  return options;
+}
+
+// The command line's mode. Throws UsageError, in this order, when it gives several inputs, none, or an
+// option outside its mode.
+Mode select_mode(const cxxopts::ParseResult& args) {
   const bool measure = args.count("perplexity") > 0;
   const bool batched = args.count("prompts") > 0;
   const bool chat = args.count("chat") > 0;
@@ -416,190 +430,308 @@ int run(int argc, char** argv) {
   if (batched && args["batch"].as<size_t>() == 0) throw UsageError("--batch must be at least 1");
   if (batched && args.count("dump-logits")) throw UsageError("--dump-logits goes with -p or --ids, not --prompts");
   if (args.count("ctx") && !measure && !chat) throw UsageError("--ctx goes with --perplexity or --chat");
-  const std::optional<size_t> ctx = endor::cli::ctx_option(args);
+  if (measure) return Mode::Perplexity;
+  if (batched) return Mode::Batch;
+  return chat ? Mode::Chat : Mode::Generate;
+}
+
+// The command line, checked and read before the container is opened.
+struct Request {
+  Mode mode = Mode::Generate;
+  std::string file;                        // FILE
+  bool chat = false;                       // --chat: Mode::Chat, or one-turn chats in Mode::Batch
+  std::optional<size_t> ctx;               // --ctx
+  bool ids = false;                        // --ids given: ids in, ids out, no tokenizer needed
+  std::vector<int32_t> prompt;             // --ids, or -p TEXT once encoded (Mode::Generate)
+  std::optional<std::string> prompt_text;  // -p TEXT
+  std::string prompts_path;                // --prompts
+  BatchRun br;                             // Mode::Batch: the lines of --prompts, --batch, --jsonl
+  std::string perplexity_path;             // --perplexity
+  std::string dump_logits;                 // --dump-logits ("": none)
+  size_t n_new = 0;                        // --n-tokens
+  bool dump_prompt = false, stats = false;
+};
+
+Request read_request(const cxxopts::ParseResult& args) {
+  Request r;
+  r.mode = select_mode(args);
+  r.ctx = endor::cli::ctx_option(args);
   endor::cli::check_placement_options(args);
-  std::vector<int32_t> prompt;
-  if (args.count("ids")) prompt = parse_ids(args["ids"].as<std::string>());
-  BatchRun br;
-  if (batched) {
-    br.texts = read_prompt_lines(args["prompts"].as<std::string>());  // before the model is opened
-    br.batch = args["batch"].as<size_t>();
-    br.jsonl = args.count("jsonl") > 0;
+  r.ids = args.count("ids") > 0;
+  if (r.ids) r.prompt = parse_ids(args["ids"].as<std::string>());
+  if (r.mode == Mode::Batch) {
+    r.prompts_path = args["prompts"].as<std::string>();
+    r.br.texts = read_prompt_lines(r.prompts_path);  // before the model is opened
+    r.br.batch = args["batch"].as<size_t>();
+    r.br.jsonl = args.count("jsonl") > 0;
   }
+  r.file = args["file"].as<std::string>();
+  r.chat = args.count("chat") > 0;
+  if (args.count("prompt")) r.prompt_text = args["prompt"].as<std::string>();
+  if (r.mode == Mode::Perplexity) r.perplexity_path = args["perplexity"].as<std::string>();
+  if (args.count("dump-logits")) r.dump_logits = args["dump-logits"].as<std::string>();
+  r.n_new = args["n-tokens"].as<size_t>();
+  r.dump_prompt = args.count("dump-prompt") > 0;
+  r.stats = args.count("stats") > 0;
+  return r;
+}
 
-  const std::string file = args["file"].as<std::string>();
-  std::unique_ptr<endor::ContainerReader> container = endor::ContainerReader::open(file);
-  const size_t context = endor::parse_model_config(container->manifest().config, file).max_positions;
-  if (ctx) endor::cli::check_ctx_fits(*ctx, context);
-  // Text in or out needs the tokenizer; checked before the weights are placed.
-  std::optional<endor::Tokenizer> tokenizer;
-  if (!args.count("ids")) {
-    tokenizer = endor::cli::container_tokenizer(*container);
-    if (!tokenizer && batched) {
-      // Without a tokenizer, each line of --prompts is token ids ("1 2 3") and the output is ids.
-      for (const std::string& t : br.texts) {
-        try {
-          parse_ids(t);
-        } catch (const UsageError&) {
-          throw endor::Error(args["prompts"].as<std::string>() + ": \"" + t + "\" is not a line of token ids, and " + file +
-                             " holds no tokenizer.json to encode text");
-        }
-      }
-    } else if (!tokenizer)
-      throw endor::Error(file + ": the container holds no tokenizer.json, so text cannot be encoded; "
-                         "give token ids with --ids \"1 2 3\"");
-  }
+// What the modes share, filled in run()'s order. Members that refer to others (the model to the container,
+// the backend and the streaming weights) are declared after them, so they are destroyed first.
+struct Session {
+  std::unique_ptr<endor::ContainerReader> container;
+  size_t context = 0;     // the model's context length (max_position_embeddings)
+  size_t ctx_tokens = 0;  // the perplexity window, or the tokens a conversation holds
+  std::optional<endor::Tokenizer> tokenizer;  // absent only for ids in and out
   std::optional<endor::cli::ChatSetup> chat_setup;
-  if (chat) chat_setup = endor::cli::load_chat_setup(*container, *tokenizer);
-  endor::cli::Compute compute = endor::cli::open_compute(args);
-  std::unique_ptr<endor::Backend>& backend = compute.backend;
-  const endor::KvDtype kv_dtype = compute.kv_dtype;
+  endor::cli::Compute compute;
+  Offload offload;
+  std::optional<endor::CostPrediction> plan;  // --plan
+  std::unique_ptr<endor::Model> model;
+};
 
-  // The KV cache and the largest call of this run size the placement's fixed needs.
-  const std::string prompt_text = args.count("prompt") ? args["prompt"].as<std::string>() : "";
-  if (tokenizer && !measure && !batched && !chat) prompt = tokenizer->encode(prompt_text, true);
-  const size_t n_new = args["n-tokens"].as<size_t>();
-  // A chat's KV cache is allocated whole up front: 4096 tokens unless --ctx asks for more.
-  const size_t ctx_tokens = ctx.value_or(chat && !batched ? std::min<size_t>(context, 4096) : context);
-  // Checked before anything is printed: a refused prompt must not be half echoed.
-  if (!measure && !batched && !chat && prompt.empty()) throw endor::Error(file + ": the prompt has no tokens");
-  if (!measure && !batched && !chat && prompt.size() > context)
-    throw endor::Error(file + ": the prompt has " + std::to_string(prompt.size()) +
-                       " tokens, more than the model's context length " + std::to_string(context) +
+// Text in or out needs the tokenizer; checked before the weights are placed. Without one, --prompts
+// lines must be token ids ("1 2 3"), and the output is ids.
+void open_tokenizer(Session& s, const Request& r) {
+  if (r.ids) return;
+  s.tokenizer = endor::cli::container_tokenizer(*s.container);
+  if (s.tokenizer) return;
+  if (r.mode != Mode::Batch)
+    throw endor::Error(r.file + ": the container holds no tokenizer.json, so text cannot be encoded; "
+                       "give token ids with --ids \"1 2 3\"");
+  for (const std::string& t : r.br.texts) {
+    try {
+      parse_ids(t);
+    } catch (const UsageError&) {
+      throw endor::Error(r.prompts_path + ": \"" + t + "\" is not a line of token ids, and " + r.file +
+                         " holds no tokenizer.json to encode text");
+    }
+  }
+}
+
+// Mode::Generate: -p TEXT encoded, and the prompt refused when empty or longer than the context, before
+// anything is printed (a refused prompt must not be half echoed).
+void prepare_prompt(const Session& s, Request& r) {
+  if (s.tokenizer) r.prompt = s.tokenizer->encode(r.prompt_text.value_or(""), true);
+  if (r.prompt.empty()) throw endor::Error(r.file + ": the prompt has no tokens");
+  if (r.prompt.size() > s.context)
+    throw endor::Error(r.file + ": the prompt has " + std::to_string(r.prompt.size()) +
+                       " tokens, more than the model's context length " + std::to_string(s.context) +
                        " (max_position_embeddings)");
-  const bool chat_turns = chat && !batched;  // a conversation (stdin or -p), not one-turn chats in a batch
-  size_t kv_capacity =
-      std::min(context, measure || chat_turns ? ctx_tokens : prompt.size() + std::max<size_t>(n_new, 1) - 1);
-  size_t max_tokens = measure || chat_turns ? ctx_tokens : prompt.size();
-  if (batched) {
-    // KV caches: the `batch` longest sequences at once; activations: every prompt of one step.
-    std::vector<size_t> lengths;
-    for (const std::string& t : br.texts) {
-      if (chat) {  // one user turn through the template, tokenized as the chat does (no added specials)
-        const std::string text = chat_setup->chat_template.render_chat({{"user", t}}, true, chat_setup->bos_token,
-                                                                       chat_setup->eos_token);
-        br.prompts.push_back(tokenizer->encode(text, /*add_special_tokens=*/false));
-      } else {
-        br.prompts.push_back(tokenizer ? tokenizer->encode(t, true) : parse_ids(t));
-      }
-      lengths.push_back(std::min(context, br.prompts.back().size() + std::max<size_t>(n_new, 1) - 1));
-    }
-    std::sort(lengths.rbegin(), lengths.rend());
-    kv_capacity = 0;
-    max_tokens = 0;
-    for (size_t i = 0; i < std::min(br.batch, lengths.size()); ++i) {
-      kv_capacity += lengths[i];
-      max_tokens += lengths[i] - std::max<size_t>(n_new, 1) + 1;
-    }
-  }
-  const Offload offload = setup_offload(*container, *backend, args, kv_capacity, max_tokens, kv_dtype);
-  std::optional<endor::CostPrediction> plan;
-  if (args.count("plan")) plan = plan_run(*container, *backend, offload, batched ? uint32_t(br.batch) : 1u);
-  std::unique_ptr<endor::Model> model = endor::load_model(*container, *backend, offload.weights.get());
-  model->set_kv_dtype(kv_dtype);
+}
 
-  if (measure) {
-    run_perplexity(*model, *tokenizer, args["perplexity"].as<std::string>(), ctx_tokens);
-    return 0;
-  }
-  const uint64_t seed = args.count("seed") ? args["seed"].as<uint64_t>() : std::random_device{}();
-  endor::SamplerOptions sampling =
-      endor::default_sampler_options(container->manifest().generation_config, seed);
-  if (args.count("temperature")) sampling.temperature = args["temperature"].as<float>();
-  if (args.count("top-k")) sampling.top_k = args["top-k"].as<uint32_t>();
-  if (args.count("top-p")) sampling.top_p = args["top-p"].as<float>();
-  endor::Sampler sampler(sampling);
+// The fixed needs the placement must hold besides the weights (setup_offload): the KV cache rows of every
+// sequence held at once, and the rows of the largest forward call.
+struct KvNeeds {
+  size_t kv_capacity = 0;
+  size_t max_tokens = 0;
+};
 
+// Mode::Batch: every prompt encoded (a --chat line as one user turn through the template, tokenized as the
+// chat does, without added specials); KV caches for the `batch` longest sequences at once, activations for
+// every prompt of one step.
+KvNeeds batch_kv_needs(const Session& s, Request& r) {
+  const size_t n_new = std::max<size_t>(r.n_new, 1);
+  std::vector<size_t> lengths;
+  for (const std::string& t : r.br.texts) {
+    if (r.chat) {
+      const std::string text = s.chat_setup->chat_template.render_chat({{"user", t}}, true, s.chat_setup->bos_token,
+                                                                       s.chat_setup->eos_token);
+      r.br.prompts.push_back(s.tokenizer->encode(text, /*add_special_tokens=*/false));
+    } else {
+      r.br.prompts.push_back(s.tokenizer ? s.tokenizer->encode(t, true) : parse_ids(t));
+    }
+    lengths.push_back(std::min(s.context, r.br.prompts.back().size() + n_new - 1));
+  }
+  std::sort(lengths.rbegin(), lengths.rend());
+  KvNeeds needs;
+  for (size_t i = 0; i < std::min(r.br.batch, lengths.size()); ++i) {
+    needs.kv_capacity += lengths[i];
+    needs.max_tokens += lengths[i] - n_new + 1;
+  }
+  return needs;
+}
+
+// The mode's KV needs. A perplexity window and a conversation (its cache allocated whole up front) hold
+// ctx_tokens; one prompt holds itself and the tokens generated after it.
+KvNeeds kv_needs(const Session& s, Request& r) {
+  if (r.mode == Mode::Batch) return batch_kv_needs(s, r);
+  if (r.mode == Mode::Perplexity || r.mode == Mode::Chat) return {std::min(s.context, s.ctx_tokens), s.ctx_tokens};
+  return {std::min(s.context, r.prompt.size() + std::max<size_t>(r.n_new, 1) - 1), r.prompt.size()};
+}
+
+// Opens everything the mode runs on, in the order the errors are reported in (see Mode).
+void open_session(Session& s, Request& r, const cxxopts::ParseResult& args) {
+  s.container = endor::ContainerReader::open(r.file);
+  s.context = endor::parse_model_config(s.container->manifest().config, r.file).max_positions;
+  if (r.ctx) endor::cli::check_ctx_fits(*r.ctx, s.context);
+  open_tokenizer(s, r);
+  if (r.chat) s.chat_setup = endor::cli::load_chat_setup(*s.container, *s.tokenizer);
+  s.compute = endor::cli::open_compute(args);
+  // A chat's KV cache is allocated whole up front: 4096 tokens unless --ctx asks for more.
+  s.ctx_tokens = r.ctx.value_or(r.mode == Mode::Chat ? std::min<size_t>(s.context, 4096) : s.context);
+  if (r.mode == Mode::Generate) prepare_prompt(s, r);
+  const KvNeeds needs = kv_needs(s, r);
+  endor::Backend& backend = *s.compute.backend;
+  s.offload = setup_offload(*s.container, backend, args, needs.kv_capacity, needs.max_tokens, s.compute.kv_dtype);
+  if (args.count("plan"))
+    s.plan = plan_run(*s.container, backend, s.offload, r.mode == Mode::Batch ? uint32_t(r.br.batch) : 1u);
+  s.model = endor::load_model(*s.container, backend, s.offload.weights.get());
+  s.model->set_kv_dtype(s.compute.kv_dtype);
+}
+
+// How the generating modes sample: the seed (random unless --seed), the container's generation_config
+// overridden by --temperature/--top-k/--top-p, and when to stop.
+struct Generation {
+  uint64_t seed = 0;
+  endor::SamplerOptions sampling;
   endor::GenerationOptions gen;
-  if (batched) {
-    gen.max_new_tokens = n_new;
-    gen.stop_at_eos = args.count("ignore-eos") == 0;
-    model->set_profiling(false);
-    return run_batch(*model, tokenizer ? &*tokenizer : nullptr, br, sampling, gen, offload, *backend,
-                     args.count("stats") > 0, seed, plan);
-  }
-  gen.max_new_tokens = n_new;
-  gen.stop_at_eos = args.count("ignore-eos") == 0;
-  if (chat) {
-    endor::cli::ChatOptions chat_options;
-    if (args.count("prompt")) chat_options.prompt = prompt_text;
-    chat_options.context = ctx_tokens;
-    chat_options.dump_prompt = args.count("dump-prompt") > 0;
-    chat_options.stats = args.count("stats") > 0;
-    endor::cli::run_chat(*model, *tokenizer, *chat_setup, sampler, gen, chat_options);
-    return 0;
-  }
-  const std::string dump_path = args.count("dump-logits") ? args["dump-logits"].as<std::string>() : "";
-  if (!dump_path.empty()) {
-    const size_t vocab = model->config().vocab;
-    gen.on_prompt_logits = [dump_path, vocab](const std::vector<float>& logits, size_t n_prompt) {
+};
+
+Generation read_generation(const cxxopts::ParseResult& args, const Session& s, const Request& r) {
+  Generation g;
+  g.seed = args.count("seed") ? args["seed"].as<uint64_t>() : std::random_device{}();
+  g.sampling = endor::default_sampler_options(s.container->manifest().generation_config, g.seed);
+  if (args.count("temperature")) g.sampling.temperature = args["temperature"].as<float>();
+  if (args.count("top-k")) g.sampling.top_k = args["top-k"].as<uint32_t>();
+  if (args.count("top-p")) g.sampling.top_p = args["top-p"].as<float>();
+  g.gen.max_new_tokens = r.n_new;
+  g.gen.stop_at_eos = args.count("ignore-eos") == 0;
+  return g;
+}
+
+int run_perplexity_mode(Session& s, const Request& r) {
+  run_perplexity(*s.model, *s.tokenizer, r.perplexity_path, s.ctx_tokens);
+  return 0;
+}
+
+int run_batch_mode(Session& s, const Request& r, const Generation& g) {
+  s.model->set_profiling(false);
+  return run_batch(*s.model, s.tokenizer ? &*s.tokenizer : nullptr, r.br, g.sampling, g.gen, s.offload,
+                   *s.compute.backend, r.stats, g.seed, s.plan);
+}
+
+int run_chat_mode(Session& s, const Request& r, endor::Sampler& sampler, const Generation& g) {
+  endor::cli::ChatOptions chat_options;
+  chat_options.prompt = r.prompt_text;
+  chat_options.context = s.ctx_tokens;
+  chat_options.dump_prompt = r.dump_prompt;
+  chat_options.stats = r.stats;
+  endor::cli::run_chat(*s.model, *s.tokenizer, *s.chat_setup, sampler, g.gen, chat_options);
+  return 0;
+}
+
+// Text out: the prompt as given, then the continuation as its UTF-8 completes. The decoder is first fed the
+// prompt's ids (their text discarded) so the first new token decodes in context (e.g. a SentencePiece
+// leading space is kept). Special tokens (BOS, EOS) are not printed. `on_token` sees every new id first.
+void stream_text(Session& s, const Request& r, endor::Sampler& sampler, const endor::GenerationOptions& gen,
+                 const std::function<void()>& on_token, endor::GenerationStats* st) {
+  endor::StreamingDecoder decoder(*s.tokenizer, /*skip_special_tokens=*/true);
+  for (int32_t id : r.prompt) decoder.push(id);
+  decoder.flush();
+  const std::string prompt_text = r.prompt_text.value_or("");
+  std::string last = prompt_text;  // what was printed last, for the final newline
+  emit(prompt_text);
+  const std::vector<int32_t>& eos = s.model->config().eos_token_ids;
+  endor::generate(*s.model, r.prompt, sampler, gen,
+                  [&](int32_t id) {
+                    on_token();
+                    if (gen.stop_at_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) return;
+                    const std::string piece = decoder.push(id);
+                    if (!piece.empty()) last = piece;
+                    emit(piece);
+                  },
+                  st);
+  const std::string rest = decoder.flush();
+  if (!rest.empty()) last = rest;
+  emit(rest);
+  if (last.empty() || last.back() != '\n') emit("\n");
+}
+
+// Ids out (the prompt was --ids): the new ids on one line, space-separated, as they come.
+void stream_ids(Session& s, const Request& r, endor::Sampler& sampler, const endor::GenerationOptions& gen,
+                const std::function<void()>& on_token, endor::GenerationStats* st) {
+  size_t n_printed = 0;
+  endor::generate(*s.model, r.prompt, sampler, gen,
+                  [&](int32_t id) {
+                    on_token();
+                    std::printf(n_printed++ ? " %d" : "%d", id);
+                    std::fflush(stdout);
+                  },
+                  st);
+  if (n_printed) std::printf("\n");
+  std::fflush(stdout);
+}
+
+int run_generate_mode(Session& s, const Request& r, endor::Sampler& sampler, Generation& g) {
+  if (!r.dump_logits.empty()) {
+    const std::string dump_path = r.dump_logits;
+    const size_t vocab = s.model->config().vocab;
+    g.gen.on_prompt_logits = [dump_path, vocab](const std::vector<float>& logits, size_t n_prompt) {
       endor::write_npy_f32(dump_path, logits.data(), n_prompt, vocab);
     };
   }
-  const bool stats = args.count("stats") > 0;
+  endor::Backend& backend = *s.compute.backend;
   // Per-layer times synchronize the device after every layer; on CUDA that would stall the
   // transfers' overlap, so there the offload table's event timings (compute, stall) stand in.
-  model->set_profiling(stats && !endor::is_cuda_device(*backend));
+  s.model->set_profiling(r.stats && !endor::is_cuda_device(backend));
   // Offload counters at the first new token (prefill done): the table reports decode steps only.
   endor::OffloadStats at_first_token;
   bool first_token = true;
-  auto mark_token = [&]() {
+  const std::function<void()> mark_token = [&]() {
     if (!first_token) return;
     first_token = false;
-    if (offload.weights) at_first_token = offload.weights->stats();
+    if (s.offload.weights) at_first_token = s.offload.weights->stats();
   };
-
   endor::GenerationStats st;
-  if (tokenizer) {
-    // Text out: the prompt as given, then the continuation as its UTF-8 completes. The decoder is
-    // first fed the prompt's ids (their text discarded) so the first new token decodes in context
-    // (e.g. a SentencePiece leading space is kept). Special tokens (BOS, EOS) are not printed.
-    endor::StreamingDecoder decoder(*tokenizer, /*skip_special_tokens=*/true);
-    for (int32_t id : prompt) decoder.push(id);
-    decoder.flush();
-    std::string last = prompt_text;  // what was printed last, for the final newline
-    emit(prompt_text);
-    const std::vector<int32_t>& eos = model->config().eos_token_ids;
-    endor::generate(*model, prompt, sampler, gen,
-                    [&](int32_t id) {
-                      mark_token();
-                      if (gen.stop_at_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) return;
-                      const std::string piece = decoder.push(id);
-                      if (!piece.empty()) last = piece;
-                      emit(piece);
-                    },
-                    &st);
-    const std::string rest = decoder.flush();
-    if (!rest.empty()) last = rest;
-    emit(rest);
-    if (last.empty() || last.back() != '\n') emit("\n");
-  } else {
-    size_t n_printed = 0;
-    endor::generate(*model, prompt, sampler, gen,
-                    [&](int32_t id) {
-                      mark_token();
-                      std::printf(n_printed++ ? " %d" : "%d", id);
-                      std::fflush(stdout);
-                    },
-                    &st);
-    if (n_printed) std::printf("\n");
-    std::fflush(stdout);
-  }
+  if (s.tokenizer)
+    stream_text(s, r, sampler, g.gen, mark_token, &st);
+  else
+    stream_ids(s, r, sampler, g.gen, mark_token, &st);
   if (st.stop == endor::StopReason::Context)
     std::fprintf(stderr, "note: stopped at the context length %u (max_position_embeddings)\n",
-                 model->config().max_positions);
-  if (stats) {
-    print_stats(*backend, *model, st, seed);
-    endor::OffloadStats decode;
-    if (offload.weights) {
-      offload.weights->synchronize();
-      decode = offload.weights->stats() - at_first_token;
-    }
-    print_offload_stats(offload, decode, st.n_decode_steps, st.decode_ms);
-    const double per = st.n_decode_steps ? st.decode_ms / st.n_decode_steps : 0;
-    print_plan_vs_measured(plan, per, per);
+                 s.model->config().max_positions);
+  if (!r.stats) return 0;
+  print_stats(backend, *s.model, st, g.seed);
+  endor::OffloadStats decode;
+  if (s.offload.weights) {
+    s.offload.weights->synchronize();
+    decode = s.offload.weights->stats() - at_first_token;
+  }
+  print_offload_stats(s.offload, decode, st.n_decode_steps, st.decode_ms);
+  const double per = st.n_decode_steps ? st.decode_ms / st.n_decode_steps : 0;
+  print_plan_vs_measured(s.plan, per, per);
+  return 0;
+}
+
+// Runs the request's mode on the opened session. The sampler is made (and its options checked) for every
+// mode that generates, throughput mode included.
+int dispatch(Session& s, const Request& r, const cxxopts::ParseResult& args) {
+  if (r.mode == Mode::Perplexity) return run_perplexity_mode(s, r);
+  Generation g = read_generation(args, s, r);
+  endor::Sampler sampler(g.sampling);
+  switch (r.mode) {
+    case Mode::Batch: return run_batch_mode(s, r, g);
+    case Mode::Chat: return run_chat_mode(s, r, sampler, g);
+    case Mode::Generate: return run_generate_mode(s, r, sampler, g);
+    case Mode::Perplexity: break;
   }
   return 0;
+}
+
+int run(int argc, char** argv) {
+  cxxopts::Options options = infer_options();
+  cxxopts::ParseResult args = options.parse(argc, argv);
+  if (args.count("help")) {
+    std::cout << options.help() << "\n";
+    return 0;
+  }
+  endor::cli::reject_unmatched(args);
+  if (!args.count("file")) throw UsageError("missing FILE (a .endor container)");
+  Request request = read_request(args);
+  Session session;
+  open_session(session, request, args);
+  return dispatch(session, request, args);
 }
 
 }  // namespace
