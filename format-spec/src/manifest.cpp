@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <unordered_map>
+#include <utility>
 
 #include "detail.h"
 
@@ -132,13 +133,8 @@ struct Blob {
   std::string what;  // "tensor 'x'" / "file 'y'"
 };
 
-}  // namespace
-
-Manifest Manifest::from_json(const json& root, const Header& header, const std::string& path) {
-  ManifestParser p(path);
-  Manifest m;
-  p.object(root, "the top level");
-
+// format, version (which must agree with the header's), config, generation_config, provenance.
+void parse_top_level(const ManifestParser& p, const json& root, const Header& header, Manifest& m) {
   if (p.string(p.member(root, "", "format"), "format") != "endor") p.fail("format must be \"endor\"");
   const json& version = p.array(p.member(root, "", "version"), "version");
   if (version.size() != 2) p.fail("version must be [major, minor]");
@@ -154,28 +150,37 @@ Manifest Manifest::from_json(const json& root, const Header& header, const std::
   if (!m.generation_config.is_null() && !m.generation_config.is_object())
     p.fail("generation_config must be an object or null");
   m.provenance = p.object(p.member(root, "", "provenance"), "provenance");
+}
 
+// groups[i]'s members, its name non-empty and its tier known; the checks against the other groups are
+// parse_groups'.
+GroupInfo parse_group(const ManifestParser& p, const json& g, const std::string& key) {
+  GroupInfo info;
+  info.name = p.string(p.member(g, key, "name"), key + ".name");
+  const std::string& tier = p.string(p.member(g, key, "tier"), key + ".tier");
+  info.offset = p.u64(p.member(g, key, "offset"), key + ".offset");
+  info.size = p.u64(p.member(g, key, "size"), key + ".size");
+  info.checksum = parse_checksum(p, p.string(p.member(g, key, "checksum"), key + ".checksum"), key + ".checksum");
+  if (info.name.empty()) p.fail(key + ".name is empty");
+  if (auto t = parse_tier(tier)) info.tier = *t;
+  else p.fail("group '" + info.name + "': unknown tier '" + tier + "' (expected gpu, cpu or disk)");
+  return info;
+}
+
+// The groups: names unique, aligned, inside the data region, in increasing order, disjoint. Returns the
+// index of each name.
+std::unordered_map<std::string, uint32_t> parse_groups(const ManifestParser& p, const json& root,
+                                                       const Header& header, Manifest& m) {
   const uint64_t data_begin = header.data_offset;
   const uint64_t data_end = header.data_offset + header.data_bytes;  // parse_header checked the sum
-
-  // ---- groups: aligned, inside the data region, in increasing order, disjoint ----
   const json& groups = p.array(p.member(root, "", "groups"), "groups");
   std::unordered_map<std::string, uint32_t> group_by_name;
   if (groups.size() > UINT32_MAX) p.fail("too many groups");
   uint64_t prev_end = data_begin;
   for (size_t i = 0; i < groups.size(); ++i) {
     const std::string key = ManifestParser::at("groups", i);
-    const json& g = p.object(groups[i], key);
-    GroupInfo info;
-    info.name = p.string(p.member(g, key, "name"), key + ".name");
-    const std::string& tier = p.string(p.member(g, key, "tier"), key + ".tier");
-    info.offset = p.u64(p.member(g, key, "offset"), key + ".offset");
-    info.size = p.u64(p.member(g, key, "size"), key + ".size");
-    info.checksum = parse_checksum(p, p.string(p.member(g, key, "checksum"), key + ".checksum"), key + ".checksum");
+    GroupInfo info = parse_group(p, p.object(groups[i], key), key);
     const std::string what = "group '" + info.name + "'";
-    if (info.name.empty()) p.fail(key + ".name is empty");
-    if (auto t = parse_tier(tier)) info.tier = *t;
-    else p.fail(what + ": unknown tier '" + tier + "' (expected gpu, cpu or disk)");
     if (!group_by_name.emplace(info.name, uint32_t(i)).second) p.fail("duplicate group name '" + info.name + "'");
     if (info.offset % kGroupAlignment != 0)
       p.fail(what + ": offset " + std::to_string(info.offset) + " is not a multiple of " +
@@ -190,27 +195,104 @@ Manifest Manifest::from_json(const json& root, const Header& header, const std::
     prev_end = end;
     m.groups.push_back(std::move(info));
   }
-  std::vector<std::vector<Blob>> blobs(m.groups.size());
+  return group_by_name;
+}
 
-  // A blob must lie inside its group, 64-aligned, and follow the previous blob of its kind.
-  auto check_extent = [&](const std::string& what, uint32_t g, uint64_t offset, uint64_t size) {
-    const GroupInfo& group = m.groups[g];
+// Where tensors and files lie: each names a known group, lies inside it, 64-aligned; check_cover then
+// checks that each group's blobs are disjoint and span it exactly.
+class BlobPlacement {
+ public:
+  BlobPlacement(const ManifestParser& p, const std::vector<GroupInfo>& groups,
+                std::unordered_map<std::string, uint32_t> group_by_name)
+      : p_(p), groups_(groups), group_by_name_(std::move(group_by_name)), blobs_(groups.size()) {}
+
+  uint32_t lookup_group(const json& obj, const std::string& key, const std::string& what) const {
+    const std::string& name = p_.string(p_.member(obj, key, "group"), key + ".group");
+    auto it = group_by_name_.find(name);
+    if (it == group_by_name_.end()) p_.fail(what + ": unknown group '" + name + "'");
+    return it->second;
+  }
+
+  void add(const std::string& what, uint32_t g, uint64_t offset, uint64_t size) {
+    const GroupInfo& group = groups_[g];
     uint64_t end;
     if (offset % kTensorAlignment != 0)
-      p.fail(what + ": offset " + std::to_string(offset) + " is not a multiple of " + std::to_string(kTensorAlignment));
+      p_.fail(what + ": offset " + std::to_string(offset) + " is not a multiple of " + std::to_string(kTensorAlignment));
     if (offset < group.offset || __builtin_add_overflow(offset, size, &end) || end > group.offset + group.size)
-      p.fail(what + ": extent [" + std::to_string(offset) + ", +" + std::to_string(size) + ") is outside group '" +
-             group.name + "' [" + std::to_string(group.offset) + ", " + std::to_string(group.offset + group.size) + ")");
-    blobs[g].push_back({offset, end, what});
-  };
-  auto lookup_group = [&](const json& obj, const std::string& key, const std::string& what) -> uint32_t {
-    const std::string& name = p.string(p.member(obj, key, "group"), key + ".group");
-    auto it = group_by_name.find(name);
-    if (it == group_by_name.end()) p.fail(what + ": unknown group '" + name + "'");
-    return it->second;
-  };
+      p_.fail(what + ": extent [" + std::to_string(offset) + ", +" + std::to_string(size) + ") is outside group '" +
+              group.name + "' [" + std::to_string(group.offset) + ", " + std::to_string(group.offset + group.size) + ")");
+    blobs_[g].push_back({offset, end, what});
+  }
 
-  // ---- tensors ----
+  void check_cover() {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const GroupInfo& group = groups_[g];
+      std::vector<Blob>& b = blobs_[g];
+      std::sort(b.begin(), b.end(), [](const Blob& x, const Blob& y) {
+        return x.offset != y.offset ? x.offset < y.offset : x.end < y.end;
+      });
+      for (size_t k = 1; k < b.size(); ++k)
+        if (b[k].offset < b[k - 1].end) p_.fail(b[k].what + " overlaps " + b[k - 1].what);
+      if (b.empty() ? group.size != 0 : (b.front().offset != group.offset || b.back().end != group.offset + group.size))
+        p_.fail("group '" + group.name + "': extent [" + std::to_string(group.offset) + ", +" +
+                std::to_string(group.size) + ") does not span exactly from its first blob to the end of its last");
+    }
+  }
+
+ private:
+  const ManifestParser& p_;
+  const std::vector<GroupInfo>& groups_;
+  std::unordered_map<std::string, uint32_t> group_by_name_;
+  std::vector<std::vector<Blob>> blobs_;
+};
+
+// tensors[i]'s form: shape, encoding, dtype (a codec this build does not know is refused by name: SPEC.md
+// §8, new codecs are new strings), nnz and the optional group_size and source_dtype.
+void parse_tensor_form(const ManifestParser& p, const json& t, const std::string& key, const std::string& what,
+                       TensorInfo& info) {
+  const json& shape = p.array(p.member(t, key, "shape"), key + ".shape");
+  if (shape.empty() || shape.size() > kMaxRank)
+    p.fail(what + ": shape must have 1 to " + std::to_string(kMaxRank) + " dimensions");
+  for (size_t d = 0; d < shape.size(); ++d)
+    info.shape.push_back(p.u64(shape[d], key + ".shape[" + std::to_string(d) + "]"));
+  const std::string& encoding = p.string(p.member(t, key, "encoding"), key + ".encoding");
+  const std::string& dtype = p.string(p.member(t, key, "dtype"), key + ".dtype");
+  if (auto e = parse_encoding(encoding)) info.encoding = *e;
+  else p.fail(what + ": unsupported encoding '" + encoding + "' (this build reads dense, bitmap)");
+  if (auto v = parse_dtype(dtype)) {
+    info.value_type = v->value_type;
+    info.int4_params = v->int4_params;
+  } else {
+    p.fail(what + ": unsupported dtype '" + dtype + "' (this build reads f16, bf16, f32, int8, int4, int4k, int8g)");
+  }
+  info.nnz = p.u64(p.member(t, key, "nnz"), key + ".nnz");
+  if (auto it = t.find("group_size"); it != t.end()) info.group_size = p.u32(*it, key + ".group_size");
+  if (auto it = t.find("source_dtype"); it != t.end()) info.source_dtype = p.string(*it, key + ".source_dtype");
+}
+
+// A tensor's size must be what its shape, encoding, dtype and nnz make it (SPEC.md's layout formulas).
+void check_tensor_size(const ManifestParser& p, const TensorInfo& info, const std::string& what) {
+  TensorLayout layout;
+  try {
+    layout = compute_layout(info.shape, info.encoding, info.value_type, info.group_size, info.nnz, info.int4_params);
+  } catch (const Error& e) {
+    p.fail(what + ": " + e.what());
+  }
+  if (info.size != layout.total_bytes)
+    p.fail(what + ": size " + std::to_string(info.size) + " does not match its shape/encoding/dtype/nnz (" +
+           std::to_string(layout.total_bytes) + " bytes expected)");
+}
+
+// items[i]'s name: a string, not empty, not taken by an earlier item of its kind (`names`).
+std::string parse_unique_name(const ManifestParser& p, const json& item, const std::string& key, const char* kind,
+                              std::unordered_map<std::string, uint32_t>& names, size_t i) {
+  std::string name = p.string(p.member(item, key, "name"), key + ".name");
+  if (name.empty()) p.fail(key + ".name is empty");
+  if (!names.emplace(name, uint32_t(i)).second) p.fail(std::string("duplicate ") + kind + " name '" + name + "'");
+  return name;
+}
+
+void parse_tensors(const ManifestParser& p, const json& root, BlobPlacement& placement, Manifest& m) {
   const json& tensors = p.array(p.member(root, "", "tensors"), "tensors");
   if (tensors.size() > UINT32_MAX) p.fail("too many tensors");
   std::unordered_map<std::string, uint32_t> tensor_names;
@@ -218,48 +300,20 @@ Manifest Manifest::from_json(const json& root, const Header& header, const std::
     const std::string key = ManifestParser::at("tensors", i);
     const json& t = p.object(tensors[i], key);
     TensorInfo info;
-    info.name = p.string(p.member(t, key, "name"), key + ".name");
-    if (info.name.empty()) p.fail(key + ".name is empty");
+    info.name = parse_unique_name(p, t, key, "tensor", tensor_names, i);
     const std::string what = "tensor '" + info.name + "'";
-    if (!tensor_names.emplace(info.name, uint32_t(i)).second) p.fail("duplicate tensor name '" + info.name + "'");
-    info.group = lookup_group(t, key, what);
+    info.group = placement.lookup_group(t, key, what);
     info.offset = p.u64(p.member(t, key, "offset"), key + ".offset");
     info.size = p.u64(p.member(t, key, "size"), key + ".size");
-    const json& shape = p.array(p.member(t, key, "shape"), key + ".shape");
-    if (shape.empty() || shape.size() > kMaxRank)
-      p.fail(what + ": shape must have 1 to " + std::to_string(kMaxRank) + " dimensions");
-    for (size_t d = 0; d < shape.size(); ++d)
-      info.shape.push_back(p.u64(shape[d], key + ".shape[" + std::to_string(d) + "]"));
-    const std::string& encoding = p.string(p.member(t, key, "encoding"), key + ".encoding");
-    const std::string& dtype = p.string(p.member(t, key, "dtype"), key + ".dtype");
-    // A codec this build does not know is refused by name (SPEC.md §8: new codecs are new strings).
-    if (auto e = parse_encoding(encoding)) info.encoding = *e;
-    else p.fail(what + ": unsupported encoding '" + encoding + "' (this build reads dense, bitmap)");
-    if (auto v = parse_dtype(dtype)) {
-      info.value_type = v->value_type;
-      info.int4_params = v->int4_params;
-    } else {
-      p.fail(what + ": unsupported dtype '" + dtype + "' (this build reads f16, bf16, f32, int8, int4, int4k, int8g)");
-    }
-    info.nnz = p.u64(p.member(t, key, "nnz"), key + ".nnz");
-    if (auto it = t.find("group_size"); it != t.end()) info.group_size = p.u32(*it, key + ".group_size");
-    if (auto it = t.find("source_dtype"); it != t.end()) info.source_dtype = p.string(*it, key + ".source_dtype");
-
-    TensorLayout layout;
-    try {
-      layout = compute_layout(info.shape, info.encoding, info.value_type, info.group_size, info.nnz, info.int4_params);
-    } catch (const Error& e) {
-      p.fail(what + ": " + e.what());
-    }
-    if (info.size != layout.total_bytes)
-      p.fail(what + ": size " + std::to_string(info.size) + " does not match its shape/encoding/dtype/nnz (" +
-             std::to_string(layout.total_bytes) + " bytes expected)");
-    check_extent(what, info.group, info.offset, info.size);
+    parse_tensor_form(p, t, key, what, info);
+    check_tensor_size(p, info, what);
+    placement.add(what, info.group, info.offset, info.size);
     m.groups[info.group].tensors.push_back(uint32_t(i));
     m.tensors.push_back(std::move(info));
   }
+}
 
-  // ---- auxiliary files ----
+void parse_files(const ManifestParser& p, const json& root, BlobPlacement& placement, Manifest& m) {
   const json& files = p.array(p.member(root, "", "files"), "files");
   if (files.size() > UINT32_MAX) p.fail("too many files");
   std::unordered_map<std::string, uint32_t> file_names;
@@ -267,42 +321,43 @@ Manifest Manifest::from_json(const json& root, const Header& header, const std::
     const std::string key = ManifestParser::at("files", i);
     const json& f = p.object(files[i], key);
     FileInfo info;
-    info.name = p.string(p.member(f, key, "name"), key + ".name");
-    if (info.name.empty()) p.fail(key + ".name is empty");
+    info.name = parse_unique_name(p, f, key, "file", file_names, i);
     const std::string what = "file '" + info.name + "'";
-    if (!file_names.emplace(info.name, uint32_t(i)).second) p.fail("duplicate file name '" + info.name + "'");
-    info.group = lookup_group(f, key, what);
+    info.group = placement.lookup_group(f, key, what);
     info.offset = p.u64(p.member(f, key, "offset"), key + ".offset");
     info.size = p.u64(p.member(f, key, "size"), key + ".size");
-    check_extent(what, info.group, info.offset, info.size);
+    placement.add(what, info.group, info.offset, info.size);
     m.groups[info.group].files.push_back(uint32_t(i));
     m.files.push_back(std::move(info));
   }
+}
 
-  // ---- tensors and files are each listed in file order (groups are, so each group's are too) ----
-  auto in_file_order = [&](const auto& items, const char* kind, const char* what) {
-    for (size_t k = 1; k < items.size(); ++k)
-      if (items[k].offset < items[k - 1].offset)
-        p.fail(std::string(kind) + " are not listed in file order (" + what + " '" + items[k].name + "' at " +
-               std::to_string(items[k].offset) + " follows '" + items[k - 1].name + "' at " +
-               std::to_string(items[k - 1].offset) + ")");
-  };
-  in_file_order(m.tensors, "tensors", "tensor");
-  in_file_order(m.files, "files", "file");
+// Tensors and files are each listed in file order (groups are, so each group's are too).
+template <typename Items>
+void check_file_order(const ManifestParser& p, const Items& items, const char* kind, const char* what) {
+  for (size_t k = 1; k < items.size(); ++k)
+    if (items[k].offset < items[k - 1].offset)
+      p.fail(std::string(kind) + " are not listed in file order (" + what + " '" + items[k].name + "' at " +
+             std::to_string(items[k].offset) + " follows '" + items[k - 1].name + "' at " +
+             std::to_string(items[k - 1].offset) + ")");
+}
 
-  // ---- per group: blobs disjoint, covering the group from the first to the end of the last ----
-  for (size_t g = 0; g < m.groups.size(); ++g) {
-    const GroupInfo& group = m.groups[g];
-    std::vector<Blob>& b = blobs[g];
-    std::sort(b.begin(), b.end(), [](const Blob& x, const Blob& y) {
-      return x.offset != y.offset ? x.offset < y.offset : x.end < y.end;
-    });
-    for (size_t k = 1; k < b.size(); ++k)
-      if (b[k].offset < b[k - 1].end) p.fail(b[k].what + " overlaps " + b[k - 1].what);
-    if (b.empty() ? group.size != 0 : (b.front().offset != group.offset || b.back().end != group.offset + group.size))
-      p.fail("group '" + group.name + "': extent [" + std::to_string(group.offset) + ", +" +
-             std::to_string(group.size) + ") does not span exactly from its first blob to the end of its last");
-  }
+}  // namespace
+
+// Each check fails with the first error in document order: the top-level keys, then every group, every
+// tensor, every file, then the orders and the groups' cover.
+Manifest Manifest::from_json(const json& root, const Header& header, const std::string& path) {
+  ManifestParser p(path);
+  Manifest m;
+  p.object(root, "the top level");
+  parse_top_level(p, root, header, m);
+  std::unordered_map<std::string, uint32_t> group_by_name = parse_groups(p, root, header, m);
+  BlobPlacement placement(p, m.groups, std::move(group_by_name));
+  parse_tensors(p, root, placement, m);
+  parse_files(p, root, placement, m);
+  check_file_order(p, m.tensors, "tensors", "tensor");
+  check_file_order(p, m.files, "files", "file");
+  placement.check_cover();
   return m;
 }
 
