@@ -72,113 +72,104 @@ uint64_t device_fixed_bytes(const ModelConfig& c, const Manifest& m, size_t kv_c
   return fixed;
 }
 
-Placement place_groups(const PlacementRequest& r) {
-  if (r.prefetch < 1 || r.prefetch > kMaxPrefetch)
-    throw Error("--prefetch " + std::to_string(r.prefetch) + " is outside [1, " + std::to_string(kMaxPrefetch) + "]");
-  if (!r.cuda && r.gpu_budget) throw Error("--gpu-mem applies to the CUDA device only (this run uses the CPU)");
-  const size_t n = r.groups.size();
-  Placement p;
-  p.cuda = r.cuda;
-  p.tiers.resize(n);
-  const Tier fast = r.cuda ? Tier::Gpu : Tier::Cpu;  // where resident groups live on this device
-  const uint32_t n_slots = r.prefetch + 1;
-  const uint32_t n_staging = std::max<uint32_t>(2, r.prefetch);
+namespace {
 
-  uint64_t must = r.device_fixed_bytes;  // always on the device: fixed needs, 1-D tensors, embed/head
-  uint64_t must_groups = 0, layers_total = 0, max_layer = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const GroupDemand& g = r.groups[i];
-    p.tiers[i] = g.manifest_tier;
+// What the device must hold whatever the budgets, and the sizes of the decoder blocks that may stream.
+struct Demand {
+  uint64_t must = 0;         // fixed needs, every loaded group's 1-D tensors, the non-streamable groups
+  uint64_t must_groups = 0;  // the non-streamable groups (embed, head) alone
+  uint64_t layers_total = 0, max_layer = 0;  // streamable groups: their sum and the largest
+};
+
+Demand total_demand(const PlacementRequest& r) {
+  Demand d;
+  d.must = r.device_fixed_bytes;
+  for (const GroupDemand& g : r.groups) {
     if (!g.loaded) continue;
-    must = add(must, g.resident_bytes);
+    d.must = add(d.must, g.resident_bytes);
     if (g.streamable) {
-      layers_total = add(layers_total, g.bytes);
-      max_layer = std::max(max_layer, g.bytes);
+      d.layers_total = add(d.layers_total, g.bytes);
+      d.max_layer = std::max(d.max_layer, g.bytes);
     } else {
-      must_groups = add(must_groups, g.bytes);
+      d.must_groups = add(d.must_groups, g.bytes);
     }
   }
-  must = add(must, must_groups);
-  const uint64_t slot_size = round_up(add(max_layer, 16), kPage);
+  d.must = add(d.must, d.must_groups);
+  return d;
+}
 
-  if (!r.gpu_budget && !r.cpu_budget) {
-    p.from_manifest = true;
-    for (size_t i = 0; i < n; ++i) {
-      const GroupDemand& g = r.groups[i];
-      if (!g.loaded) continue;
-      if (!g.streamable || g.manifest_tier == Tier::Gpu) p.tiers[i] = fast;
-      else if (!r.cuda && g.manifest_tier == Tier::Cpu) p.tiers[i] = Tier::Cpu;
-    }
-  } else if (r.cuda) {
-    const std::optional<uint64_t> gpu = r.gpu_budget ? r.gpu_budget : r.device_capacity;
-    const std::string budget = r.gpu_budget ? "--gpu-mem " + format_bytes(*r.gpu_budget)
-                                            : "the device's free memory (" + format_bytes(gpu ? *gpu : 0) + ")";
-    if (gpu && must > *gpu)
-      throw Error(budget + " is too small: the embed and head groups (" + format_bytes(must_groups) +
-                  ") plus KV cache, activations and norms (" + format_bytes(must - must_groups) +
-                  ") need at least " + format_bytes(must));
-    for (size_t i = 0; i < n; ++i)
-      if (r.groups[i].loaded) p.tiers[i] = Tier::Gpu;
-    if (gpu && add(must, layers_total) > *gpu) {
-      const uint64_t ring = mul(n_slots, slot_size);
-      if (add(must, ring) > *gpu)
-        throw Error(budget + " is too small to stream: the embed and head groups, KV cache and activations (" +
-                    format_bytes(must) + ") plus " + std::to_string(n_slots) + " slots of " + format_bytes(slot_size) +
-                    " (--prefetch " + std::to_string(r.prefetch) + ") need at least " + format_bytes(add(must, ring)));
-      uint64_t room = *gpu - must - ring;
-      bool spilled = false;
-      uint64_t off_gpu = 0;
-      for (size_t i = 0; i < n; ++i) {
-        const GroupDemand& g = r.groups[i];
-        if (!g.loaded || !g.streamable) continue;
-        if (!spilled && g.bytes <= room) {
-          room -= g.bytes;
-          continue;
-        }
-        spilled = true;
-        p.tiers[i] = Tier::Cpu;
-        off_gpu = add(off_gpu, g.bytes);
-      }
-      // --cpu-mem bounds the pinned copies of cpu-tier blocks (the staging ring is extra, as in
-      // endor-pack's plan); the blocks past it are read from disk.
-      if (r.cpu_budget && off_gpu > *r.cpu_budget) {
-        uint64_t cpu_room = *r.cpu_budget;
-        bool to_disk = false;
-        for (size_t i = 0; i < n; ++i) {
-          if (p.tiers[i] != Tier::Cpu || !r.groups[i].loaded || !r.groups[i].streamable) continue;
-          if (!to_disk && r.groups[i].bytes <= cpu_room) {
-            cpu_room -= r.groups[i].bytes;
-            continue;
-          }
-          to_disk = true;
-          p.tiers[i] = Tier::Disk;
-        }
-      }
-    }
-  } else {
-    // CPU device: --cpu-mem bounds the KV caches and the decoder blocks read in place from the
-    // mapping (the KV caches first: they are always in memory, as are embed, head and
-    // activations; the host slots and the staging ring are extra); the blocks past it are read
-    // from disk into the slots.
-    uint64_t room = *r.cpu_budget > r.host_kv_bytes ? *r.cpu_budget - r.host_kv_bytes : 0;
-    bool spilled = false;
-    for (size_t i = 0; i < n; ++i) {
-      const GroupDemand& g = r.groups[i];
-      if (!g.loaded) continue;
-      p.tiers[i] = Tier::Cpu;
-      if (!g.streamable) continue;
-      if (!spilled && g.bytes <= room) {
-        room -= g.bytes;
-        continue;
-      }
-      spilled = true;
-      p.tiers[i] = Tier::Disk;
-    }
+// No budget: the manifest's tiers, with embed, head and gpu-tier blocks resident on this device.
+void place_from_manifest(const PlacementRequest& r, Placement& p) {
+  const Tier fast = r.cuda ? Tier::Gpu : Tier::Cpu;  // where resident groups live on this device
+  p.from_manifest = true;
+  for (size_t i = 0; i < r.groups.size(); ++i) {
+    const GroupDemand& g = r.groups[i];
+    if (!g.loaded) continue;
+    if (!g.streamable || g.manifest_tier == Tier::Gpu) p.tiers[i] = fast;
+    else if (!r.cuda && g.manifest_tier == Tier::Cpu) p.tiers[i] = Tier::Cpu;
   }
+}
 
-  // Totals and rings of the final tiers.
+// Streamable groups placed at `from`, in order, stay there while `room` lasts; from the first that does
+// not fit on, they (and every later one) go to `to`. Returns the bytes moved to `to`.
+uint64_t spill(const PlacementRequest& r, Placement& p, Tier from, uint64_t room, Tier to) {
+  bool spilled = false;
+  uint64_t moved = 0;
+  for (size_t i = 0; i < r.groups.size(); ++i) {
+    const GroupDemand& g = r.groups[i];
+    if (p.tiers[i] != from || !g.loaded || !g.streamable) continue;
+    if (!spilled && g.bytes <= room) {
+      room -= g.bytes;
+      continue;
+    }
+    spilled = true;
+    p.tiers[i] = to;
+    moved = add(moved, g.bytes);
+  }
+  return moved;
+}
+
+// The CUDA device under --gpu-mem (or the device's free memory) and --cpu-mem: everything on the GPU when
+// it fits; else k + 1 slots are reserved and the blocks past the budget go to pinned host memory, and past
+// --cpu-mem to disk.
+void place_cuda_budget(const PlacementRequest& r, const Demand& d, uint32_t n_slots, uint64_t slot_size,
+                       Placement& p) {
+  const std::optional<uint64_t> gpu = r.gpu_budget ? r.gpu_budget : r.device_capacity;
+  const std::string budget = r.gpu_budget ? "--gpu-mem " + format_bytes(*r.gpu_budget)
+                                          : "the device's free memory (" + format_bytes(gpu ? *gpu : 0) + ")";
+  if (gpu && d.must > *gpu)
+    throw Error(budget + " is too small: the embed and head groups (" + format_bytes(d.must_groups) +
+                ") plus KV cache, activations and norms (" + format_bytes(d.must - d.must_groups) +
+                ") need at least " + format_bytes(d.must));
+  for (size_t i = 0; i < r.groups.size(); ++i)
+    if (r.groups[i].loaded) p.tiers[i] = Tier::Gpu;
+  if (!gpu || add(d.must, d.layers_total) <= *gpu) return;
+  const uint64_t ring = mul(n_slots, slot_size);
+  if (add(d.must, ring) > *gpu)
+    throw Error(budget + " is too small to stream: the embed and head groups, KV cache and activations (" +
+                format_bytes(d.must) + ") plus " + std::to_string(n_slots) + " slots of " + format_bytes(slot_size) +
+                " (--prefetch " + std::to_string(r.prefetch) + ") need at least " + format_bytes(add(d.must, ring)));
+  const uint64_t off_gpu = spill(r, p, Tier::Gpu, *gpu - d.must - ring, Tier::Cpu);
+  // --cpu-mem bounds the pinned copies of cpu-tier blocks (the staging ring is extra, as in
+  // endor-pack's plan); the blocks past it are read from disk.
+  if (r.cpu_budget && off_gpu > *r.cpu_budget) spill(r, p, Tier::Cpu, *r.cpu_budget, Tier::Disk);
+}
+
+// CPU device: --cpu-mem bounds the KV caches and the decoder blocks read in place from the
+// mapping (the KV caches first: they are always in memory, as are embed, head and
+// activations; the host slots and the staging ring are extra); the blocks past it are read
+// from disk into the slots.
+void place_cpu_budget(const PlacementRequest& r, Placement& p) {
+  for (size_t i = 0; i < r.groups.size(); ++i)
+    if (r.groups[i].loaded) p.tiers[i] = Tier::Cpu;
+  spill(r, p, Tier::Cpu, *r.cpu_budget > r.host_kv_bytes ? *r.cpu_budget - r.host_kv_bytes : 0, Tier::Disk);
+}
+
+// Totals and rings of the final tiers, and what the device and pinned host memory hold in all (refused
+// when the manifest's own tiers do not fit the device).
+void account_placement(const PlacementRequest& r, uint32_t n_slots, uint32_t n_staging, Placement& p) {
   uint64_t max_streamed = 0, max_disk = 0, cpu_pinned = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < r.groups.size(); ++i) {
     const GroupDemand& g = r.groups[i];
     if (!g.loaded) continue;
     const Tier t = p.tiers[i];
@@ -199,21 +190,37 @@ Placement place_groups(const PlacementRequest& r) {
   }
   const uint64_t slots = mul(p.n_slots, p.slot_bytes), staging = mul(p.n_staging, p.staging_bytes);
   p.host_kv_bytes = r.cuda ? 0 : r.host_kv_bytes;
-  if (r.cuda) {
-    p.device_bytes = add(add(r.device_fixed_bytes, p.tier_bytes[int(Tier::Gpu)]), slots);
-    for (const GroupDemand& g : r.groups)
-      if (g.loaded) p.device_bytes = add(p.device_bytes, g.resident_bytes);
-    p.host_pinned_bytes = add(cpu_pinned, staging);
-    if (p.from_manifest && r.device_capacity && p.device_bytes > *r.device_capacity)
-      throw Error("the container's manifest places " + format_bytes(p.device_bytes) +
-                  " on the GPU (with KV cache and activations), more than the " + format_bytes(*r.device_capacity) +
-                  " the device has free; give --gpu-mem to offload blocks to host memory");
-  } else {
-    p.device_bytes = add(add(r.device_fixed_bytes, p.tier_bytes[int(Tier::Cpu)]), add(slots, staging));
-    for (const GroupDemand& g : r.groups)
-      if (g.loaded) p.device_bytes = add(p.device_bytes, g.resident_bytes);
-    p.host_pinned_bytes = 0;
-  }
+  const Tier resident = r.cuda ? Tier::Gpu : Tier::Cpu;
+  p.device_bytes = add(add(r.device_fixed_bytes, p.tier_bytes[int(resident)]), r.cuda ? slots : add(slots, staging));
+  for (const GroupDemand& g : r.groups)
+    if (g.loaded) p.device_bytes = add(p.device_bytes, g.resident_bytes);
+  p.host_pinned_bytes = r.cuda ? add(cpu_pinned, staging) : 0;
+  if (r.cuda && p.from_manifest && r.device_capacity && p.device_bytes > *r.device_capacity)
+    throw Error("the container's manifest places " + format_bytes(p.device_bytes) +
+                " on the GPU (with KV cache and activations), more than the " + format_bytes(*r.device_capacity) +
+                " the device has free; give --gpu-mem to offload blocks to host memory");
+}
+
+}  // namespace
+
+Placement place_groups(const PlacementRequest& r) {
+  if (r.prefetch < 1 || r.prefetch > kMaxPrefetch)
+    throw Error("--prefetch " + std::to_string(r.prefetch) + " is outside [1, " + std::to_string(kMaxPrefetch) + "]");
+  if (!r.cuda && r.gpu_budget) throw Error("--gpu-mem applies to the CUDA device only (this run uses the CPU)");
+  Placement p;
+  p.cuda = r.cuda;
+  p.tiers.reserve(r.groups.size());
+  for (const GroupDemand& g : r.groups) p.tiers.push_back(g.manifest_tier);
+  const uint32_t n_slots = r.prefetch + 1;
+  const uint32_t n_staging = std::max<uint32_t>(2, r.prefetch);
+  const Demand d = total_demand(r);
+  if (!r.gpu_budget && !r.cpu_budget)
+    place_from_manifest(r, p);
+  else if (r.cuda)
+    place_cuda_budget(r, d, n_slots, round_up(add(d.max_layer, 16), kPage), p);
+  else
+    place_cpu_budget(r, p);
+  account_placement(r, n_slots, n_staging, p);
   return p;
 }
 
