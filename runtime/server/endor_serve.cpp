@@ -1,6 +1,6 @@
 // endor-serve: an OpenAI-compatible HTTP server over a .endor model, with continuous batching.
 //   endor-serve MODEL.endor [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx N] [--api-key KEY]
-//               [--metrics] [placement options of endor-infer]
+//               [--default-max-tokens N] [--metrics] [placement options of endor-infer]
 // Listens first (GET /health answers 503 while the model loads), then serves until SIGTERM/SIGINT:
 // new requests are refused, in-flight streams end with a final chunk, exit 0.
 // Errors at startup: one line on stderr, exit 1, or exit 2 for a malformed command line
@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -54,6 +55,9 @@ int run(int argc, char** argv) {
      cxxopts::value<std::string>()->default_value("1M"))
     ("timeout", "seconds a client may take to send its request (and to take a response's data)",
      cxxopts::value<int>()->default_value("30"))
+    ("default-max-tokens", "tokens a chat generates at most when its request sets no max_tokens (never past the "
+                           "context); a completion without one gets OpenAI's 16, or N if smaller",
+     cxxopts::value<int64_t>()->default_value(std::to_string(endor::serve::kDefaultMaxTokens)))
     ("h,help", "show this help");
   endor::cli::add_ctx_option(options, "tokens one request may hold, prompt and answer (default: 4096 or the model's "
                                       "context if smaller); the KV caches of --parallel such requests count against "
@@ -76,6 +80,9 @@ int run(int argc, char** argv) {
   if (port < 0 || port > 65535) throw UsageError("--port must be in [0, 65535]");
   if (args["timeout"].as<int>() < 1) throw UsageError("--timeout must be at least 1 second");
   if (args.count("api-key") && args["api-key"].as<std::string>().empty()) throw UsageError("--api-key must not be empty");
+  const int64_t default_max_tokens = args["default-max-tokens"].as<int64_t>();
+  if (default_max_tokens < 1 || default_max_tokens > std::numeric_limits<int32_t>::max())
+    throw UsageError("--default-max-tokens must be in [1, 2147483647], got " + std::to_string(default_max_tokens));
   const uint64_t body_limit = endor::cli::parse_size_option(args, "body-limit");
   if (body_limit < 1024) throw UsageError("--body-limit must be at least 1K");
 
@@ -118,6 +125,7 @@ int run(int argc, char** argv) {
   http.port = port;
   if (args.count("api-key")) http.api_key = args["api-key"].as<std::string>();
   http.body_limit_bytes = body_limit;
+  http.default_max_tokens = size_t(default_max_tokens);
   http.timeout_s = args["timeout"].as<int>();
   http.metrics = args.count("metrics") > 0;
   http.threads = parallel + sched.queue + 8;  // each waiting or generating request holds a connection

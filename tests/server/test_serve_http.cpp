@@ -2,8 +2,10 @@
 // the server a child process on a loopback port: greedy text under concurrency equal to endor-infer
 // alone (slots full, queueing, chunked prefill, streams, chats), the API key, limits and error
 // codes, >= 1000 malformed requests each answered 4xx with an error body and the server alive
-// after, a half-sent request timed out, clients that leave (streamed or not, in a slot or queued)
-// freeing their places, and SIGTERM ending streams with a final chunk and exit 0.
+// after (messages without content refused at once, naming messages[i].content; max_tokens left out
+// bounded by --default-max-tokens, 16 and the context), a half-sent request timed out, clients
+// that leave (streamed or not, in a slot or queued) freeing their places, and SIGTERM ending
+// streams with a final chunk and exit 0.
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -227,6 +229,8 @@ TEST_CASE("endor-serve: a malformed command line is one line, exit 2, before any
       {model + " --body-limit lots", "--body-limit: invalid size 'lots'"},
       {model + " --kv-dtype f8", "--kv-dtype must be f32 or f16"},
       {model + " --parallel 0", "--parallel must be in [1, 256]"},
+      {model + " --default-max-tokens 0", "--default-max-tokens must be in [1, 2147483647], got 0"},
+      {model + " --default-max-tokens 2147483648", "--default-max-tokens must be in [1, 2147483647], got 2147483648"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.args);
@@ -391,9 +395,10 @@ TEST_CASE("endor-serve: API key, limits, error codes, stop strings, metrics") {
 
 TEST_CASE("endor-serve: >= 1000 malformed requests, each 4xx with an error body; the server answers after") {
   TempDir dir;
-  const std::string model = test::pack_sample(dir, "sample-50.endor", "prune --method magnitude --sparsity 0.5");
+  const std::string model = pack_with_chat(dir, "chat-50.endor", "prune --method magnitude --sparsity 0.5");
   ServerProcess server(dir, "malformed");
-  REQUIRE_MESSAGE(server.start(model, "--threads 1 --parallel 2 --ctx 64 --api-key k --body-limit 8K --timeout 2"),
+  REQUIRE_MESSAGE(server.start(model, "--threads 1 --parallel 2 --ctx 64 --api-key k --body-limit 8K --timeout 2 "
+                                      "--default-max-tokens 20"),
                   server.log);
   const int port = server.port;
   const std::string auth = "Authorization: Bearer k\r\n";
@@ -427,8 +432,16 @@ TEST_CASE("endor-serve: >= 1000 malformed requests, each 4xx with an error body;
                                "[1,2147483648]", "[1,\"a\"]", "\"\"", "[[1],[2]]", "[99999]"})
     requests.push_back({"/v1/completions", R"({"prompt":)" + v + "}"});
   for (const std::string v : {"1", "\"hi\"", "null", "[]", "[1]", "[{}]", "[{\"role\":1}]", "[{\"role\":\"user\",\"content\":1}]",
-                               "[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]", "[{\"role\":\"\"}]"})
+                               "[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]", "[{\"role\":\"\"}]",
+                               "[{\"role\":\"user\",\"content\":[]}]",
+                               "[{\"role\":\"user\",\"content\":\"a\",\"name\":1}]"})
     requests.push_back({"/v1/chat/completions", R"({"messages":)" + v + "}"});
+  // Fields OpenAI defines that this server ignores or cannot honour, with wrong types or values.
+  for (const std::string f : {R"("user":1)", R"("store":"no")", R"("metadata":[])", R"("parallel_tool_calls":0)",
+                               R"("tool_choice":"required")", R"("tool_choice":5)", R"("function_call":{"name":"f"})",
+                               R"("audio":{})", R"("modalities":["audio"])", R"("repetition_penalty":1.3)",
+                               R"("stream_options":{"include_usage":1})", R"("logit_bias":{"1":5})", R"("tools":[{}])"})
+    requests.push_back({"/v1/chat/completions", R"({"messages":[{"role":"user","content":"a"}],)" + f + "}"});
   // Not objects; invalid UTF-8 in strings.
   for (const std::string v : {"[]", "1", "\"x\"", "null", "true", "{\"prompt\":\"a\"}}", "{\"prompt\":\"a\",}", "{'prompt':'a'}"})
     requests.push_back({"/v1/completions", v});
@@ -481,6 +494,48 @@ TEST_CASE("endor-serve: >= 1000 malformed requests, each 4xx with an error body;
     ++n_checked;
   }
   MESSAGE(n_checked, " malformed requests answered");
+  // A message without content (but an assistant's with tool calls, refused for those): 400 at once,
+  // naming the field, where it once ran to the end of the context.
+  const struct {
+    std::string messages, param;
+  } no_content[] = {
+      {R"([{"role":"user"}])", "messages[0].content"},
+      {R"([{"role":"user","content":"a"},{"role":"user","content":null}])", "messages[1].content"},
+      {R"([{"role":"system"},{"role":"user","content":"a"}])", "messages[0].content"},
+      {R"([{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"tool"}])", "messages[2].content"},
+      {R"([{"role":"user","content":"a"},{"role":"assistant"},{"role":"user","content":"b"}])", "messages[1].content"},
+      {R"([{"role":"user","content":"a"},{"role":"assistant","tool_calls":[{"id":"c","type":"function"}]}])",
+       "messages[1].tool_calls"},
+  };
+  for (const auto& c : no_content) {
+    const std::string body = R"({"messages":)" + c.messages + R"(,"ignore_eos":true})";
+    CAPTURE(body);
+    const auto t = std::chrono::steady_clock::now();
+    const std::string raw = test::raw_exchange(port, test::post("/v1/chat/completions", body, auth), 30);
+    CHECK(std::chrono::steady_clock::now() - t < std::chrono::seconds(5));
+    CHECK(test::status_of(raw) == 400);
+    const json err = json::parse(test::body_of(raw), nullptr, false);
+    REQUIRE((!err.is_discarded() && err.contains("error")));
+    CHECK(err["error"]["param"] == c.param);
+    CHECK(err["error"]["message"].get<std::string>().rfind("'" + c.param + "' ", 0) == 0);
+  }
+  // max_tokens left out (ignore_eos: only the limit ends the answer): a chat gets --default-max-tokens
+  // (20), a completion OpenAI's 16, either at most the context left (--ctx 64 - prompt + 1).
+  auto unlimited = [&](const std::string& path, const json& body) {
+    const std::string raw = test::raw_exchange(port, test::post(path, body.dump(), auth), 60);
+    CHECK(test::status_of(raw) == 200);
+    const json j = json::parse(test::body_of(raw), nullptr, false);
+    REQUIRE((!j.is_discarded() && j.contains("usage")));
+    CHECK(j["choices"][0]["finish_reason"] == "length");
+    return std::make_pair(j["usage"]["prompt_tokens"].get<int>(), j["usage"]["completion_tokens"].get<int>());
+  };
+  const json question = {{"messages", {{{"role", "user"}, {"content", "Who made the heaven?"}}}}, {"ignore_eos", true}};
+  const auto [chat_prompt, chat_new] = unlimited("/v1/chat/completions", question);
+  CHECK(chat_prompt + 20 <= 65);  // the cap, not the context, bounds it
+  CHECK(chat_new == 20);
+  CHECK(unlimited("/v1/completions", {{"prompt", {1, 2, 3, 4, 5, 6, 7, 8}}, {"ignore_eos", true}}).second == 16);
+  std::vector<int> long_prompt(55, 5);
+  CHECK(unlimited("/v1/completions", {{"prompt", long_prompt}, {"ignore_eos", true}}).second == 64 - 55 + 1);
   // Half a request: the server drops it after --timeout (2 s) and goes on answering.
   const auto t0 = std::chrono::steady_clock::now();
   const std::string half = test::raw_exchange(

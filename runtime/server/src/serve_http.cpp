@@ -184,8 +184,9 @@ JobSpec HttpServer::Impl::job_spec(const ServedModel& m, const GenerationRequest
     throw ApiError(400, "the prompt has " + std::to_string(spec.prompt.size()) + " tokens, more than the context of " +
                             std::to_string(ctx) + " tokens (--ctx)", "", "context_length_exceeded",
                    r.endpoint == Endpoint::Chat ? "messages" : "prompt");
-  // Chats run to the end of their turn (or the context) unless told; completions 16 tokens, as OpenAI.
-  spec.max_tokens = r.max_tokens ? *r.max_tokens : r.endpoint == Endpoint::Chat ? ctx - spec.prompt.size() + 1 : 16;
+  // Unless told: chats to the end of their turn within a bounded default, completions 16 tokens, as OpenAI.
+  spec.max_tokens = r.max_tokens ? *r.max_tokens
+                                 : default_max_tokens(r.endpoint, spec.prompt.size(), ctx, options.default_max_tokens);
   spec.sampling = m.defaults;
   if (r.temperature) spec.sampling.temperature = *r.temperature;
   if (r.top_p) spec.sampling.top_p = *r.top_p;

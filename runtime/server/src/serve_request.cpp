@@ -1,6 +1,7 @@
 // Parsing and checking OpenAI request bodies (serve_request.h).
 #include "endor/serve_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -145,9 +146,17 @@ void parse_common(const json& j, GenerationRequest& r) {
     if (!o.is_object()) throw bad("stream_options", "must be an object");
     if (present(o, "include_usage")) r.include_usage = bool_field(o, "include_usage");
   }
+  // Fields OpenAI defines that change nothing here: type-checked, then ignored.
+  if (present(j, "user")) string_field(j, "user");
+  if (present(j, "store")) bool_field(j, "store");
+  if (present(j, "parallel_tool_calls")) bool_field(j, "parallel_tool_calls");
+  if (present(j, "metadata") && !j["metadata"].is_object()) throw bad("metadata", "must be an object");
   // Options with an effect this server does not implement: refused, not ignored.
-  for (const char* key : {"presence_penalty", "frequency_penalty", "repetition_penalty"})
+  for (const char* key : {"presence_penalty", "frequency_penalty"})
     if (present(j, key) && number_field(j, key) != 0) throw bad(key, "is not supported (only 0)");
+  // llama.cpp's and vLLM's extension, whose neutral value is 1 (a multiplier), not 0.
+  if (present(j, "repetition_penalty") && number_field(j, "repetition_penalty") != 1)
+    throw bad("repetition_penalty", "is not supported (only 1)");
   if (present(j, "logprobs")) {
     const json& v = j["logprobs"];
     if (!(v.is_boolean() && !v.get<bool>()) && !(is_integer(v) && v.get<int64_t>() == 0))
@@ -158,6 +167,22 @@ void parse_common(const json& j, GenerationRequest& r) {
     throw bad("logit_bias", "is not supported");
   if (present(j, "tools") && !(j["tools"].is_array() && j["tools"].empty())) throw bad("tools", "are not supported");
   if (present(j, "functions")) throw bad("functions", "are not supported");
+  // Without tools the model may only answer in text: "none" and "auto" say just that.
+  for (const char* key : {"tool_choice", "function_call"}) {
+    if (!present(j, key)) continue;
+    const json& v = j[key];
+    if (!v.is_string() && !v.is_object()) throw bad(key, "must be a string or an object");
+    if (!(v == "none" || v == "auto")) throw bad(key, "other than \"none\" or \"auto\" is not supported (no tools)");
+  }
+  if (present(j, "audio")) throw bad("audio", "is not supported (text only)");
+  if (present(j, "modalities")) {
+    const json& v = j["modalities"];
+    if (!v.is_array()) throw bad("modalities", "must be a list of strings");
+    for (const json& e : v) {
+      if (!e.is_string()) throw bad("modalities", "must be a list of strings");
+      if (e != "text") throw bad("modalities", "other than \"text\" are not supported");
+    }
+  }
   if (present(j, "response_format")) {
     const json& f = j["response_format"];
     if (!f.is_object() || !f.contains("type") || f["type"] != "text")
@@ -165,13 +190,31 @@ void parse_common(const json& j, GenerationRequest& r) {
   }
 }
 
-// A message's content: a string, null (e.g. an assistant turn), or a list of text parts.
+// A message's content: a string or a non-empty list of text parts. Every message needs it except
+// an assistant's that carries tool_calls or function_call, as OpenAI's API has it; those fields
+// are refused (no tool calls here), so in effect every message needs content. Absent and null
+// are the same.
 std::string message_content(const json& m, size_t index) {
-  const std::string where = "messages[" + std::to_string(index) + "].content";
-  if (!m.contains("content") || m["content"].is_null()) return "";
+  const std::string at = "messages[" + std::to_string(index) + "]";
+  const std::string where = at + ".content";
+  const std::string& role = m["role"].get_ref<const std::string&>();
+  for (const char* key : {"name", "tool_call_id"})
+    if (present(m, key) && !m[key].is_string()) throw bad(at + "." + key, "must be a string");
+  if (present(m, "tool_calls")) {
+    const json& t = m["tool_calls"];
+    if (!t.is_array()) throw bad(at + ".tool_calls", "must be a list of tool calls");
+    if (!t.empty()) throw bad(at + ".tool_calls", "are not supported (tool calls)");
+  }
+  if (present(m, "function_call")) throw bad(at + ".function_call", "is not supported (tool calls)");
+  if (!present(m, "content")) {
+    if (role == "assistant")
+      throw bad(where, "is required (an assistant message may leave it out only with tool_calls)");
+    throw bad(where, "is required for a " + role + " message");
+  }
   const json& c = m["content"];
   if (c.is_string()) return c.get<std::string>();
   if (!c.is_array()) throw bad(where, "must be a string or a list of content parts");
+  if (c.empty()) throw bad(where, "must not be an empty list");
   std::string text;
   for (const json& part : c) {
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
@@ -259,6 +302,14 @@ GenerationRequest parse_completion_request(std::string_view body) {
     throw bad("suffix", "is not supported");
   parse_common(j, r);
   return r;
+}
+
+size_t default_max_tokens(Endpoint endpoint, size_t prompt_tokens, size_t ctx, size_t cap) {
+  // The last sampled token is never fed back: a context of ctx positions holds ctx - prompt + 1 new ones.
+  const size_t left = prompt_tokens <= ctx ? ctx - prompt_tokens + 1 : 1;
+  size_t n = std::min(std::max<size_t>(cap, 1), left);
+  if (endpoint == Endpoint::Completion) n = std::min(n, kCompletionDefaultMaxTokens);
+  return n;
 }
 
 std::string StopStrings::push(const std::string& piece) {

@@ -17,6 +17,7 @@
 
 #include "endor/runtime.h"
 #include "endor/serve_metrics.h"
+#include "endor/serve_request.h"
 #include "endor/serve_scheduler.h"
 #include "endor/tokenizer.h"
 
@@ -30,6 +31,7 @@ struct HttpOptions {
   int timeout_s = 30;                  // read/write timeouts (a client sending half a request)
   bool metrics = false;                // serve GET /metrics
   size_t threads = 16;                 // connections handled at once
+  size_t default_max_tokens = kDefaultMaxTokens;  // cap of max_tokens when a request sets none
 };
 
 // The loaded model as the routes need it. Everything must outlive the server.

@@ -3,9 +3,10 @@
 // (no model, no I/O), so it is fuzzed as it is (tests/fuzz/fuzz_serve_request.cpp).
 //
 // Untrusted input: any bytes either parse into a request whose every field is in range, or throw
-// ApiError(400) with one line saying which field is wrong. Unknown fields are ignored; known
-// options this server does not implement (n > 1, logprobs, tools, penalties, echo, suffix, ...)
-// are refused rather than silently dropped.
+// ApiError(400) with one line saying which field is wrong (a message other than an assistant's
+// without content names messages[i].content). Unknown fields are ignored; known options this
+// server does not implement (n > 1, logprobs, tools, penalties, echo, suffix, ...) are refused
+// rather than silently dropped.
 // Thread safety: free functions over their arguments only.
 #pragma once
 
@@ -47,7 +48,7 @@ struct GenerationRequest {
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
   bool prompt_is_ids = false;
-  std::optional<uint32_t> max_tokens;   // max_tokens / max_completion_tokens, in [1, 2^31)
+  std::optional<uint32_t> max_tokens;   // max_tokens / max_completion_tokens (the latter when both), in [1, 2^31)
   std::optional<float> temperature;     // [0, 2]
   std::optional<float> top_p;           // (0, 1]
   std::optional<uint32_t> top_k;        // [0, 2^31); 0 = off
@@ -64,6 +65,17 @@ constexpr size_t kMaxJsonDepth = 64;      // nesting of arrays/objects in a body
 constexpr size_t kMaxMessages = 4096;
 constexpr size_t kMaxStopStrings = 4;
 constexpr size_t kMaxStopBytes = 256;     // each stop string
+
+// max_tokens of a request that sets neither max_tokens nor max_completion_tokens. A chat runs to
+// its end of turn, but at most kDefaultMaxTokens tokens (endor-serve --default-max-tokens) and
+// never past the context; a completion gets OpenAI's 16, or less under a smaller cap or context.
+// Bounded so that a request without a limit (a model that never ends its turn) holds a slot for
+// at most that many steps, not until the end of --ctx.
+constexpr size_t kDefaultMaxTokens = 1024;
+constexpr size_t kCompletionDefaultMaxTokens = 16;
+// min(cap, context left) for a chat, min(16, cap, context left) for a completion, where the
+// context left is ctx - prompt_tokens + 1 (the last token is sampled, never fed back); at least 1.
+size_t default_max_tokens(Endpoint endpoint, size_t prompt_tokens, size_t ctx, size_t cap);
 
 // Parse and check a body; throw ApiError(400) naming the offending field.
 GenerationRequest parse_chat_request(std::string_view body);
