@@ -138,9 +138,11 @@ void portable_dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const Q
                           float* y, size_t y_stride);
 // Only valid when cpu_has_avx2(): compiled with -mavx2 -mfma -mf16c in its own translation unit.
 const WeightKernels& avx2_kernels();
-// Only valid when cpu_has_avx512(): compiled with -mavx512{f,bw,vl,dq,vbmi,vbmi2,vnni} in its own
-// translation unit (dot_rows_q8 checks VNNI at run time and hands over to the AVX2 set without it). dot_rows, dot_rows_q8, dot_rows_hx and int8g's decode_rows of its own (each
-// handing the cases its loops do not take to the AVX2 set); the other entries are the AVX2 kernels.
+// Only valid when cpu_has_avx512(): compiled with -mavx512{f,bw,vl,dq,vbmi,vbmi2} in translation
+// units of its own (weight_kernels_avx512*.cpp; the int8-activation ones also with -mavx512vnni, and
+// dot_rows_q8 checks VNNI at run time and hands over to the AVX2 set without it). dot_rows,
+// dot_rows_q8, dot_rows_hx and int8g's decode_rows of its own (each handing the cases its loops do
+// not take to the AVX2 set); the other entries are the AVX2 kernels.
 const WeightKernels& avx512_kernels();
 // Auto/Portable/Avx2/Avx512 -> kernels; throws endor::Error for an ISA this CPU or build lacks.
 const WeightKernels& select_kernels(Isa isa);

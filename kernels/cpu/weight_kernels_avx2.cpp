@@ -108,7 +108,7 @@ inline __m256i first_lanes(uint64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), lane);
 }
 
-// Software prefetch distance on the weight streams (see weight_kernels_avx512.cpp: the hardware
+// Software prefetch distance on the weight streams (see weight_kernels_avx512.h: the hardware
 // prefetchers alone leave the interleaved bitmap/value streams well below dense bandwidth).
 constexpr uint64_t kPrefetchBytes = 4096;
 __attribute__((always_inline)) inline void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
@@ -875,8 +875,8 @@ void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
 }
 
 // Decode (one token) on dense int4 with groups of 128 and an even width, as the AVX-512 kernel of
-// that name does (weight_kernels_avx512.cpp): the packed bytes of 64 columns (32) hold the even
-// columns in their low nibbles and the odd in their high ones, multiplied by x reordered once per
+// that name does (weight_kernels_avx512_vnni_int4.cpp): the packed bytes of 64 columns (32) hold
+// the even columns in their low nibbles and the odd in their high ones, multiplied by x reordered once per
 // call into the same halves; vpmaddubsw pairs of both halves are added (at most 2·15·127·2 = 7620,
 // no saturation) before one vpmaddwd, whose lane j sums columns 8j..8j+7: activation block j/4 of
 // the word's two. No per-row unpack and presence pass. R rows at once (x and d loaded once).
