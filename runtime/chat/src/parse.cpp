@@ -342,6 +342,11 @@ class Parser {
   void expect_end() {
     if (peek().kind != Token::Kind::End) fail(src_, peek().pos, "unexpected " + describe(peek()) + " in this tag");
   }
+  // The tag ends here: on to the next segment.
+  void close_tag() {
+    expect_end();
+    ++seg_;
+  }
 
   ExprPtr node(Expr::Kind kind, size_t pos) {
     ExprPtr e = std::make_unique<Expr>();
@@ -402,133 +407,139 @@ class Parser {
     NodePtr n = std::make_unique<Node>();
     n->pos = pos;
     ++tok_;
-    std::string stop;
-    if (keyword == "if") {
-      n->kind = Node::Kind::If;
-      ExprPtr cond = parse_expr();
-      expect_end();
-      ++seg_;
-      for (;;) {
-        Body b = parse_body({"elif", "else", "endif"}, &stop, pos);
-        n->branches.emplace_back(std::move(cond), std::move(b));
-        ++tok_;
-        if (stop == "elif") {
-          if (!n->branches.back().first) fail(src_, segs_[seg_].pos, "'elif' after 'else'");
-          cond = parse_expr();
-          expect_end();
-          ++seg_;
-        } else if (stop == "else") {
-          if (!n->branches.back().first) fail(src_, segs_[seg_].pos, "a second 'else' in one 'if'");
-          cond = nullptr;
-          expect_end();
-          ++seg_;
-        } else {
-          expect_end();
-          ++seg_;
-          return n;
-        }
-      }
-    }
-    if (keyword == "for") {
-      n->kind = Node::Kind::For;
-      n->targets.push_back(expect_name("a loop variable"));
-      if (n->targets[0] == "in") fail(src_, toks_[tok_ - 1].pos, "expected a loop variable before 'in'");
-      while (at_op(",")) {
-        ++tok_;
-        n->targets.push_back(expect_name("a loop variable"));
-      }
-      if (!at_name("in")) fail(src_, peek().pos, "expected 'in' in the for tag, found " + describe(peek()));
-      ++tok_;
-      n->expr = parse_or();  // `if` after the iterable filters items (no inline-if here)
-      if (at_name("if")) {
-        ++tok_;
-        n->condition = parse_or();
-      }
-      if (at_name("recursive")) fail(src_, peek().pos, "unsupported: recursive for loops");
-      expect_end();
-      ++seg_;
-      n->body = parse_body({"else", "endfor"}, &stop, pos);
-      if (stop == "else") {
-        ++tok_;
-        expect_end();
-        ++seg_;
-        n->else_body = parse_body({"endfor"}, &stop, pos);
-      }
-      ++tok_;
-      expect_end();
-      ++seg_;
-      return n;
-    }
-    if (keyword == "set") {
-      n->targets.push_back(expect_name("a variable name"));
-      if (at_op(".")) {
-        ++tok_;
-        n->attr = expect_name("an attribute name");
-      }
-      if (at_op(",")) fail(src_, peek().pos, "unsupported: assigning to several names in one set");
-      if (at_op("=")) {
-        ++tok_;
-        n->kind = Node::Kind::Set;
-        n->expr = parse_expr();
-        expect_end();
-        ++seg_;
-        return n;
-      }
-      if (!n->attr.empty()) fail(src_, peek().pos, "expected '=' in the set tag");
-      if (at_op("|")) fail(src_, peek().pos, "unsupported: filters on a block set");
-      expect_end();
-      n->kind = Node::Kind::SetBlock;
-      ++seg_;
-      n->body = parse_body({"endset"}, &stop, pos);
-      ++tok_;
-      expect_end();
-      ++seg_;
-      return n;
-    }
-    if (keyword == "macro") {
-      n->kind = Node::Kind::Macro;
-      n->targets.push_back(expect_name("a macro name"));
-      expect_op("(");
-      while (!at_op(")")) {
-        std::string param = expect_name("a parameter name");
-        ExprPtr def;
-        if (at_op("=")) {
-          ++tok_;
-          def = parse_expr();
-        }
-        n->params.emplace_back(std::move(param), std::move(def));
-        if (!at_op(",")) break;
-        ++tok_;
-      }
-      expect_op(")");
-      expect_end();
-      ++seg_;
-      n->body = parse_body({"endmacro"}, &stop, pos);
-      ++tok_;
-      if (peek().kind == Token::Kind::Name) ++tok_;  // {% endmacro name %}
-      expect_end();
-      ++seg_;
-      return n;
-    }
+    if (keyword == "if") return parse_if(std::move(n));
+    if (keyword == "for") return parse_for(std::move(n));
+    if (keyword == "set") return parse_set(std::move(n));
+    if (keyword == "macro") return parse_macro(std::move(n));
     if (keyword == "break" || keyword == "continue") {
       n->kind = keyword == "break" ? Node::Kind::Break : Node::Kind::Continue;
-      expect_end();
-      ++seg_;
+      close_tag();
       return n;
     }
+    std::string stop;
     if (keyword == "generation") {  // transformers' assistant-mask extension: renders its body
       n->kind = Node::Kind::Scope;
-      expect_end();
-      ++seg_;
+      close_tag();
       n->body = parse_body({"endgeneration"}, &stop, pos);
       ++tok_;
-      expect_end();
-      ++seg_;
+      close_tag();
       return n;
     }
     if (keyword.rfind("end", 0) == 0 || keyword == "elif" || keyword == "else")
       fail(src_, pos, "unexpected '" + keyword + "' (no open tag it closes)");
     fail(src_, pos, "unsupported tag '" + keyword + "'");
+  }
+
+  // `{% if c %}` ... `{% elif c %}` ... `{% else %}` ... `{% endif %}`, its tag name consumed.
+  NodePtr parse_if(NodePtr n) {
+    const size_t pos = n->pos;
+    std::string stop;
+    n->kind = Node::Kind::If;
+    ExprPtr cond = parse_expr();
+    close_tag();
+    for (;;) {
+      Body b = parse_body({"elif", "else", "endif"}, &stop, pos);
+      n->branches.emplace_back(std::move(cond), std::move(b));
+      ++tok_;
+      if (stop == "elif") {
+        if (!n->branches.back().first) fail(src_, segs_[seg_].pos, "'elif' after 'else'");
+        cond = parse_expr();
+        close_tag();
+      } else if (stop == "else") {
+        if (!n->branches.back().first) fail(src_, segs_[seg_].pos, "a second 'else' in one 'if'");
+        cond = nullptr;
+        close_tag();
+      } else {
+        close_tag();
+        return n;
+      }
+    }
+  }
+
+  // `{% for x[, y] in xs [if c] %}` ... [`{% else %}` ...] `{% endfor %}`, its tag name consumed.
+  NodePtr parse_for(NodePtr n) {
+    const size_t pos = n->pos;
+    std::string stop;
+    n->kind = Node::Kind::For;
+    n->targets.push_back(expect_name("a loop variable"));
+    if (n->targets[0] == "in") fail(src_, toks_[tok_ - 1].pos, "expected a loop variable before 'in'");
+    while (at_op(",")) {
+      ++tok_;
+      n->targets.push_back(expect_name("a loop variable"));
+    }
+    if (!at_name("in")) fail(src_, peek().pos, "expected 'in' in the for tag, found " + describe(peek()));
+    ++tok_;
+    n->expr = parse_or();  // `if` after the iterable filters items (no inline-if here)
+    if (at_name("if")) {
+      ++tok_;
+      n->condition = parse_or();
+    }
+    if (at_name("recursive")) fail(src_, peek().pos, "unsupported: recursive for loops");
+    close_tag();
+    n->body = parse_body({"else", "endfor"}, &stop, pos);
+    if (stop == "else") {
+      ++tok_;
+      close_tag();
+      n->else_body = parse_body({"endfor"}, &stop, pos);
+    }
+    ++tok_;
+    close_tag();
+    return n;
+  }
+
+  // `{% set name[.attr] = expr %}`, or `{% set name %}` ... `{% endset %}`, its tag name consumed.
+  NodePtr parse_set(NodePtr n) {
+    const size_t pos = n->pos;
+    std::string stop;
+    n->targets.push_back(expect_name("a variable name"));
+    if (at_op(".")) {
+      ++tok_;
+      n->attr = expect_name("an attribute name");
+    }
+    if (at_op(",")) fail(src_, peek().pos, "unsupported: assigning to several names in one set");
+    if (at_op("=")) {
+      ++tok_;
+      n->kind = Node::Kind::Set;
+      n->expr = parse_expr();
+      close_tag();
+      return n;
+    }
+    if (!n->attr.empty()) fail(src_, peek().pos, "expected '=' in the set tag");
+    if (at_op("|")) fail(src_, peek().pos, "unsupported: filters on a block set");
+    expect_end();
+    n->kind = Node::Kind::SetBlock;
+    ++seg_;
+    n->body = parse_body({"endset"}, &stop, pos);
+    ++tok_;
+    close_tag();
+    return n;
+  }
+
+  // `{% macro name(a, b=default) %}` ... `{% endmacro %}`, its tag name consumed.
+  NodePtr parse_macro(NodePtr n) {
+    const size_t pos = n->pos;
+    std::string stop;
+    n->kind = Node::Kind::Macro;
+    n->targets.push_back(expect_name("a macro name"));
+    expect_op("(");
+    while (!at_op(")")) {
+      std::string param = expect_name("a parameter name");
+      ExprPtr def;
+      if (at_op("=")) {
+        ++tok_;
+        def = parse_expr();
+      }
+      n->params.emplace_back(std::move(param), std::move(def));
+      if (!at_op(",")) break;
+      ++tok_;
+    }
+    expect_op(")");
+    close_tag();
+    n->body = parse_body({"endmacro"}, &stop, pos);
+    ++tok_;
+    if (peek().kind == Token::Kind::Name) ++tok_;  // {% endmacro name %}
+    close_tag();
+    return n;
   }
 
   // ---- expressions ----

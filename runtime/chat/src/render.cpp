@@ -1,30 +1,21 @@
 // Evaluates a parsed chat template: Jinja's scoping (a for-loop body is a fresh scope per
 // iteration, so `set` inside it does not leak; namespace() objects carry state out), undefined
-// values that print as "" but fail on attribute access or arithmetic, and the filters, tests,
-// methods and globals of transformers' chat-template environment.
+// values that print as "" but fail on attribute access or arithmetic, the operators and the
+// globals of transformers' chat-template environment. Its filters, tests and methods are looked up
+// by name in builtins.h's tables (filters.cpp, methods.cpp).
 #include "render.h"
 
 #include <algorithm>
 #include <cmath>
 #include <ctime>
-#include <map>
 #include <unordered_map>
+
+#include "builtins.h"
 
 namespace endor::chat {
 namespace {
 
 enum class Flow { Normal, Break, Continue };
-
-std::string strip_chars(const std::string& s, const Value& chars, bool left, bool right) {
-  const std::string set = chars.is(Value::Kind::String) ? chars.s : std::string(" \t\n\r\f\v");
-  size_t b = 0, e = s.size();
-  if (left)
-    while (b < e && set.find(s[b]) != std::string::npos) ++b;
-  if (right)
-    while (e > b && set.find(s[e - 1]) != std::string::npos) --e;
-  return s.substr(b, e - b);
-}
-
 
 // Python's slice index normalisation for a sequence of n items.
 std::vector<int64_t> slice_indices(int64_t n, const Value& start, const Value& stop, const Value& step_v) {
@@ -45,9 +36,38 @@ std::vector<int64_t> slice_indices(int64_t n, const Value& start, const Value& s
   return idx;
 }
 
-class Renderer {
+}  // namespace
+
+void RenderContext::fail(size_t pos, const std::string& what) const { throw ChatTemplateError(src_.where(pos) + what); }
+
+void RenderContext::check_size(size_t bytes, size_t pos) const {
+  if (bytes > kMaxStringBytes) fail(pos, "a string grew past " + std::to_string(kMaxStringBytes) + " bytes");
+}
+
+List RenderContext::iterate(const Value& v, size_t pos) const {
+  switch (v.kind) {
+    case Value::Kind::Undefined: return {};  // Jinja iterates an undefined value as empty
+    case Value::Kind::List: return *v.list;
+    case Value::Kind::Dict: {
+      List keys;
+      for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
+      return keys;
+    }
+    case Value::Kind::String: {
+      List chars;
+      const std::vector<size_t> cp = code_point_starts(v.s);
+      for (size_t k = 0; k + 1 < cp.size(); ++k) chars.push_back(Value::string(v.s.substr(cp[k], cp[k + 1] - cp[k])));
+      return chars;
+    }
+    default: fail(pos, std::string("cannot iterate over a ") + kind_name(v));
+  }
+}
+
+namespace {
+
+class Renderer : public RenderContext {
  public:
-  Renderer(const Source& src, const Body& root) : src_(src), root_(root) {}
+  Renderer(const Source& src, const Body& root) : RenderContext(src), root_(root) {}
 
   std::string run(const nlohmann::ordered_json& variables) {
     scopes_.emplace_back();
@@ -61,7 +81,6 @@ class Renderer {
 
  private:
   using Scope = std::unordered_map<std::string, Value>;
-  const Source& src_;
   const Body& root_;
   std::vector<Scope> scopes_;
   std::string out_;
@@ -73,9 +92,6 @@ class Renderer {
   void step(size_t pos) {
     if (++steps_ > kMaxSteps)
       fail(pos, "the template did more than " + std::to_string(kMaxSteps) + " steps (a loop that does not end?)");
-  }
-  void check_size(size_t bytes, size_t pos) const {
-    if (bytes > kMaxStringBytes) fail(pos, "a string grew past " + std::to_string(kMaxStringBytes) + " bytes");
   }
   void emit(const std::string& s, size_t pos) {
     out_ += s;
@@ -147,25 +163,6 @@ class Renderer {
       }
     }
     return Flow::Normal;
-  }
-
-  List iterate(const Value& v, size_t pos) {
-    switch (v.kind) {
-      case Value::Kind::Undefined: return {};  // Jinja iterates an undefined value as empty
-      case Value::Kind::List: return *v.list;
-      case Value::Kind::Dict: {
-        List keys;
-        for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
-        return keys;
-      }
-      case Value::Kind::String: {
-        List chars;
-        const std::vector<size_t> cp = code_point_starts(v.s);
-        for (size_t k = 0; k + 1 < cp.size(); ++k) chars.push_back(Value::string(v.s.substr(cp[k], cp[k + 1] - cp[k])));
-        return chars;
-      }
-      default: fail(pos, std::string("cannot iterate over a ") + kind_name(v));
-    }
   }
 
   void bind_targets(Scope& scope, const std::vector<std::string>& targets, const Value& item, size_t pos) {
@@ -344,16 +341,12 @@ class Renderer {
     undefined_check(obj, from);
     if (obj.is_mapping()) {
       if (const Value* v = obj.dict->find(name)) return *v;
-      if (obj.is(Value::Kind::Dict)) {
-        Value m = dict_method(obj, name, pos);
-        if (!m.is(Value::Kind::Undefined)) return m;
-      }
+      if (obj.is(Value::Kind::Dict))
+        if (const MethodFn m = find_dict_method(name)) return m(*this, obj, name, pos);
       return Value::undefined(describe(from) + "." + name);
     }
-    if (obj.is(Value::Kind::String)) {
-      Value m = string_method(obj, name, pos);
-      if (!m.is(Value::Kind::Undefined)) return m;
-    }
+    if (obj.is(Value::Kind::String))
+      if (const MethodFn m = find_string_method(name)) return m(*this, obj, name, pos);
     return Value::undefined(describe(from) + "." + name);
   }
 
@@ -374,10 +367,8 @@ class Renderer {
     }
     if (obj.is(Value::Kind::List) || obj.is(Value::Kind::String)) {
       if (!key.is(Value::Kind::Int)) {
-        if (key.is(Value::Kind::String) && obj.is(Value::Kind::String)) {
-          Value m = string_method(obj, key.s, pos);
-          if (!m.is(Value::Kind::Undefined)) return m;
-        }
+        if (key.is(Value::Kind::String) && obj.is(Value::Kind::String))
+          if (const MethodFn m = find_string_method(key.s)) return m(*this, obj, key.s, pos);
         return Value::undefined(describe(from) + "[" + py_repr(key) + "]");
       }
       if (obj.is(Value::Kind::List)) {
@@ -485,411 +476,21 @@ class Renderer {
     fail(e.pos, "unsupported operator '" + op + "'");
   }
 
-  // ---- filters ----
+  // ---- filters and tests: the operand and arguments evaluated here, the built-in looked up by name ----
   Value filter(const Expr& e) {
-    Value v = eval(*e.args[0]);
-    CallArgs args = eval_args(e);
+    const Value v = eval(*e.args[0]);
+    const CallArgs args = eval_args(e);
     pos_ = e.pos;
-    const std::string& f = e.name;
-    const auto need_string = [&]() {
-      if (v.is(Value::Kind::Undefined)) return std::string();
-      return py_str(v);
-    };
-    if (f == "safe") return v;  // no autoescape in this environment
-    if (f == "trim") return Value::string(strip_chars(need_string(), args.get(0, "chars"), true, true));
-    if (f == "upper") return Value::string(change_case(need_string(), true));
-    if (f == "lower") return Value::string(change_case(need_string(), false));
-    if (f == "string") return Value::string(py_str(v));
-    if (f == "capitalize" || f == "title") return Value::string(title_case(need_string(), f == "capitalize"));
-    if (f == "length" || f == "count") {
-      switch (v.kind) {
-        case Value::Kind::Undefined: return Value::integer(0);
-        case Value::Kind::String: return Value::integer(int64_t(code_point_starts(v.s).size() - 1));
-        case Value::Kind::List: return Value::integer(int64_t(v.list->size()));
-        case Value::Kind::Dict:
-        case Value::Kind::Namespace: return Value::integer(int64_t(v.dict->items.size()));
-        default: fail(e.pos, std::string("object of type ") + kind_name(v) + " has no length");
-      }
-    }
-    if (f == "default" || f == "d") {
-      const bool boolean = truthy(args.get(1, "boolean", Value::boolean(false)));
-      if (v.is(Value::Kind::Undefined) || (boolean && !truthy(v))) return args.get(0, "default_value", Value::string(""));
-      return v;
-    }
-    if (f == "tojson") {
-      const Value indent = args.get(0, "indent", Value::none());
-      if (!indent.is(Value::Kind::None) && !indent.is(Value::Kind::Int)) fail(e.pos, "tojson: indent must be an integer");
-      std::string out, what;
-      if (!to_json_text(v, indent.is(Value::Kind::Int) ? int(std::max<int64_t>(0, std::min<int64_t>(indent.i, 64))) : -1,
-                        truthy(args.get(3, "sort_keys", Value::boolean(false))), out, &what))
-        fail(e.pos, "tojson: " + what);
-      check_size(out.size(), e.pos);
-      return Value::string(std::move(out));
-    }
-    if (f == "int") {
-      if (v.is(Value::Kind::Int)) return v;
-      if (v.is_number()) return Value::integer(int64_t(v.as_double()));
-      if (v.is(Value::Kind::String)) {
-        char* end = nullptr;
-        const long long x = std::strtoll(v.s.c_str(), &end, 10);
-        if (end && *end == '\0' && !v.s.empty()) return Value::integer(x);
-      }
-      return args.get(0, "default", Value::integer(0));
-    }
-    if (f == "float") {
-      if (v.is_number()) return Value::number(v.as_double());
-      return args.get(0, "default", Value::number(0.0));
-    }
-    if (f == "abs") {
-      if (v.is(Value::Kind::Int)) return Value::integer(v.i < 0 ? -v.i : v.i);
-      if (v.is(Value::Kind::Float)) return Value::number(std::fabs(v.f));
-      fail(e.pos, std::string("abs: bad operand ") + kind_name(v));
-    }
-    if (f == "list") return Value::list_of(iterate(v, e.pos));
-    if (f == "first" || f == "last") {
-      const List items = iterate(v, e.pos);
-      if (items.empty()) return Value::undefined("first/last of an empty sequence");
-      return f == "first" ? items.front() : items.back();
-    }
-    if (f == "reverse") {
-      if (v.is(Value::Kind::String)) {
-        List chars = iterate(v, e.pos);
-        std::string out;
-        for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += it->s;
-        return Value::string(std::move(out));
-      }
-      List items = iterate(v, e.pos);
-      std::reverse(items.begin(), items.end());
-      return Value::list_of(std::move(items));
-    }
-    if (f == "join") {
-      const Value sep = args.get(0, "d", Value::string(""));
-      const Value attr = args.get(1, "attribute", Value::none());
-      std::string out;
-      bool first = true;
-      for (const Value& x : iterate(v, e.pos)) {
-        if (!first) out += py_str(sep);
-        first = false;
-        out += py_str(attr.is(Value::Kind::String) && x.is_mapping() && x.dict->find(attr.s) ? *x.dict->find(attr.s) : x);
-        check_size(out.size(), e.pos);
-      }
-      return Value::string(std::move(out));
-    }
-    if (f == "replace") {
-      const Value from = args.get(0, "old"), to = args.get(1, "new");
-      if (!from.is(Value::Kind::String) || !to.is(Value::Kind::String)) fail(e.pos, "replace: needs two strings");
-      return Value::string(replace_all(need_string(), from.s, to.s, e.pos));
-    }
-    if (f == "items") {
-      if (v.is(Value::Kind::Undefined)) return Value::list_of({});
-      if (!v.is_mapping()) fail(e.pos, std::string("items: not a mapping but a ") + kind_name(v));
-      return dict_items(v);
-    }
-    if (f == "selectattr" || f == "rejectattr") {
-      const Value attr = args.get(0, nullptr);
-      if (!attr.is(Value::Kind::String)) fail(e.pos, f + ": needs an attribute name");
-      List out;
-      for (const Value& x : iterate(v, e.pos)) {
-        const Value a = x.is_mapping() && x.dict->find(attr.s) ? *x.dict->find(attr.s) : Value::undefined(attr.s);
-        bool keep;
-        if (args.positional.size() < 2) {
-          keep = truthy(a);
-        } else {
-          const Value name = args.positional[1];
-          if (!name.is(Value::Kind::String)) fail(e.pos, f + ": the test name must be a string");
-          CallArgs targs;
-          targs.positional.assign(args.positional.begin() + 2, args.positional.end());
-          keep = apply_test(name.s, a, targs, e.pos);
-        }
-        if (keep == (f == "selectattr")) out.push_back(x);
-      }
-      return Value::list_of(std::move(out));
-    }
-    if (f == "map") {
-      const Value attr = args.get(99, "attribute");
-      List out;
-      if (attr.is(Value::Kind::String)) {
-        const Value def = args.get(99, "default");
-        for (const Value& x : iterate(v, e.pos))
-          out.push_back(x.is_mapping() && x.dict->find(attr.s) ? *x.dict->find(attr.s) : def);
-        return Value::list_of(std::move(out));
-      }
-      const Value name = args.get(0, nullptr);
-      if (!name.is(Value::Kind::String)) fail(e.pos, "map: needs attribute= or a filter name");
-      for (const Value& x : iterate(v, e.pos)) {
-        if (name.s == "string") out.push_back(Value::string(py_str(x)));
-        else if (name.s == "trim") out.push_back(Value::string(strip_chars(py_str(x), Value::none(), true, true)));
-        else if (name.s == "lower" || name.s == "upper") out.push_back(Value::string(change_case(py_str(x), name.s == "upper")));
-        else if (name.s == "tojson") {
-          std::string out_json, what;
-          if (!to_json_text(x, -1, false, out_json, &what)) fail(e.pos, "tojson: " + what);
-          out.push_back(Value::string(std::move(out_json)));
-        } else fail(e.pos, "unsupported filter in map: '" + name.s + "'");
-      }
-      return Value::list_of(std::move(out));
-    }
-    if (f == "unique") {
-      List out;
-      for (const Value& x : iterate(v, e.pos))
-        if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equal(x, y); })) out.push_back(x);
-      return Value::list_of(std::move(out));
-    }
-    if (f == "indent") {
-      const Value width = args.get(0, "width", Value::integer(4));
-      const bool first = truthy(args.get(1, "first", Value::boolean(false)));
-      const std::string pad = width.is(Value::Kind::String) ? width.s : std::string(size_t(std::max<int64_t>(0, std::min<int64_t>(width.i, 256))), ' ');
-      std::string s = need_string(), out;
-      for (size_t k = 0; k < s.size(); ++k) {
-        out += s[k];
-        if (s[k] == '\n' && k + 1 < s.size() && s[k + 1] != '\n') out += pad;
-      }
-      return Value::string(first ? pad + out : out);
-    }
-    fail(e.pos, "unsupported filter '" + f + "'");
+    const FilterFn f = find_filter(e.name);
+    if (!f) fail(e.pos, "unsupported filter '" + e.name + "'");
+    return f(BuiltinCall{*this, e.name, v, args, e.pos});
   }
 
-  static std::string title_case(const std::string& s, bool capitalize_only) {
-    std::string out = s;
-    bool start = true;
-    for (char& c : out) {
-      const bool alpha = std::isalpha(static_cast<unsigned char>(c)) != 0;
-      if (capitalize_only) {
-        c = char(start ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-        start = false;
-      } else {
-        c = char(start ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-        start = !alpha;
-      }
-    }
-    return out;
-  }
-
-  std::string replace_all(const std::string& s, const std::string& from, const std::string& to, size_t pos) const {
-    std::string out;
-    if (from.empty()) {
-      for (char c : s) out += to + c;
-      out += to;
-    } else {
-      size_t k = 0;
-      for (size_t f = s.find(from); f != std::string::npos; f = s.find(from, k)) {
-        out.append(s, k, f - k);
-        out += to;
-        k = f + from.size();
-        check_size(out.size(), pos);
-      }
-      out.append(s, k, std::string::npos);
-    }
-    check_size(out.size(), pos);
-    return out;
-  }
-
-  static Value dict_items(const Value& v) {
-    List out;
-    for (const auto& kv : v.dict->items) out.push_back(Value::tuple_of({Value::string(kv.first), kv.second}));
-    return Value::list_of(std::move(out));
-  }
-
-  // ---- tests ----
   bool test(const Expr& e) {
     const Value v = eval(*e.args[0]);
-    CallArgs args = eval_args(e);
+    const CallArgs args = eval_args(e);
     pos_ = e.pos;
-    return apply_test(e.name, v, args, e.pos);
-  }
-
-  bool apply_test(const std::string& t, const Value& v, const CallArgs& args, size_t pos) {
-    using K = Value::Kind;
-    if (t == "defined") return !v.is(K::Undefined);
-    if (t == "undefined") return v.is(K::Undefined);
-    if (t == "none") return v.is(K::None);
-    if (t == "string") return v.is(K::String);
-    if (t == "number") return v.is(K::Int) || v.is(K::Float);
-    if (t == "integer") return v.is(K::Int);
-    if (t == "float") return v.is(K::Float);
-    if (t == "boolean") return v.is(K::Bool);
-    if (t == "true") return v.is(K::Bool) && v.b;
-    if (t == "false") return v.is(K::Bool) && !v.b;
-    if (t == "mapping") return v.is_mapping();
-    if (t == "sequence") return v.is(K::List) || v.is(K::String) || v.is(K::Dict);
-    if (t == "iterable") return v.is(K::List) || v.is(K::String) || v.is(K::Dict);
-    if (t == "callable") return v.is(K::Callable);
-    if (t == "lower") return v.is(K::String) && change_case(v.s, false) == v.s;
-    if (t == "upper") return v.is(K::String) && change_case(v.s, true) == v.s;
-    if (t == "even" || t == "odd") {
-      if (!v.is(K::Int)) fail(pos, "test '" + t + "' needs an integer");
-      return (v.i % 2 == 0) == (t == "even");
-    }
-    if (t == "divisibleby") {
-      const Value n = args.get(0, "num");
-      if (!v.is(K::Int) || !n.is(K::Int) || n.i == 0) fail(pos, "test 'divisibleby' needs non-zero integers");
-      return v.i % n.i == 0;
-    }
-    if (t == "eq" || t == "equalto" || t == "==") return equal(v, args.get(0, "other"));
-    if (t == "ne" || t == "!=") return !equal(v, args.get(0, "other"));
-    if (t == "sameas") {
-      const Value o = args.get(0, "other");
-      if (v.kind != o.kind) return false;
-      if (v.is(K::None) || v.is(K::Undefined)) return true;
-      if (v.is(K::Bool)) return v.b == o.b;
-      return v.list == o.list && v.dict == o.dict && v.fn == o.fn && v.list && v.dict && v.fn;
-    }
-    if (t == "in") {
-      const Value o = args.get(0, "seq");
-      if (o.is(K::List)) return std::any_of(o.list->begin(), o.list->end(), [&](const Value& x) { return equal(v, x); });
-      if (o.is(K::String)) return v.is(K::String) && o.s.find(v.s) != std::string::npos;
-      if (o.is_mapping()) return v.is(K::String) && o.dict->find(v.s);
-      fail(pos, "test 'in' needs a sequence");
-    }
-    fail(pos, "unsupported test '" + t + "'");
-  }
-
-  // ---- methods ----
-  Value string_method(const Value& self, const std::string& name, size_t pos) {
-    const std::string s = self.s;
-    const auto method = [&](auto fn) { return Value::callable([fn](CallArgs& a) -> Value { return fn(a); }); };
-    if (name == "strip" || name == "lstrip" || name == "rstrip") {
-      const bool l = name != "rstrip", r = name != "lstrip";
-      return method([s, l, r](CallArgs& a) { return Value::string(strip_chars(s, a.get(0, "chars", Value::none()), l, r)); });
-    }
-    if (name == "upper" || name == "lower")
-      return method([s, name](CallArgs&) { return Value::string(change_case(s, name == "upper")); });
-    if (name == "title" || name == "capitalize")
-      return method([s, name](CallArgs&) { return Value::string(title_case(s, name == "capitalize")); });
-    if (name == "startswith" || name == "endswith") {
-      return method([this, s, name, pos](CallArgs& a) {
-        const Value p = a.get(0, nullptr);
-        List options;
-        if (p.is(Value::Kind::String)) options.push_back(p);
-        else if (p.is(Value::Kind::List)) options = *p.list;
-        bool r = false;
-        for (const Value& o : options) {
-          if (!o.is(Value::Kind::String)) fail(pos, name + ": needs a string");
-          r = r || (o.s.size() <= s.size() &&
-                    (name == "startswith" ? s.compare(0, o.s.size(), o.s) == 0 : s.compare(s.size() - o.s.size(), o.s.size(), o.s) == 0));
-        }
-        if (options.empty()) fail(pos, name + ": needs a string");
-        return Value::boolean(r);
-      });
-    }
-    if (name == "split" || name == "rsplit") {
-      return method([this, s, name, pos](CallArgs& a) {
-        const Value sep = a.get(0, "sep", Value::none());
-        const Value maxsplit_v = a.get(1, "maxsplit", Value::integer(-1));
-        const int64_t maxsplit = maxsplit_v.is(Value::Kind::Int) ? maxsplit_v.i : -1;
-        List parts;
-        if (sep.is(Value::Kind::None)) {
-          if (name == "rsplit" && maxsplit >= 0) fail(pos, "rsplit with maxsplit and no separator is unsupported");
-          size_t k = 0;
-          int64_t n = 0;
-          while (k < s.size()) {
-            while (k < s.size() && std::isspace(static_cast<unsigned char>(s[k]))) ++k;
-            if (k >= s.size()) break;
-            if (maxsplit >= 0 && n >= maxsplit) {
-              size_t e = s.size();
-              while (e > k && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-              parts.push_back(Value::string(s.substr(k, e - k)));
-              break;
-            }
-            size_t e = k;
-            while (e < s.size() && !std::isspace(static_cast<unsigned char>(s[e]))) ++e;
-            parts.push_back(Value::string(s.substr(k, e - k)));
-            ++n;
-            k = e;
-          }
-          return Value::list_of(std::move(parts));
-        }
-        if (!sep.is(Value::Kind::String) || sep.s.empty()) fail(pos, name + ": the separator must be a non-empty string");
-        if (name == "split") {
-          size_t k = 0;
-          int64_t n = 0;
-          for (size_t f = s.find(sep.s); f != std::string::npos && (maxsplit < 0 || n < maxsplit); f = s.find(sep.s, k), ++n) {
-            parts.push_back(Value::string(s.substr(k, f - k)));
-            k = f + sep.s.size();
-          }
-          parts.push_back(Value::string(s.substr(k)));
-        } else {
-          size_t e = s.size();
-          int64_t n = 0;
-          while (maxsplit < 0 || n < maxsplit) {
-            if (e < sep.s.size()) break;
-            const size_t f = s.rfind(sep.s, e - sep.s.size());
-            if (f == std::string::npos) break;
-            parts.insert(parts.begin(), Value::string(s.substr(f + sep.s.size(), e - f - sep.s.size())));
-            e = f;
-            ++n;
-          }
-          parts.insert(parts.begin(), Value::string(s.substr(0, e)));
-        }
-        return Value::list_of(std::move(parts));
-      });
-    }
-    if (name == "replace") {
-      return method([this, s, pos](CallArgs& a) {
-        const Value from = a.get(0, nullptr), to = a.get(1, nullptr);
-        if (!from.is(Value::Kind::String) || !to.is(Value::Kind::String)) fail(pos, "replace: needs two strings");
-        return Value::string(replace_all(s, from.s, to.s, pos));
-      });
-    }
-    if (name == "join") {
-      return method([this, s, pos](CallArgs& a) {
-        std::string out;
-        bool first = true;
-        for (const Value& x : iterate(a.get(0, nullptr), pos)) {
-          if (!x.is(Value::Kind::String)) fail(pos, "join: sequence item is not a string");
-          if (!first) out += s;
-          first = false;
-          out += x.s;
-          check_size(out.size(), pos);
-        }
-        return Value::string(std::move(out));
-      });
-    }
-    if (name == "find" || name == "count") {
-      return method([this, s, name, pos](CallArgs& a) {
-        const Value sub = a.get(0, nullptr);
-        if (!sub.is(Value::Kind::String)) fail(pos, name + ": needs a string");
-        if (name == "find") {
-          const size_t f = s.find(sub.s);
-          return Value::integer(f == std::string::npos ? -1 : int64_t(code_point_starts(s.substr(0, f)).size() - 1));
-        }
-        int64_t n = 0;
-        if (sub.s.empty()) return Value::integer(int64_t(code_point_starts(s).size()));
-        for (size_t f = s.find(sub.s); f != std::string::npos; f = s.find(sub.s, f + sub.s.size())) ++n;
-        return Value::integer(n);
-      });
-    }
-    if (name == "isdigit" || name == "isspace" || name == "isalpha" || name == "isalnum") {
-      return method([s, name](CallArgs&) {
-        bool r = !s.empty();
-        for (unsigned char c : s)
-          r = r && (name == "isdigit" ? std::isdigit(c) : name == "isspace" ? std::isspace(c)
-                    : name == "isalpha" ? std::isalpha(c) : std::isalnum(c));
-        return Value::boolean(r);
-      });
-    }
-    return Value::undefined();
-  }
-
-  Value dict_method(const Value& self, const std::string& name, size_t pos) {
-    (void)pos;
-    const Value d = self;
-    if (name == "items") return Value::callable([d](CallArgs&) { return dict_items(d); });
-    if (name == "keys" || name == "values") {
-      return Value::callable([d, name](CallArgs&) {
-        List out;
-        for (const auto& kv : d.dict->items) out.push_back(name == "keys" ? Value::string(kv.first) : kv.second);
-        return Value::list_of(std::move(out));
-      });
-    }
-    if (name == "get") {
-      return Value::callable([d](CallArgs& a) {
-        const Value key = a.get(0, "key");
-        if (key.is(Value::Kind::String))
-          if (const Value* v = d.dict->find(key.s)) return *v;
-        return a.get(1, "default", Value::none());
-      });
-    }
-    return Value::undefined();
+    return apply_test(*this, e.name, v, args, e.pos);
   }
 
   // ---- globals ----
