@@ -12,7 +12,6 @@
 #include "detail.h"
 #include "endor/gguf.h"
 #include "endor/packer.h"
-#include "model_rules.h"
 
 namespace endor {
 
@@ -60,6 +59,31 @@ const char* const kAuxFiles[] = {"tokenizer.json",   "tokenizer_config.json", "s
                                  "vocab.json",       "merges.txt",            "tokenizer.model",
                                  "added_tokens.json", "chat_template.jinja"};
 
+// Shards: the index names them (sorted, and which tensor is in which); a lone model.safetensors
+// otherwise.
+void find_shards(const std::string& dir, std::vector<std::string>& shard_names, std::map<std::string, std::string>& weight_map) {
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  if (is_regular_file(index_path)) {
+    const nlohmann::json index = read_json_file(index_path, 64u << 20);
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      fail(index_path, "no \"weight_map\" object");
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) fail(index_path, "weight_map entry '" + it.key() + "' is not a file name");
+      const std::string file = it.value().get<std::string>();
+      if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+        fail(index_path, "weight_map entry '" + it.key() + "' names '" + file + "', not a file in this folder");
+      weight_map[it.key()] = file;
+      if (std::find(shard_names.begin(), shard_names.end(), file) == shard_names.end()) shard_names.push_back(file);
+    }
+    if (shard_names.empty()) fail(index_path, "weight_map is empty");
+    std::sort(shard_names.begin(), shard_names.end());
+  } else if (is_regular_file(dir + "/model.safetensors")) {
+    shard_names.push_back("model.safetensors");
+  } else {
+    fail(dir, "no model.safetensors or model.safetensors.index.json (only safetensors checkpoints are supported)");
+  }
+}
+
 }  // namespace
 
 uint64_t CheckpointTensor::numel() const {
@@ -90,7 +114,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
   const std::string config_path = dir + "/config.json";
   if (!is_regular_file(config_path)) fail(dir, "no config.json in this folder (not a Hugging Face checkpoint?)");
   ck->config_ = read_json_file(config_path, 16u << 20);
-  ck->shape_ = read_model_shape(ck->config_, config_path);
+  ck->model_config_ = parse_model_config(ck->config_, config_path, "");
+  ck->shape_ = shape_of(ck->model_config_);
   // compressed-tensors (pack-quantized): its Linears are read dequantized, so the config that
   // goes into the container no longer describes a quantization.
   ck->compressed_ = CompressedTensorsSource::from_config(ck->config_, config_path);
@@ -101,32 +126,13 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
     if (!ck->generation_config_.is_object()) fail(gen_path, "not a JSON object");
   }
 
-  // Shards: the index names them; a lone model.safetensors otherwise.
   std::vector<std::string> shard_names;
   std::map<std::string, std::string> weight_map;  // tensor -> shard file (sharded only)
-  const std::string index_path = dir + "/model.safetensors.index.json";
-  if (is_regular_file(index_path)) {
-    const nlohmann::json index = read_json_file(index_path, 64u << 20);
-    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-      fail(index_path, "no \"weight_map\" object");
-    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-      if (!it.value().is_string()) fail(index_path, "weight_map entry '" + it.key() + "' is not a file name");
-      const std::string file = it.value().get<std::string>();
-      if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
-        fail(index_path, "weight_map entry '" + it.key() + "' names '" + file + "', not a file in this folder");
-      weight_map[it.key()] = file;
-      if (std::find(shard_names.begin(), shard_names.end(), file) == shard_names.end()) shard_names.push_back(file);
-    }
-    if (shard_names.empty()) fail(index_path, "weight_map is empty");
-    std::sort(shard_names.begin(), shard_names.end());
-  } else if (is_regular_file(dir + "/model.safetensors")) {
-    shard_names.push_back("model.safetensors");
-  } else {
-    fail(dir, "no model.safetensors or model.safetensors.index.json (only safetensors checkpoints are supported)");
-  }
+  find_shards(dir, shard_names, weight_map);
 
   // Every tensor of every shard, under its canonical name.
   const ModelShape& ms = ck->shape_;
+  const std::string lm_head = ModelTensors(ck->model_config_).get(Module::LmHead).name;
   std::map<std::string, size_t> by_name;  // canonical name -> index in tensors_
   for (uint32_t s = 0; s < shard_names.size(); ++s) {
     const std::string path = dir + "/" + shard_names[s];
@@ -139,11 +145,11 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
       }
       if (ck->compressed_ && ck->compressed_->take(e, *ck->shards_.back(), s)) continue;
       const std::string name = canonical_tensor_name(ms.family, e.name);
-      if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) {
+      if (is_rotary_buffer(name)) {
         ck->dropped_.push_back(e.name + " (rotary buffer; the runtime recomputes it)");
         continue;
       }
-      if (name == "lm_head.weight" && ms.tied_head) {
+      if (name == lm_head && ms.tied_head) {
         ck->dropped_.push_back(e.name + " (tie_word_embeddings: the head is the embedding matrix)");
         continue;
       }
@@ -196,7 +202,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
     if (!found) fail(dir + "/" + file, "tensor '" + tensor + "' listed in model.safetensors.index.json is not in this shard");
   }
 
-  ck->check_and_order(config_path);
+  ck->check_and_order();
   for (const char* name : kAuxFiles) {
     const std::string path = dir + "/" + name;
     if (is_regular_file(path)) ck->files_.push_back({name, path, ""});
@@ -205,15 +211,13 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir_in) {
 }
 
 // Shapes against config.json, then execution order.
-void Checkpoint::check_and_order(const std::string& config_path) {
+void Checkpoint::check_and_order() {
   Checkpoint* ck = this;
   const ModelShape& ms = shape_;
   const std::string& dir = dir_;
   std::map<std::string, size_t> by_name;
   for (size_t i = 0; i < tensors_.size(); ++i) by_name[tensors_[i].name] = i;
-  std::map<std::string, const model_rules::TensorRule*> rule_of;
-  const std::vector<model_rules::TensorRule> rules = model_rules::rules(ms, ck->config_, config_path);
-  for (const model_rules::TensorRule& r : rules) rule_of[r.name] = &r;
+  const ModelTensors specs(model_config_);
   const std::string cfg = gguf_ ? "the GGUF metadata" : "config.json";
   const std::string dims = "model_type " + ms.model_type + ", hidden_size " + std::to_string(ms.hidden) +
                            ", vocab_size " + std::to_string(ms.vocab) + ", " + std::to_string(ms.layers) + " layers";
@@ -222,10 +226,10 @@ void Checkpoint::check_and_order(const std::string& config_path) {
     if (t.role.group == TensorRole::Group::Layer && t.role.layer >= ms.layers)
       fail(where, "tensor '" + t.source_name + "' belongs to layer " + std::to_string(t.role.layer) +
                       " but " + cfg + " has num_hidden_layers " + std::to_string(ms.layers));
-    const auto r = rule_of.find(t.name);
+    const TensorSpec* spec = specs.find(t.name);
     std::vector<uint64_t> expected;
-    if (r != rule_of.end()) {
-      expected = r->second->shape;
+    if (spec) {
+      expected = spec->shape;
     } else if (t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0) {
       // A Linear's bias has one entry per output row.
       const auto w = by_name.find(t.name.substr(0, t.name.size() - 5) + ".weight");
@@ -235,19 +239,18 @@ void Checkpoint::check_and_order(const std::string& config_path) {
       fail(where, "tensor '" + t.source_name + "' has shape " + shape_string(t.shape) + " but " + cfg + " (" + dims +
                       ") implies " + shape_string(expected));
   }
-  for (const model_rules::TensorRule& r : rules)
+  for (const TensorSpec& r : specs.all())
     if (r.required && !by_name.count(r.name)) {
       std::string hint;
-      if (r.name == "lm_head.weight") hint = " (" + cfg + " says tie_word_embeddings is false)";
+      if (r.module == Module::LmHead) hint = " (" + cfg + " says tie_word_embeddings is false)";
       fail(dir, "tensor '" + r.name + "' is missing; " + cfg + " (" + dims + ") requires it" + hint);
     }
 
   // Execution order: embed group, layers 0..L-1, head group; inside a group attention before MLP.
-  const ModelFamily family = ms.family;
-  std::stable_sort(ck->tensors_.begin(), ck->tensors_.end(), [family](const CheckpointTensor& a, const CheckpointTensor& b) {
-    auto key = [family](const CheckpointTensor& t) {
+  std::stable_sort(ck->tensors_.begin(), ck->tensors_.end(), [&specs](const CheckpointTensor& a, const CheckpointTensor& b) {
+    auto key = [&specs](const CheckpointTensor& t) {
       const int g = t.role.group == TensorRole::Group::Embed ? 0 : t.role.group == TensorRole::Group::Layer ? 1 : 2;
-      return std::make_tuple(g, t.role.layer, model_rules::rank_in_group(family, t.name), t.name);
+      return std::make_tuple(g, t.role.layer, specs.rank_in_group(t.name), t.name);
     };
     return key(a) < key(b);
   });
@@ -260,7 +263,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open_gguf(const std::string& path) {
   GgufModel model = gguf_to_model(ck->gguf_->header(), path);
   ck->config_ = std::move(model.config);
   ck->generation_config_ = model.generation_config.empty() ? nlohmann::json() : std::move(model.generation_config);
-  ck->shape_ = read_model_shape(ck->config_, path);
+  ck->model_config_ = parse_model_config(ck->config_, path, "");
+  ck->shape_ = shape_of(ck->model_config_);
   ck->gguf_tensors_ = std::make_unique<std::vector<GgufModelTensor>>(std::move(model.tensors));
   for (const std::string& d : model.ignored) ck->dropped_.push_back(d);
   std::map<std::string, std::string> seen;
@@ -286,7 +290,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open_gguf(const std::string& path) {
     t.role = classify_tensor(t.name, t.shape);
     ck->tensors_.push_back(std::move(t));
   }
-  ck->check_and_order(path);
+  ck->check_and_order();
   ck->files_.push_back({"tokenizer.json", "", std::move(model.tokenizer_json)});
   ck->files_.push_back({"tokenizer_config.json", "", std::move(model.tokenizer_config_json)});
   return ck;

@@ -305,7 +305,7 @@ ExportSummary export_container(const std::string& endor_path, const std::string&
   reader->verify_all();  // every checksum and bitmap index, before anything is written
   if (path_exists(out)) fail(out, "already exists; export writes a new " + std::string(o.target == ExportTarget::Gguf ? "file" : "folder") +
                                       " and never replaces one (remove it or choose another -o)");
-  ExportJob job{*reader, read_model_shape(reader->manifest().config, endor_path + ": config"), o,
+  ExportJob job{*reader, parse_model_config(reader->manifest().config, endor_path), o,
                 out + ".tmp-" + std::to_string(::getpid()), on_temp_file, {}, {}};
   const bool folder = o.target != ExportTarget::Gguf;
   try {

@@ -256,14 +256,15 @@ void export_compressed_tensors(ExportJob& job) {
     }
     // Decoded, as the hf target writes it.
     if (t.shape.size() == 2 && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0 &&
-        t.name.find("embed_tokens") == std::string::npos && t.name.find("embed_positions") == std::string::npos)
+        !classify_tensor(t.name, t.shape).embedding)
       float_linears.push_back(module_of(t.name));
     items.push_back(decoded_item(job, t, export_float_type(job, t)));
   }
   if (schemes.empty())
     fail(job.where(), "no decoder Linear is stored as int8, int8g or int4, so there is nothing for compressed-tensors to keep packed "
                       "(export --to hf writes this model)");
-  if (std::find(float_linears.begin(), float_linears.end(), "lm_head") == float_linears.end()) float_linears.push_back("lm_head");
+  const std::string lm_head = module_of(ModelTensors(job.model).get(Module::LmHead).name);
+  if (std::find(float_linears.begin(), float_linears.end(), lm_head) == float_linears.end()) float_linears.push_back(lm_head);
 
   nlohmann::json groups = nlohmann::json::object();
   int n = 0;

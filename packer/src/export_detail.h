@@ -19,7 +19,7 @@ namespace endor::export_detail {
 // name); files created inside it are reported to on_temp_file before they exist.
 struct ExportJob {
   const ContainerReader& reader;
-  ModelShape shape;
+  ModelConfig model;                  // the container's config.json, as the registry parses it
   ExportOptions options;
   std::string work;
   TempFileCallback on_temp_file;

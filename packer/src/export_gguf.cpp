@@ -1,8 +1,10 @@
-// GGUF v3 for llama.cpp: llama (Mistral as llama) and qwen2, F16/BF16/F32 tensors and int4/int8g
-// as Q4_1/Q4_K/Q8_0 blocks (where those hold the decoded values exactly) under llama.cpp's names,
-// `{arch}.*` hyperparameters from config.json and `tokenizer.ggml.*` from the container's
-// byte-level BPE tokenizer.json. The inverse of gguf_model.cpp / gguf_tokenizer.cpp: what this
-// writes, `endor-pack convert` reads back to the same weights (tests/cli/test_export.cpp).
+// GGUF v3 for llama.cpp: each family the model registry names a llama.cpp architecture for
+// (gguf_family; Mistral as llama), F16/BF16/F32 tensors and int4/int8g as Q4_1/Q4_K/Q8_0 blocks (where
+// those hold the decoded values exactly) under llama.cpp's names (the registry's), `{arch}.*`
+// hyperparameters from config.json (as the registry parses it) and `tokenizer.ggml.*` from the
+// container's byte-level BPE tokenizer.json. The inverse of gguf_model.cpp / gguf_tokenizer.cpp: what
+// this writes, `endor-pack convert` reads back to the same weights (tests/cli/test_export.cpp).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -82,16 +84,6 @@ struct Bytes {
   }
 };
 
-// Hugging Face block tensor -> llama.cpp name part (the importer's table, read backwards).
-const std::map<std::string, std::string>& block_names() {
-  static const std::map<std::string, std::string> m = {
-      {"input_layernorm", "attn_norm"},  {"post_attention_layernorm", "ffn_norm"}, {"self_attn.q_proj", "attn_q"},
-      {"self_attn.k_proj", "attn_k"},    {"self_attn.v_proj", "attn_v"},           {"self_attn.o_proj", "attn_output"},
-      {"mlp.gate_proj", "ffn_gate"},     {"mlp.up_proj", "ffn_up"},                {"mlp.down_proj", "ffn_down"},
-  };
-  return m;
-}
-
 struct GgufTensor {
   const TensorInfo* info = nullptr;
   std::string name;
@@ -134,25 +126,11 @@ uint32_t gguf_file_type(const std::map<GgmlType, int>& matrices) {
   return ftype;
 }
 
-std::string gguf_name(const ExportJob& job, const TensorInfo& t, const std::string& arch) {
-  if (t.name == "model.embed_tokens.weight") return "token_embd.weight";
-  if (t.name == "model.norm.weight") return "output_norm.weight";
-  if (t.name == "lm_head.weight") return "output.weight";
-  const std::string prefix = "model.layers.";
-  if (t.name.rfind(prefix, 0) == 0) {
-    const size_t dot = t.name.find('.', prefix.size());
-    const size_t last = t.name.rfind('.');
-    if (dot != std::string::npos && last > dot) {
-      const std::string layer = t.name.substr(prefix.size(), dot - prefix.size());
-      const std::string part = t.name.substr(dot + 1, last - dot - 1), kind = t.name.substr(last + 1);
-      const auto it = block_names().find(part);
-      const bool bias_ok = arch == "qwen2" && (it != block_names().end()) &&
-                           (it->second == "attn_q" || it->second == "attn_k" || it->second == "attn_v");
-      if (it != block_names().end() && (kind == "weight" || (kind == "bias" && bias_ok)))
-        return "blk." + layer + "." + it->second + "." + kind;
-    }
-  }
-  fail(job.where(t), "has no llama.cpp counterpart in a " + arch + " GGUF (not exported)");
+// The tensor's llama.cpp name (the registry's); a tensor without one is refused.
+const TensorSpec& gguf_spec(const ExportJob& job, const ModelTensors& specs, const TensorInfo& t, const std::string& arch) {
+  const TensorSpec* spec = specs.find(t.name);
+  if (!spec || spec->gguf_name.empty()) fail(job.where(t), "has no llama.cpp counterpart in a " + arch + " GGUF (not exported)");
+  return *spec;
 }
 
 uint64_t config_id(const json& c, const char* key) {
@@ -161,11 +139,6 @@ uint64_t config_id(const json& c, const char* key) {
   if (it->is_number_unsigned()) return it->get<uint64_t>();
   if (it->is_array() && !it->empty() && (*it)[0].is_number_unsigned()) return (*it)[0].get<uint64_t>();
   return UINT64_MAX;
-}
-
-double config_real(const json& c, const char* key, double fallback) {
-  const auto it = c.find(key);
-  return it != c.end() && it->is_number() ? it->get<double>() : fallback;
 }
 
 json parse_container_json(const ExportJob& job, const std::string& name) {
@@ -189,7 +162,7 @@ std::vector<std::pair<std::string, GgufValue>> tokenizer_metadata(const ExportJo
   if (!model.is_object() || model.value("type", "") != "BPE" || !byte_level || !model.contains("vocab") || !model["vocab"].is_object())
     fail(where, "tokenizer.json is not a byte-level BPE tokenizer; only those are exported to GGUF (tokenizer.ggml.model gpt2)");
 
-  const uint64_t n = job.shape.vocab;
+  const uint64_t n = job.model.vocab;
   std::vector<std::string> tokens(n);
   std::vector<int32_t> types(n, 0);
   auto place = [&](uint64_t id, const std::string& text, int32_t type) {
@@ -279,16 +252,10 @@ std::vector<std::pair<std::string, GgufValue>> tokenizer_metadata(const ExportJo
                   packer_detail::printable(want_pre.dump()));
 }
 
-}  // namespace
-
-void export_gguf(ExportJob& job) {
+// general.* and {arch}.* metadata: the hyperparameters as the registry parsed them from config.json.
+std::vector<std::pair<std::string, GgufValue>> model_metadata(ExportJob& job, const std::string& arch) {
   const Manifest& m = job.reader.manifest();
-  const json& c = m.config;
-  const ModelShape& s = job.shape;
-  if (s.family != ModelFamily::Llama)
-    fail(job.where(), "architecture '" + s.model_type + "' has no llama.cpp counterpart that Endor writes (gguf: llama, mistral, qwen2; "
-                      "export --to hf or compressed-tensors instead)");
-  const std::string arch = s.model_type == "qwen2" ? "qwen2" : "llama";
+  const ModelConfig& s = job.model;
   const std::string a = arch + ".";
   std::vector<std::pair<std::string, GgufValue>> kv;
   kv.push_back({"general.architecture", gv_string(arch)});
@@ -298,38 +265,44 @@ void export_gguf(ExportJob& job) {
   kv.push_back({"general.name", gv_string(name)});
   kv.push_back({a + "context_length", gv_u32(s.max_positions ? s.max_positions : 4096)});
   kv.push_back({a + "embedding_length", gv_u32(s.hidden)});
-  kv.push_back({a + "block_count", gv_u32(s.layers)});
+  kv.push_back({a + "block_count", gv_u32(s.n_layers)});
   kv.push_back({a + "feed_forward_length", gv_u32(s.intermediate)});
-  kv.push_back({a + "attention.head_count", gv_u32(s.heads)});
-  kv.push_back({a + "attention.head_count_kv", gv_u32(s.kv_heads)});
+  kv.push_back({a + "attention.head_count", gv_u32(s.n_heads)});
+  kv.push_back({a + "attention.head_count_kv", gv_u32(s.n_kv_heads)});
   kv.push_back({a + "rope.dimension_count", gv_u32(s.head_dim)});
-  if (s.head_dim * s.heads != s.hidden) {
+  if (uint64_t(s.head_dim) * s.n_heads != s.hidden) {
     kv.push_back({a + "attention.key_length", gv_u32(s.head_dim)});
     kv.push_back({a + "attention.value_length", gv_u32(s.head_dim)});
   }
-  // Rotary parameters as the runtime reads them (runtime/src/config.cpp): transformers 5 writes
-  // "rope_parameters" {rope_theta, rope_type, ...}, older files "rope_theta" and "rope_scaling".
-  json rope = json::object();
-  if (c.contains("rope_parameters") && c["rope_parameters"].is_object()) rope = c["rope_parameters"];
-  else if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) rope = c["rope_scaling"];
-  const double theta = config_real(rope, "rope_theta", config_real(c, "rope_theta", 10000.0));
-  kv.push_back({a + "rope.freq_base", gv_f32(theta)});
-  kv.push_back({a + "attention.layer_norm_rms_epsilon", gv_f32(config_real(c, "rms_norm_eps", 1e-6))});
+  kv.push_back({a + "rope.freq_base", gv_f32(s.rope_theta)});
+  kv.push_back({a + "attention.layer_norm_rms_epsilon", gv_f32(s.norm_eps)});
   kv.push_back({a + "vocab_size", gv_u32(s.vocab)});
-  {
-    const json& rs = rope;
-    const std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
-    if (type == "linear") {
-      kv.push_back({a + "rope.scaling.type", gv_string("linear")});
-      kv.push_back({a + "rope.scaling.factor", gv_f32(config_real(rs, "factor", 1.0))});
-    } else if (type != "default") {
-      fail(job.where(), "rope_scaling '" + packer_detail::printable(type) + "' is not exported to GGUF (only linear)");
-    }
+  if (s.rope_type == "linear") {
+    kv.push_back({a + "rope.scaling.type", gv_string("linear")});
+    kv.push_back({a + "rope.scaling.factor", gv_f32(s.rope_factor)});
+  } else if (s.rope_type != "default") {
+    fail(job.where(), "rope_scaling '" + packer_detail::printable(s.rope_type) + "' is not exported to GGUF (only linear)");
   }
-  if (c.contains("sliding_window") && c["sliding_window"].is_number() &&
-      !(c.contains("use_sliding_window") && c["use_sliding_window"] == false))
-    job.summary.notes.push_back("sliding_window " + c["sliding_window"].dump() + " is not carried: llama.cpp's " + arch +
+  const uint32_t window = s.sliding_window.empty() ? 0 : *std::max_element(s.sliding_window.begin(), s.sliding_window.end());
+  if (window > 0)
+    job.summary.notes.push_back("sliding_window " + std::to_string(window) + " is not carried: llama.cpp's " + arch +
                                 " attends to the whole context");
+  return kv;
+}
+
+}  // namespace
+
+void export_gguf(ExportJob& job) {
+  const Manifest& m = job.reader.manifest();
+  const json& c = m.config;
+  const ModelConfig& s = job.model;
+  const std::optional<GgufFamily> family = gguf_family(s);
+  if (!family)
+    fail(job.where(), "architecture '" + s.model_type + "' has no llama.cpp counterpart that Endor writes (gguf: " + gguf_family_names() +
+                      ", Mistral as llama; export --to hf or compressed-tensors instead)");
+  const std::string arch = family->arch;
+  const ModelTensors specs(s);
+  std::vector<std::pair<std::string, GgufValue>> kv = model_metadata(job, arch);
 
   // Tensors, in container order, with their llama.cpp names and types.
   std::vector<GgufTensor> tensors;
@@ -340,10 +313,11 @@ void export_gguf(ExportJob& job) {
   for (const TensorInfo& t : m.tensors) {
     GgufTensor g;
     g.info = &t;
-    g.name = gguf_name(job, t, arch);
+    const TensorSpec& spec = gguf_spec(job, specs, t, arch);
+    g.name = spec.gguf_name;
     if (t.shape.size() > 4) fail(job.where(t), "has more than 4 dimensions");
-    if (arch == "llama" && (g.name.find(".attn_q.weight") != std::string::npos || g.name.find(".attn_k.weight") != std::string::npos)) {
-      g.permute_heads = uint32_t(g.name.find(".attn_q.") != std::string::npos ? s.heads : s.kv_heads);
+    if (family->permute_qk && !spec.bias && (spec.module == Module::Q || spec.module == Module::K)) {
+      g.permute_heads = spec.module == Module::Q ? s.n_heads : s.n_kv_heads;
       if (t.shape.size() != 2 || t.shape[0] % (2 * g.permute_heads) != 0)
         fail(job.where(t), "rows are not 2 x a multiple of its heads; llama.cpp's rotary order cannot be applied");
     }

@@ -1,5 +1,6 @@
-// A llama / qwen2 GGUF as a Hugging Face checkpoint: config.json from `{arch}.*` metadata,
-// tensor names and layouts as transformers' GGUF loader gives them, and the tokenizer files.
+// A GGUF of a family the model registry knows (gguf_family) as a Hugging Face checkpoint: config.json
+// from `{arch}.*` metadata, tensor names (the registry's) and layouts as transformers' GGUF loader
+// gives them, and the tokenizer files.
 #include <cmath>
 #include <regex>
 
@@ -51,19 +52,6 @@ struct Meta {
   }
 };
 
-// GGUF tensor name -> Hugging Face name (without "model." for blocks, added below).
-struct NameRule {
-  const char* gguf;
-  const char* hf;
-};
-constexpr NameRule kBlockNames[] = {
-    {"attn_norm", "input_layernorm"},      {"ffn_norm", "post_attention_layernorm"},
-    {"attn_q", "self_attn.q_proj"},        {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},        {"attn_output", "self_attn.o_proj"},
-    {"ffn_gate", "mlp.gate_proj"},         {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},
-};
-
 }  // namespace
 
 uint64_t gguf_unpermuted_row(uint64_t r, uint64_t rows, uint32_t heads) {
@@ -76,8 +64,10 @@ uint64_t gguf_unpermuted_row(uint64_t r, uint64_t rows, uint32_t heads) {
 GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
   Meta m{h, where};
   const std::string arch = m.text("general.architecture");
-  if (arch != "llama" && arch != "qwen2")
-    fail(where, "architecture '" + packer_detail::printable(arch) + "' is not supported (supported: llama, qwen2; Mistral files say llama)");
+  const std::optional<GgufFamily> family = gguf_family(arch);
+  if (!family)
+    fail(where, "architecture '" + packer_detail::printable(arch) + "' is not supported (supported: " + gguf_family_names() +
+                    "; Mistral files say llama)");
   const std::string a = arch + ".";
   GgufModel out;
   nlohmann::json& c = out.config;
@@ -85,7 +75,7 @@ GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
   const uint64_t kv_heads = m.count_or(a + "attention.head_count_kv", heads);
   const uint64_t layers = m.count(a + "block_count");
   if (heads % kv_heads != 0) fail(where, "attention.head_count must be a multiple of attention.head_count_kv");
-  c["architectures"] = {arch == "llama" ? "LlamaForCausalLM" : "Qwen2ForCausalLM"};
+  c["architectures"] = {family->hf_architecture};
   c["model_type"] = arch;
   c["hidden_size"] = hidden;
   c["intermediate_size"] = m.count(a + "feed_forward_length");
@@ -105,7 +95,7 @@ GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
   c["head_dim"] = head_dim;
   c["max_position_embeddings"] = m.count(a + "context_length");
   c["rms_norm_eps"] = m.real_or(a + "attention.layer_norm_rms_epsilon", 1e-6);
-  c["rope_theta"] = m.real_or(a + "rope.freq_base", arch == "qwen2" ? 1000000.0 : 10000.0);
+  c["rope_theta"] = m.real_or(a + "rope.freq_base", family->default_rope_theta);
   c["hidden_act"] = "silu";
   if (const GgufValue* st = m.get(a + "rope.scaling.type")) {
     const std::string type = st->type == GgufValueType::String ? st->str : "";
@@ -138,39 +128,31 @@ GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
   }
   c["tie_word_embeddings"] = h.tensor("output.weight") == nullptr;
 
-  // Tensors.
+  // Tensors: llama.cpp's names -> the registry's canonical ones.
+  const ModelTensors specs(parse_model_config(c, where, ""));
   static const std::regex block_re(R"(blk\.(\d+)\.([a-z_]+)\.(weight|bias))");
   for (const GgufTensorInfo& t : h.tensors) {
     GgufModelTensor mt;
     mt.info = &t;
     mt.shape = t.torch_shape();
+    const TensorSpec* spec = specs.find_gguf(t.name);
     std::smatch sm;
-    if (t.name == "token_embd.weight") {
-      mt.hf_name = "model.embed_tokens.weight";
-    } else if (t.name == "output_norm.weight") {
-      mt.hf_name = "model.norm.weight";
-    } else if (t.name == "output.weight") {
-      mt.hf_name = "lm_head.weight";
-    } else if (std::regex_match(t.name, sm, block_re)) {
+    if (!spec && std::regex_match(t.name, sm, block_re)) {  // say why a block tensor has no counterpart
       const std::string part = sm[2], kind = sm[3];
-      const char* hf = nullptr;
-      for (const NameRule& r : kBlockNames)
-        if (part == r.gguf) hf = r.hf;
-      if (!hf) fail(where, "tensor '" + t.name + "' has no counterpart in a " + arch + " model");
-      if (sm[1].length() > 6 || std::stoull(sm[1]) >= layers)
-        fail(where, "tensor '" + t.name + "' belongs to a layer past block_count " + std::to_string(layers));
-      if (kind == "bias" && !(arch == "qwen2" && (part == "attn_q" || part == "attn_k" || part == "attn_v")))
-        fail(where, "tensor '" + t.name + "': this bias is not supported for " + arch);
-      mt.hf_name = "model.layers." + std::string(sm[1]) + "." + hf + "." + kind;
-      // llama.cpp's convert permutes llama's q/k rows for its rotary layout; transformers undoes it.
-      if (arch == "llama" && kind == "weight" && (part == "attn_q" || part == "attn_k")) {
-        mt.permute_heads = uint32_t(part == "attn_q" ? heads : kv_heads);
-        if (mt.shape.size() != 2 || mt.shape[0] % (2 * mt.permute_heads) != 0)
-          fail(where, "tensor '" + t.name + "' has " + std::to_string(mt.shape[0]) + " rows, not 2 × a multiple of its " +
-                          std::to_string(mt.permute_heads) + " heads");
+      if (specs.find_gguf("blk.0." + part + ".weight")) {
+        if (sm[1].length() > 6 || std::stoull(sm[1]) >= layers)
+          fail(where, "tensor '" + t.name + "' belongs to a layer past block_count " + std::to_string(layers));
+        if (kind == "bias") fail(where, "tensor '" + t.name + "': this bias is not supported for " + arch);
       }
-    } else {
-      fail(where, "tensor '" + t.name + "' has no counterpart in a " + arch + " model");
+    }
+    if (!spec) fail(where, "tensor '" + t.name + "' has no counterpart in a " + arch + " model");
+    mt.hf_name = spec->name;
+    // llama.cpp's convert permutes llama's q/k rows for its rotary layout; transformers undoes it.
+    if (family->permute_qk && !spec->bias && (spec->module == Module::Q || spec->module == Module::K)) {
+      mt.permute_heads = uint32_t(spec->module == Module::Q ? heads : kv_heads);
+      if (mt.shape.size() != 2 || mt.shape[0] % (2 * mt.permute_heads) != 0)
+        fail(where, "tensor '" + t.name + "' has " + std::to_string(mt.shape[0]) + " rows, not 2 × a multiple of its " +
+                        std::to_string(mt.permute_heads) + " heads");
     }
     if (!ggml_type_readable(t.type))
       fail(where, "tensor '" + t.name + "' has type " + ggml_type_name(t.type) +

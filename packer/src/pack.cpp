@@ -173,13 +173,6 @@ std::string compact_json(const std::string& text) {
   }
 }
 
-// The token embedding or the lm_head: what --quant-head quantizes (not OPT's position embedding).
-bool is_head_matrix(const CheckpointTensor& t) {
-  const std::string suffix = "embed_tokens.weight";
-  const bool embed = t.name.size() >= suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  return t.shape.size() == 2 && (embed || t.name == "lm_head.weight");
-}
-
 std::string group_name(const TensorRole& r) {
   switch (r.group) {
     case TensorRole::Group::Embed: return "embed";
@@ -266,7 +259,8 @@ TensorTreatment plan_treatment(const CheckpointTensor& t, const PackOptions& o) 
     const bool to_int8 = !o.int8_regex.empty() && std::regex_search(t.name, std::regex(o.int8_regex));
     set_quant(to_int8 ? Quantization::Int8 : o.quant);
   }
-  if (o.quant_head != Quantization::None && is_head_matrix(t)) {
+  // The token embedding or the lm_head (not OPT's position embedding): TensorRole::head_matrix.
+  if (o.quant_head != Quantization::None && t.role.head_matrix) {
     tr.prune = false;
     tr.quantize = true;
     set_quant(o.quant_head);

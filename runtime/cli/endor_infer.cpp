@@ -161,9 +161,11 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
     in.block_bytes = m.groups[g].size;
     break;
   }
-  for (const char* head : {"lm_head.weight", "model.lm_head.weight", "model.embed_tokens.weight", "embed_tokens.weight"}) {
+  // The head's Linear: lm_head, else the token embedding it is tied to (the model registry's names).
+  const endor::ModelTensors specs(endor::parse_model_config(m.config, container.path()));
+  for (endor::Module head : {endor::Module::LmHead, endor::Module::TokenEmbed}) {
     for (uint32_t t = 0; t < m.tensors.size(); ++t) {
-      if (m.tensors[t].name != head) continue;
+      if (m.tensors[t].name != specs.get(head).name) continue;
       in.head_ms = endor::time_linears(container, backend, {t}, batch, 2);
       break;
     }

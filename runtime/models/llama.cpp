@@ -1,5 +1,6 @@
 // Llama-family forward pass (modeling_llama.py): Llama 1/2/3, Mistral and Qwen2 differ only by
-// config (GQA, head_dim, RoPE scaling, sliding windows, q/k/v/o/MLP biases).
+// config (GQA, head_dim, RoPE scaling, sliding windows, q/k/v/o/MLP biases). Tensor names and
+// shapes come from the model registry.
 #include <cmath>
 
 #include "block_model.h"
@@ -29,10 +30,9 @@ class LlamaModel final : public BlockModel {
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
   void run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) override;
   const float* run_head(const float* x, size_t rows) override;
-  std::vector<LinearSlot> linear_slots(uint32_t layer) override;
+  const Weight** linear_slot(uint32_t layer, Module module) override;
   size_t kv_dim() const override { return size_t(config_.n_kv_heads) * config_.head_dim; }
   const char* arch_name() const override { return "Llama"; }
-  std::string block_prefix(uint32_t layer) const override { return "layers." + std::to_string(layer) + "."; }
 
   const Weight* embed_ = nullptr;    // [V, H]
   const Weight* lm_head_ = nullptr;  // [V, H] (the embedding when tied)
@@ -44,44 +44,42 @@ class LlamaModel final : public BlockModel {
 LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, Backend& backend,
                        WeightProvider* provider)
     : BlockModel(c, container, backend, provider) {
-  const uint64_t H = c.hidden, I = c.intermediate, V = c.vocab;
-  const uint64_t q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
   uint64_t bytes = 0;
-  auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
-    bytes += store_.encoded_bytes(name);
-    return &store_.matrix(name, rows, cols);
+  auto matrix = [&](Module m, uint32_t layer) {
+    bytes += store_.encoded_bytes(spec(m, layer).name);
+    return &store_.matrix(spec(m, layer));
   };
-  auto vec = [&](const std::string& name, uint64_t n) {
-    bytes += store_.encoded_bytes(name);
-    return store_.vector(name, n);
+  auto vec = [&](Module m, uint32_t layer, bool bias = false) {
+    bytes += store_.encoded_bytes(spec(m, layer, bias).name);
+    return store_.vector(spec(m, layer, bias));
   };
 
-  embed_ = &store_.matrix("embed_tokens.weight", V, H);
-  bytes += store_.encoded_bytes("embed_tokens.weight") / V;  // one row per token
+  const TensorSpec& embed = spec(Module::TokenEmbed);
+  embed_ = &store_.matrix(embed);
+  bytes += store_.encoded_bytes(embed.name) / c.vocab;  // one row per token
   layers_.resize(c.n_layers);
   for (uint32_t i = 0; i < c.n_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
     LlamaLayer& L = layers_[i];
-    L.group = store_.group_of(p + "self_attn.q_proj.weight");
-    L.attn_norm = vec(p + "input_layernorm.weight", H);
-    L.q = matrix(p + "self_attn.q_proj.weight", q_dim, H);
-    L.k = matrix(p + "self_attn.k_proj.weight", kv_dim, H);
-    L.v = matrix(p + "self_attn.v_proj.weight", kv_dim, H);
-    L.o = matrix(p + "self_attn.o_proj.weight", H, q_dim);
+    L.group = store_.group_of(spec(Module::Q, i).name);
+    L.attn_norm = vec(Module::AttnNorm, i);
+    L.q = matrix(Module::Q, i);
+    L.k = matrix(Module::K, i);
+    L.v = matrix(Module::V, i);
+    L.o = matrix(Module::O, i);
     if (c.qkv_bias) {
-      L.q_bias = vec(p + "self_attn.q_proj.bias", q_dim);
-      L.k_bias = vec(p + "self_attn.k_proj.bias", kv_dim);
-      L.v_bias = vec(p + "self_attn.v_proj.bias", kv_dim);
+      L.q_bias = vec(Module::Q, i, true);
+      L.k_bias = vec(Module::K, i, true);
+      L.v_bias = vec(Module::V, i, true);
     }
-    if (c.o_bias) L.o_bias = vec(p + "self_attn.o_proj.bias", H);
-    L.mlp_norm = vec(p + "post_attention_layernorm.weight", H);
-    L.gate = matrix(p + "mlp.gate_proj.weight", I, H);
-    L.up = matrix(p + "mlp.up_proj.weight", I, H);
-    L.down = matrix(p + "mlp.down_proj.weight", H, I);
+    if (c.o_bias) L.o_bias = vec(Module::O, i, true);
+    L.mlp_norm = vec(Module::MlpNorm, i);
+    L.gate = matrix(Module::Gate, i);
+    L.up = matrix(Module::Up, i);
+    L.down = matrix(Module::Down, i);
     if (c.mlp_bias) {
-      L.gate_bias = vec(p + "mlp.gate_proj.bias", I);
-      L.up_bias = vec(p + "mlp.up_proj.bias", I);
-      L.down_bias = vec(p + "mlp.down_proj.bias", H);
+      L.gate_bias = vec(Module::Gate, i, true);
+      L.up_bias = vec(Module::Up, i, true);
+      L.down_bias = vec(Module::Down, i, true);
     }
     L.attention.n_heads = c.n_heads;
     L.attention.n_kv_heads = c.n_kv_heads;
@@ -89,12 +87,12 @@ LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, B
     L.attention.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     L.attention.sliding_window = c.sliding_window.empty() ? 0 : c.sliding_window[i];
   }
-  final_norm_ = vec("norm.weight", H);
-  if (c.tie_word_embeddings || !store_.has("lm_head.weight")) {
+  final_norm_ = vec(Module::FinalNorm, 0);
+  if (c.tie_word_embeddings || !store_.has(spec(Module::LmHead).name)) {
     lm_head_ = embed_;
-    bytes += store_.encoded_bytes("embed_tokens.weight");
+    bytes += store_.encoded_bytes(embed.name);
   } else {
-    lm_head_ = matrix("lm_head.weight", V, H);
+    lm_head_ = matrix(Module::LmHead, 0);
   }
   decode_bytes_per_token_ = bytes;
 
@@ -125,25 +123,23 @@ void LlamaModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearI
   float* v_new = new_values(rows, kv_dim);
   if (!rows.next_input_normed) backend_.rms_norm(x, L.attn_norm, c.norm_eps, n, H, h);
   rows.next_input_normed = false;
-  hook_caller_(hook, l, "self_attn.q_proj", h, n, H);
-  hook_caller_(hook, l, "self_attn.k_proj", h, n, H);
-  hook_caller_(hook, l, "self_attn.v_proj", h, n, H);
+  for (Module m : {Module::Q, Module::K, Module::V}) hook_caller_(hook, l, linear_name(m), h, n, H);
   const Backend::LinearTarget qkv[] = {{L.q, L.q_bias, q}, {L.k, L.k_bias, k_new}, {L.v, L.v_bias, v_new}};
   linear_group_rows(rows, qkv, 3, h);
   backend_.rope_qk(q, c.n_heads, k_new, c.n_kv_heads, n, rows.positions.data(), rope_);
   store_kv(rows, k_new, v_new, kv_dim);
   for (const SequenceRows& s : rows.seqs)
     attend(s, q + s.row * q_dim, L.attention, attn + s.row * q_dim);
-  hook_caller_(hook, l, "self_attn.o_proj", attn, n, q_dim);
+  hook_caller_(hook, l, linear_name(Module::O), attn, n, q_dim);
   linear_rows(rows, *L.o, attn, L.o_bias, proj);
   backend_.add_rms_norm(x, proj, L.mlp_norm, c.norm_eps, n, H, h);  // x += o_proj; h = mlp norm of x
 
-  hook_caller_(hook, l, "mlp.gate_proj", h, n, H);
-  hook_caller_(hook, l, "mlp.up_proj", h, n, H);
+  hook_caller_(hook, l, linear_name(Module::Gate), h, n, H);
+  hook_caller_(hook, l, linear_name(Module::Up), h, n, H);
   const Backend::LinearTarget gate_up[] = {{L.gate, L.gate_bias, gate}, {L.up, L.up_bias, up}};
   linear_group_rows(rows, gate_up, 2, h);
   backend_.silu_mul(gate, up, n * I, act);
-  hook_caller_(hook, l, "mlp.down_proj", act, n, I);
+  hook_caller_(hook, l, linear_name(Module::Down), act, n, I);
   linear_rows(rows, *L.down, act, L.down_bias, proj);
   // Inside the forward loop the next block's input norm joins this add (one launch less a block on
   // a device); its norm weights are always resident (WeightStore::vector), streamed blocks or not.
@@ -165,15 +161,18 @@ const float* LlamaModel::run_head(const float* x, size_t rows) {
   return out;
 }
 
-std::vector<BlockModel::LinearSlot> LlamaModel::linear_slots(uint32_t layer) {
-  const ModelConfig& c = config_;
-  const uint64_t H = c.hidden, I = c.intermediate;
-  const uint64_t q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
+const Weight** LlamaModel::linear_slot(uint32_t layer, Module module) {
   LlamaLayer& L = layers_[layer];
-  return {{"self_attn.q_proj", &L.q, q_dim, H},  {"self_attn.k_proj", &L.k, kv_dim, H},
-          {"self_attn.v_proj", &L.v, kv_dim, H}, {"self_attn.o_proj", &L.o, H, q_dim},
-          {"mlp.gate_proj", &L.gate, I, H},      {"mlp.up_proj", &L.up, I, H},
-          {"mlp.down_proj", &L.down, H, I}};
+  switch (module) {
+    case Module::Q: return &L.q;
+    case Module::K: return &L.k;
+    case Module::V: return &L.v;
+    case Module::O: return &L.o;
+    case Module::Gate: return &L.gate;
+    case Module::Up: return &L.up;
+    case Module::Down: return &L.down;
+    default: throw Error(store_.path() + ": a Llama block has no such Linear");
+  }
 }
 
 }  // namespace

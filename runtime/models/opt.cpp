@@ -33,12 +33,9 @@ class OptModel final : public BlockModel {
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
   void run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) override;
   const float* run_head(const float* cur, size_t rows) override;
-  std::vector<LinearSlot> linear_slots(uint32_t layer) override;
+  const Weight** linear_slot(uint32_t layer, Module module) override;
   size_t kv_dim() const override { return config_.hidden; }
   const char* arch_name() const override { return "OPT"; }
-  std::string block_prefix(uint32_t layer) const override {
-    return "decoder.layers." + std::to_string(layer) + ".";
-  }
 
   const Weight* embed_ = nullptr;        // [V, Dw]
   const Weight* positions_table_ = nullptr;  // [max_pos + 2, H]
@@ -54,64 +51,64 @@ class OptModel final : public BlockModel {
 OptModel::OptModel(const ModelConfig& c, const ContainerReader& container, Backend& backend,
                    WeightProvider* provider)
     : BlockModel(c, container, backend, provider) {
-  const uint64_t H = c.hidden, F = c.intermediate, V = c.vocab, Dw = c.word_embed_dim;
+  const uint64_t H = c.hidden, V = c.vocab;
   uint64_t bytes = 0;
-  auto matrix = [&](const std::string& name, uint64_t rows, uint64_t cols) {
-    bytes += store_.encoded_bytes(name);
-    return &store_.matrix(name, rows, cols);
+  auto matrix = [&](Module m, uint32_t layer) {
+    bytes += store_.encoded_bytes(spec(m, layer).name);
+    return &store_.matrix(spec(m, layer));
   };
-  auto vec = [&](const std::string& name, uint64_t n) {
-    bytes += store_.encoded_bytes(name);
-    return store_.vector(name, n);
+  auto vec = [&](Module m, uint32_t layer, bool bias) {
+    bytes += store_.encoded_bytes(spec(m, layer, bias).name);
+    return store_.vector(spec(m, layer, bias));
   };
   float* ones = store_.constant(1.0f, H);
   float* zeros = store_.constant(0.0f, H);
-  auto layer_norm = [&](const std::string& prefix, float*& gamma, float*& beta) {
+  auto layer_norm = [&](Module m, uint32_t layer, float*& gamma, float*& beta) {
     if (c.layer_norm_affine) {
-      gamma = vec(prefix + ".weight", H);
-      beta = vec(prefix + ".bias", H);
+      gamma = vec(m, layer, false);
+      beta = vec(m, layer, true);
     } else {
       gamma = ones;
       beta = zeros;
     }
   };
-  auto bias = [&](const std::string& name, uint64_t n) { return c.opt_bias ? vec(name, n) : nullptr; };
+  auto bias = [&](Module m, uint32_t layer) { return c.opt_bias ? vec(m, layer, true) : nullptr; };
 
-  embed_ = &store_.matrix("decoder.embed_tokens.weight", V, Dw);
-  bytes += store_.encoded_bytes("decoder.embed_tokens.weight") / V;
-  const uint64_t n_position_rows = uint64_t(c.max_positions) + kPositionOffset;
-  positions_table_ = &store_.matrix("decoder.embed_positions.weight", n_position_rows, H);
-  bytes += store_.encoded_bytes("decoder.embed_positions.weight") / n_position_rows;
-  if (Dw != H) {
-    project_in_ = matrix("decoder.project_in.weight", H, Dw);
-    project_out_ = matrix("decoder.project_out.weight", Dw, H);
+  const TensorSpec& embed = spec(Module::TokenEmbed), &positions = spec(Module::PositionEmbed);
+  embed_ = &store_.matrix(embed);
+  bytes += store_.encoded_bytes(embed.name) / V;
+  const uint64_t n_position_rows = uint64_t(c.max_positions) + kPositionOffset;  // the spec's rows
+  positions_table_ = &store_.matrix(positions);
+  bytes += store_.encoded_bytes(positions.name) / n_position_rows;
+  if (c.word_embed_dim != H) {
+    project_in_ = matrix(Module::ProjectIn, 0);
+    project_out_ = matrix(Module::ProjectOut, 0);
   }
   layers_.resize(c.n_layers);
   for (uint32_t i = 0; i < c.n_layers; ++i) {
-    const std::string p = "decoder.layers." + std::to_string(i) + ".";
     OptLayer& L = layers_[i];
-    L.group = store_.group_of(p + "self_attn.q_proj.weight");
-    L.q = matrix(p + "self_attn.q_proj.weight", H, H);
-    L.k = matrix(p + "self_attn.k_proj.weight", H, H);
-    L.v = matrix(p + "self_attn.v_proj.weight", H, H);
-    L.out = matrix(p + "self_attn.out_proj.weight", H, H);
-    L.q_bias = bias(p + "self_attn.q_proj.bias", H);
-    L.k_bias = bias(p + "self_attn.k_proj.bias", H);
-    L.v_bias = bias(p + "self_attn.v_proj.bias", H);
-    L.out_bias = bias(p + "self_attn.out_proj.bias", H);
-    layer_norm(p + "self_attn_layer_norm", L.attn_ln_gamma, L.attn_ln_beta);
-    L.fc1 = matrix(p + "fc1.weight", F, H);
-    L.fc2 = matrix(p + "fc2.weight", H, F);
-    L.fc1_bias = bias(p + "fc1.bias", F);
-    L.fc2_bias = bias(p + "fc2.bias", H);
-    layer_norm(p + "final_layer_norm", L.ffn_ln_gamma, L.ffn_ln_beta);
+    L.group = store_.group_of(spec(Module::Q, i).name);
+    L.q = matrix(Module::Q, i);
+    L.k = matrix(Module::K, i);
+    L.v = matrix(Module::V, i);
+    L.out = matrix(Module::O, i);
+    L.q_bias = bias(Module::Q, i);
+    L.k_bias = bias(Module::K, i);
+    L.v_bias = bias(Module::V, i);
+    L.out_bias = bias(Module::O, i);
+    layer_norm(Module::AttnNorm, i, L.attn_ln_gamma, L.attn_ln_beta);
+    L.fc1 = matrix(Module::Fc1, i);
+    L.fc2 = matrix(Module::Fc2, i);
+    L.fc1_bias = bias(Module::Fc1, i);
+    L.fc2_bias = bias(Module::Fc2, i);
+    layer_norm(Module::MlpNorm, i, L.ffn_ln_gamma, L.ffn_ln_beta);
   }
-  if (c.final_layer_norm) layer_norm("decoder.final_layer_norm", final_gamma_, final_beta_);
-  if (c.tie_word_embeddings || !store_.has("lm_head.weight")) {
+  if (c.final_layer_norm) layer_norm(Module::FinalNorm, 0, final_gamma_, final_beta_);
+  if (c.tie_word_embeddings || !store_.has(spec(Module::LmHead).name)) {
     lm_head_ = embed_;
-    bytes += store_.encoded_bytes("decoder.embed_tokens.weight");
+    bytes += store_.encoded_bytes(embed.name);
   } else {
-    lm_head_ = matrix("lm_head.weight", V, Dw);
+    lm_head_ = matrix(Module::LmHead, 0);
   }
   decode_bytes_per_token_ = bytes;
 
@@ -156,16 +153,14 @@ void OptModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInp
     backend_.layer_norm(x, L.attn_ln_gamma, L.attn_ln_beta, c.norm_eps, n, H, h);
     in = h;
   }
-  hook_caller_(hook, l, "self_attn.q_proj", in, n, H);
-  hook_caller_(hook, l, "self_attn.k_proj", in, n, H);
-  hook_caller_(hook, l, "self_attn.v_proj", in, n, H);
+  for (Module m : {Module::Q, Module::K, Module::V}) hook_caller_(hook, l, linear_name(m), in, n, H);
   const Backend::LinearTarget qkv[] = {{L.q, L.q_bias, q}, {L.k, L.k_bias, k_new}, {L.v, L.v_bias, v_new}};
   linear_group_rows(rows, qkv, 3, in);
   backend_.scale(q, q_scale, n * H);
   store_kv(rows, k_new, v_new, H);
   for (const SequenceRows& s : rows.seqs)
     attend(s, q + s.row * H, attention_, attn + s.row * H);
-  hook_caller_(hook, l, "self_attn.out_proj", attn, n, H);
+  hook_caller_(hook, l, linear_name(Module::O), attn, n, H);
   linear_rows(rows, *L.out, attn, L.out_bias, proj);
   backend_.add(x, proj, n * H);
   if (!c.pre_layer_norm) {
@@ -178,10 +173,10 @@ void OptModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInp
     backend_.layer_norm(x, L.ffn_ln_gamma, L.ffn_ln_beta, c.norm_eps, n, H, h);
     in = h;
   }
-  hook_caller_(hook, l, "fc1", in, n, H);
+  hook_caller_(hook, l, linear_name(Module::Fc1), in, n, H);
   linear_rows(rows, *L.fc1, in, L.fc1_bias, ffn);
   backend_.relu(ffn, n * F);
-  hook_caller_(hook, l, "fc2", ffn, n, F);
+  hook_caller_(hook, l, linear_name(Module::Fc2), ffn, n, F);
   linear_rows(rows, *L.fc2, ffn, L.fc2_bias, proj);
   backend_.add(x, proj, n * H);
   if (!c.pre_layer_norm) {
@@ -210,12 +205,17 @@ const float* OptModel::run_head(const float* cur, size_t rows) {
   return out;
 }
 
-std::vector<BlockModel::LinearSlot> OptModel::linear_slots(uint32_t layer) {
-  const uint64_t H = config_.hidden, F = config_.intermediate;
+const Weight** OptModel::linear_slot(uint32_t layer, Module module) {
   OptLayer& L = layers_[layer];
-  return {{"self_attn.q_proj", &L.q, H, H}, {"self_attn.k_proj", &L.k, H, H},
-          {"self_attn.v_proj", &L.v, H, H}, {"self_attn.out_proj", &L.out, H, H},
-          {"fc1", &L.fc1, F, H},            {"fc2", &L.fc2, H, F}};
+  switch (module) {
+    case Module::Q: return &L.q;
+    case Module::K: return &L.k;
+    case Module::V: return &L.v;
+    case Module::O: return &L.out;
+    case Module::Fc1: return &L.fc1;
+    case Module::Fc2: return &L.fc2;
+    default: throw Error(store_.path() + ": an OPT block has no such Linear");
+  }
 }
 
 }  // namespace

@@ -4,7 +4,13 @@ namespace endor {
 
 BlockModel::BlockModel(const ModelConfig& config, const ContainerReader& container, Backend& backend,
                        WeightProvider* provider)
-    : Model(config, backend), store_(container, backend, provider), scratch_(backend) {}
+    : Model(config, backend), tensors_(config_), store_(container, backend, provider), scratch_(backend) {}
+
+const char* BlockModel::linear_name(Module module) const {
+  for (const BlockLinear& l : tensors_.block_linears())
+    if (l.module == module) return l.name.c_str();
+  throw Error(store_.path() + ": a " + config_.model_type + " block has no such Linear");
+}
 
 double BlockModel::run_blocks(const int32_t* const* ids, KvCache* const* caches, BlockRows& rows, float*& x) {
   const ModelConfig& c = config_;
@@ -203,18 +209,17 @@ void BlockModel::head(const float* hidden, size_t n, std::vector<float>& logits)
 
 std::vector<std::string> BlockModel::block_linear_names() const {
   std::vector<std::string> names;
-  // The table is the same for every block; block 0 exists in every loadable model.
-  for (const LinearSlot& s : const_cast<BlockModel*>(this)->linear_slots(0)) names.emplace_back(s.name);
+  for (const BlockLinear& l : tensors_.block_linears()) names.push_back(l.name);
   return names;
 }
 
 void BlockModel::replace_block_weight(uint32_t layer, const std::string& linear, const TensorView& view) {
   if (layer >= config_.n_layers) throw Error(store_.path() + ": no decoder block " + std::to_string(layer));
-  for (const LinearSlot& s : linear_slots(layer)) {
-    if (linear != s.name) continue;
-    const std::string what = store_.path() + ": replacement for " + block_prefix(layer) + linear;
-    replaced_.push_back(prepare_replacement(backend_, view, s.rows, s.cols, what));
-    *s.weight = replaced_.back().get();
+  for (const BlockLinear& l : tensors_.block_linears()) {
+    if (linear != l.name) continue;
+    const std::string what = store_.path() + ": replacement for " + tensors_.block_prefix(layer) + linear;
+    replaced_.push_back(prepare_replacement(backend_, view, l.rows, l.cols, what));
+    *linear_slot(layer, l.module) = replaced_.back().get();
     return;
   }
   throw Error(store_.path() + ": no Linear \"" + linear + "\" in a block of this " + arch_name() + " model");

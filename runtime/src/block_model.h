@@ -27,12 +27,6 @@ class BlockModel : public Model {
   BlockModel(const ModelConfig& config, const ContainerReader& container, Backend& backend,
              WeightProvider* provider);
 
-  // One Linear of a block: its canonical name, where the model keeps it, and its [rows, cols].
-  struct LinearSlot {
-    const char* name;
-    const Weight** weight;
-    uint64_t rows, cols;
-  };
 
   // The rows of one call of the blocks. Each sequence owns a contiguous range of rows of the
   // activations [n, hidden] and its own KV cache (attention, positions and cache rows are per
@@ -86,15 +80,21 @@ class BlockModel : public Model {
   // x [rows, hidden] (backend) -> logits [rows, vocab] (backend memory, a scratch slot valid until
   // the next call). x may be any scratch buffer.
   virtual const float* run_head(const float* x, size_t rows) = 0;
-  // The Linears of block `layer`, in execution order.
-  virtual std::vector<LinearSlot> linear_slots(uint32_t layer) = 0;
+  // Where the model keeps Linear `module` of block `layer` (one of tensors_.block_linears()).
+  virtual const Weight** linear_slot(uint32_t layer, Module module) = 0;
   virtual size_t kv_dim() const = 0;          // width of one key/value row
   virtual const char* arch_name() const = 0;  // "Llama", "OPT" (error messages)
-  // Checkpoint name prefix of block `layer`'s tensors ("layers.3.", "decoder.layers.3.").
-  virtual std::string block_prefix(uint32_t layer) const = 0;
+
+  // The registry's name of a block Linear ("self_attn.q_proj"): what the calibration hook reports.
+  const char* linear_name(Module module) const;
+  // The registry's spec of a tensor (block `layer` for block tensors): its canonical name and shape.
+  const TensorSpec& spec(Module module, uint32_t layer = 0, bool bias = false) const {
+    return tensors_.get(module, layer, bias);
+  }
 
   // Scratch slots below kFirstArchSlot belong to this class; architectures number theirs from it.
   enum BaseSlot : size_t { kX, kBlockK, kBlockV, kLastRows, kFirstArchSlot };
+  const ModelTensors tensors_;  // every tensor of this config (the model registry)
   WeightStore store_;
   ScratchBuffers scratch_;
   BlockHookCaller hook_caller_{backend_};

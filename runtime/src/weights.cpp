@@ -25,22 +25,24 @@ WeightStore::~WeightStore() {
 
 const TensorInfo* WeightStore::find(const std::string& name) const {
   const Manifest& m = container_.manifest();
-  if (const TensorInfo* t = m.find_tensor("model." + name)) return t;
-  return m.find_tensor(name);
+  if (const TensorInfo* t = m.find_tensor(name)) return t;
+  const std::string prefix = "model.";
+  return name.rfind(prefix, 0) == 0 ? m.find_tensor(name.substr(prefix.size())) : nullptr;
 }
 
 const TensorInfo& WeightStore::require(const std::string& name,
                                        const std::vector<uint64_t>& shape) const {
   const TensorInfo* t = find(name);
-  if (!t) throw Error(path() + ": missing tensor \"model." + name + "\" (or \"" + name + "\")");
+  if (!t) throw Error(path() + ": missing tensor \"" + name + "\"");
   if (t->shape != shape)
     throw Error(path() + ": tensor \"" + t->name + "\" has shape " + shape_text(t->shape) +
                 " but config.json implies " + shape_text(shape));
   return *t;
 }
 
-const Weight& WeightStore::matrix(const std::string& name, uint64_t rows, uint64_t cols) {
-  const TensorInfo& info = require(name, {rows, cols});
+const Weight& WeightStore::matrix(const TensorSpec& spec) {
+  if (spec.shape.size() != 2) throw Error(path() + ": tensor \"" + spec.name + "\" is not a matrix");
+  const TensorInfo& info = require(spec.name, spec.shape);
   auto it = matrices_.find(info.name);
   if (it != matrices_.end()) return *it->second;
   // Backend::prepare_weight asks the view to outlive the Weight: keep it in stable storage.
@@ -57,8 +59,10 @@ const Weight& WeightStore::matrix(const std::string& name, uint64_t rows, uint64
   return *raw;
 }
 
-float* WeightStore::vector(const std::string& name, uint64_t n) {
-  const TensorInfo& info = require(name, {n});
+float* WeightStore::vector(const TensorSpec& spec) {
+  if (spec.shape.size() != 1) throw Error(path() + ": tensor \"" + spec.name + "\" is not a vector");
+  const uint64_t n = spec.shape[0];
+  const TensorInfo& info = require(spec.name, spec.shape);
   const TensorView view = container_.tensor(info);
   validate_bitmap(view, path() + ": tensor \"" + info.name + "\"");
   std::vector<float> host(n);

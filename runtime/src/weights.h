@@ -14,7 +14,8 @@
 
 namespace endor {
 
-// Tensors looked up by their Hugging Face name, with or without the "model." prefix. Matrices stay
+// Tensors looked up by their canonical name (the model registry's TensorSpec), stored with or
+// without the "model." prefix. Matrices stay
 // encoded (Backend::prepare_weight: on the CPU a view into the mapping); 1-D tensors (norms,
 // biases) are decoded to f32 and uploaded. Placed tensors are kept per manifest group (the unit a
 // streaming placement moves), and their encoded sizes are recorded.
@@ -29,14 +30,15 @@ class WeightStore {
   const ContainerReader& container() const { return container_; }
   const std::string& path() const { return container_.path(); }
 
-  // The stored name of `name` ("model." + name, else name); nullptr when neither exists.
+  // The stored tensor of canonical `name` (as named, else without its "model." prefix); nullptr
+  // when neither exists.
   const TensorInfo* find(const std::string& name) const;
   bool has(const std::string& name) const { return find(name) != nullptr; }
 
-  // A [rows, cols] matrix; throws when absent or shaped otherwise.
-  const Weight& matrix(const std::string& name, uint64_t rows, uint64_t cols);
-  // A [n] vector as f32 in backend memory; throws when absent or shaped otherwise.
-  float* vector(const std::string& name, uint64_t n);
+  // The matrix of `spec` ([rows, cols] as spec.shape); throws when absent or shaped otherwise.
+  const Weight& matrix(const TensorSpec& spec);
+  // The [n] vector of `spec` as f32 in backend memory; throws when absent or shaped otherwise.
+  float* vector(const TensorSpec& spec);
   // `value` repeated n times in backend memory (e.g. the gamma of a LayerNorm without affine).
   float* constant(float value, uint64_t n);
 

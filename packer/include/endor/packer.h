@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "endor/format.h"
+#include "endor/model_registry.h"
 
 namespace endor {
 
@@ -85,7 +86,8 @@ void convert_to_f32(SafetensorsDType, const uint8_t* src, uint64_t n, float* out
 
 // ==== Hugging Face checkpoint ================================================================
 
-enum class ModelFamily : uint8_t { Opt, Llama };    // Llama covers llama, mistral, qwen2
+// ModelFamily (= Architecture), TensorRole, classify_tensor and canonical_tensor_name come from the
+// model registry (endor/model_registry.h), as does every family's list of tensors.
 
 // The dimensions config.json promises; used to check every tensor's shape.
 struct ModelShape {
@@ -97,18 +99,10 @@ struct ModelShape {
   uint64_t max_positions = 0;
   bool tied_head = false;                           // tie_word_embeddings
 };
-// Reads the architecture and dimensions from config.json; unknown architectures are refused.
+// The dimensions of a parsed config (parse_model_config, the registry's one parser).
+ModelShape shape_of(const ModelConfig& config);
+// parse_model_config + shape_of; errors name `path_for_errors` (the config.json or GGUF file).
 ModelShape read_model_shape(const nlohmann::json& config, const std::string& path_for_errors);
-
-// Where a tensor belongs: the layer group of the container and whether it is prunable.
-struct TensorRole {
-  enum class Group : uint8_t { Embed, Layer, Head } group = Group::Head;
-  uint32_t layer = 0;       // Group::Layer only
-  bool prunable = false;    // a 2-D ".weight" inside a decoder block (a Linear)
-};
-TensorRole classify_tensor(const std::string& canonical_name, const std::vector<uint64_t>& shape);
-// "decoder.x" -> "model.decoder.x" (OPT), "layers.0.x" -> "model.layers.0.x" (Llama), ...
-std::string canonical_tensor_name(ModelFamily, const std::string& source_name);
 
 class GgufFile;
 struct GgufModelTensor;
@@ -156,6 +150,7 @@ class Checkpoint {
   const nlohmann::json& config() const { return config_; }                 // verbatim
   const nlohmann::json& generation_config() const { return generation_config_; }  // or null
   const ModelShape& shape() const { return shape_; }
+  const ModelConfig& model_config() const { return model_config_; }  // config() as the registry parsed it
   const std::vector<CheckpointTensor>& tensors() const { return tensors_; }
   const std::vector<AuxFile>& files() const { return files_; }
   // Tensors present in the source but deliberately not packed (e.g. a tied lm_head copy,
@@ -175,12 +170,13 @@ class Checkpoint {
  private:
   Checkpoint() = default;
   static std::unique_ptr<Checkpoint> open_gguf(const std::string& path);
-  void check_and_order(const std::string& config_where);
+  void check_and_order();
   std::string dir_;
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<CompressedTensorsSource> compressed_;  // a compressed-tensors folder's packed Linears
   std::unique_ptr<std::vector<GgufModelTensor>> gguf_tensors_;
   nlohmann::json config_, generation_config_;
+  ModelConfig model_config_;
   ModelShape shape_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<CheckpointTensor> tensors_;

@@ -19,44 +19,13 @@
 
 #include "endor/format.h"
 #include "endor/kernels.h"
+#include "endor/model_registry.h"
 
 namespace endor {
 
 // ---- model configuration (from the container's config.json) ----------------------------------
-enum class Architecture { Opt, Llama };  // Llama covers Llama 1/2/3, Mistral and Qwen2
-
-struct ModelConfig {
-  Architecture arch = Architecture::Llama;
-  std::string model_type;                  // "opt", "llama", "mistral", "qwen2"
-  uint32_t hidden = 0;                     // hidden_size
-  uint32_t n_layers = 0;
-  uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  uint32_t intermediate = 0;               // Llama intermediate_size / OPT ffn_dim
-  uint32_t vocab = 0;
-  uint32_t max_positions = 0;              // max_position_embeddings: the context length
-  float norm_eps = 1e-5f;
-  bool tie_word_embeddings = false;
-  std::vector<int32_t> eos_token_ids;      // empty when the config names none
-  int32_t bos_token_id = -1;               // -1 when the config names none
-
-  // OPT only.
-  bool pre_layer_norm = true;              // do_layer_norm_before
-  bool final_layer_norm = true;            // do_layer_norm_before && !_remove_final_layer_norm
-  bool opt_bias = true;                    // enable_bias
-  bool layer_norm_affine = true;           // layer_norm_elementwise_affine
-  uint32_t word_embed_dim = 0;             // word_embed_proj_dim (== hidden: no projections)
-
-  // Llama family only.
-  bool qkv_bias = false;                   // attention_bias, or Qwen2's q/k/v biases
-  bool o_bias = false;                     // attention_bias (Qwen2: none on o_proj)
-  bool mlp_bias = false;
-  std::vector<float> inv_freq;             // [head_dim/2], rope_scaling already applied
-  std::vector<uint32_t> sliding_window;    // [n_layers]; 0 = full attention in that layer
-};
-
-// Parses config.json (architectures[0] / model_type). Throws naming `path_for_errors` on an
-// unknown architecture, a missing or inconsistent field, or an unsupported option.
-ModelConfig parse_model_config(const nlohmann::json& config, const std::string& path_for_errors);
+// ModelConfig and parse_model_config live in the model registry (endor/model_registry.h), which the
+// packer shares: one parser of config.json, one list of every family's tensors.
 
 // ---- backend choice ---------------------------------------------------------------------------
 // device: "cpu", "cuda" or "auto" (auto = cuda when available, else cpu). n_threads (CPU only):

@@ -1,9 +1,11 @@
 // config.json -> ModelConfig for OPT and the Llama family (Llama 1/2/3, Mistral, Qwen2), with the
-// defaults transformers' config classes apply when a key is absent.
+// defaults transformers' config classes apply when a key is absent. The one config.json parser:
+// endor-pack and the runtime both call parse_model_config.
 #include <cmath>
 #include <string>
 
-#include "endor/runtime.h"
+#include "endor/format.h"
+#include "endor/model_registry.h"
 
 namespace endor {
 namespace {
@@ -13,9 +15,10 @@ using nlohmann::json;
 struct ConfigReader {
   const json& cfg;
   const std::string& path;
+  const std::string& source;  // "config.json", "the GGUF metadata"
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error(path + ": config.json: " + what);
+    throw Error(path + (source.empty() ? "" : ": " + source) + ": " + what);
   }
   bool has(const char* key) const { return cfg.contains(key) && !cfg[key].is_null(); }
 
@@ -69,27 +72,53 @@ struct ConfigReader {
   }
 };
 
-// Architecture from architectures[0] (preferred) or model_type; "" when neither names one we run.
+// The families this registry knows: model_type, and the transformers classes naming it.
+struct KnownFamily {
+  const char* model_type;
+  const char* causal_lm;  // architectures[0] of a checkpoint
+  const char* base;       // the bare model class, also accepted
+};
+constexpr KnownFamily kFamilies[] = {
+    {"opt", "OPTForCausalLM", "OPTModel"},
+    {"llama", "LlamaForCausalLM", "LlamaModel"},
+    {"mistral", "MistralForCausalLM", "MistralModel"},
+    {"qwen2", "Qwen2ForCausalLM", "Qwen2Model"},
+};
+
+std::string family_list(bool classes) {
+  std::string out;
+  for (const KnownFamily& f : kFamilies) out += std::string(out.empty() ? "" : ", ") + (classes ? f.causal_lm : f.model_type);
+  return out;
+}
+
+// The family's model_type from architectures[0] and model_type. Each one given must name a known
+// family, and both the same one: the packer once took model_type first and the runtime
+// architectures[0], so a file where they disagreed packed as one family and ran as another.
 std::string model_family(const json& cfg, const ConfigReader& r) {
+  std::string by_class;
   if (cfg.contains("architectures") && cfg["architectures"].is_array() && !cfg["architectures"].empty()) {
     const json& a = cfg["architectures"][0];
     if (!a.is_string()) r.fail("\"architectures\" must be a list of strings");
     const std::string name = a.get<std::string>();
-    if (name == "OPTForCausalLM" || name == "OPTModel") return "opt";
-    if (name == "LlamaForCausalLM" || name == "LlamaModel") return "llama";
-    if (name == "MistralForCausalLM" || name == "MistralModel") return "mistral";
-    if (name == "Qwen2ForCausalLM" || name == "Qwen2Model") return "qwen2";
-    r.fail("unsupported architecture \"" + name +
-           "\" (supported: OPTForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
+    for (const KnownFamily& f : kFamilies)
+      if (name == f.causal_lm || name == f.base) by_class = f.model_type;
+    if (by_class.empty()) r.fail("unsupported architecture \"" + name + "\" (supported: " + family_list(true) + ")");
   }
   const std::string type = r.text_or("model_type", "");
-  if (type == "opt" || type == "llama" || type == "mistral" || type == "qwen2") return type;
-  if (type.empty()) r.fail("names no architecture (no \"architectures\" and no \"model_type\")");
-  r.fail("unsupported model_type \"" + type + "\" (supported: opt, llama, mistral, qwen2)");
+  if (!type.empty()) {
+    bool known = false;
+    for (const KnownFamily& f : kFamilies) known = known || type == f.model_type;
+    if (!known) r.fail("unsupported architecture '" + type + "' (model_type; supported: " + family_list(false) + ")");
+    if (!by_class.empty() && by_class != type)
+      r.fail("architectures[0] names a " + by_class + " model but model_type is '" + type + "'");
+    return type;
+  }
+  if (by_class.empty()) r.fail("names no architecture (no \"architectures\" and no \"model_type\")");
+  return by_class;
 }
 
 // inv_freq_i = theta^(-2i/d) in float32 as transformers computes it, then the rope_scaling rule.
-std::vector<float> rope_inv_freq(const ConfigReader& r, uint32_t head_dim) {
+std::vector<float> rope_inv_freq(const ConfigReader& r, uint32_t head_dim, ModelConfig& c) {
   const json& cfg = r.cfg;
   // transformers 5 writes "rope_parameters" {rope_theta, rope_type, ...}; older files write
   // "rope_theta" and "rope_scaling" {type|rope_type, factor, ...}.
@@ -108,6 +137,9 @@ std::vector<float> rope_inv_freq(const ConfigReader& r, uint32_t head_dim) {
       break;
     }
   }
+  c.rope_theta = theta;
+  c.rope_type = type;
+  c.rope_factor = type == "default" ? 1.0 : r.real_or(params, "factor", 0.0);
   if (r.real_or(params, "partial_rotary_factor", 1.0) != 1.0)
     r.fail("partial_rotary_factor other than 1 is not supported");
 
@@ -196,7 +228,7 @@ void parse_llama(const ConfigReader& r, ModelConfig& c) {
     c.qkv_bias = c.o_bias = r.flag_or("attention_bias", false);
   }
   c.mlp_bias = r.flag_or("mlp_bias", false);
-  c.inv_freq = rope_inv_freq(r, c.head_dim);
+  c.inv_freq = rope_inv_freq(r, c.head_dim, c);
 
   // Sliding windows: Mistral applies sliding_window to every layer; Qwen2 per layer_types (or,
   // in older files, use_sliding_window and layers >= max_window_layers).
@@ -228,8 +260,8 @@ void parse_llama(const ConfigReader& r, ModelConfig& c) {
 
 }  // namespace
 
-ModelConfig parse_model_config(const nlohmann::json& cfg, const std::string& path) {
-  ConfigReader r{cfg, path};
+ModelConfig parse_model_config(const nlohmann::json& cfg, const std::string& path, const std::string& what) {
+  ConfigReader r{cfg, path, what};
   if (!cfg.is_object()) r.fail("is not a JSON object");
   ModelConfig c;
   c.model_type = model_family(cfg, r);

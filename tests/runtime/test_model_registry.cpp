@@ -1,0 +1,179 @@
+// The model registry (model-registry/): one family table per architecture gives every tensor's
+// canonical name, shape, group, order, requiredness, prunability and llama.cpp name; the one
+// config.json parser decides the family from architectures[0] and model_type together.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+
+#include "endor/model_registry.h"
+#include "endor/format.h"
+
+using namespace endor;
+using nlohmann::json;
+
+namespace {
+
+json llama_config() {
+  return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", 64},
+          {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+          {"num_key_value_heads", 2}, {"vocab_size", 512}, {"max_position_embeddings", 128}};
+}
+
+json opt_config() {
+  return {{"architectures", {"OPTForCausalLM"}}, {"model_type", "opt"}, {"hidden_size", 64}, {"ffn_dim", 128},
+          {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 512},
+          {"max_position_embeddings", 128}};
+}
+
+std::string error_of(const json& cfg) {
+  try {
+    parse_model_config(cfg, "m/config.json", "");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<std::string> names(const ModelTensors& t) {
+  std::vector<std::string> out;
+  for (const TensorSpec& s : t.all()) out.push_back(s.name);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("registry: the family needs architectures[0] and model_type to agree") {
+  CHECK(parse_model_config(llama_config(), "m").model_type == "llama");
+  json c = llama_config();
+  c["model_type"] = "qwen2";  // a Llama class with a Qwen2 model_type: which one runs?
+  std::string e = error_of(c);
+  CHECK(e.find("m/config.json: architectures[0] names a llama model but model_type is 'qwen2'") == 0);
+  c["model_type"] = "gpt2";
+  CHECK(error_of(c).find("unsupported architecture 'gpt2' (model_type; supported: opt, llama, mistral, qwen2)") !=
+        std::string::npos);
+  c = llama_config();
+  c["architectures"] = {"GPT2LMHeadModel"};
+  CHECK(error_of(c).find("unsupported architecture \"GPT2LMHeadModel\"") != std::string::npos);
+  c.erase("architectures");
+  c["model_type"] = "mistral";  // model_type alone is enough
+  CHECK(parse_model_config(c, "m").model_type == "mistral");
+  c = llama_config();
+  c.erase("model_type");        // and so is architectures[0]
+  CHECK(parse_model_config(c, "m").model_type == "llama");
+  // With a source named, errors say which file: "<path>: <source>: <what>".
+  c["hidden_size"] = 0;
+  try {
+    parse_model_config(c, "x.endor");
+    FAIL("no error");
+  } catch (const Error& err) {
+    CHECK(std::string(err.what()).find("x.endor: config.json: \"hidden_size\"") == 0);
+  }
+}
+
+TEST_CASE("registry: Llama tensors, their order, shapes, groups and llama.cpp names") {
+  const ModelConfig c = parse_model_config(llama_config(), "m");
+  const ModelTensors t(c);
+  const std::vector<std::string> n = names(t);
+  // Embed group, block 0 (bias before weight within a module, execution order), ..., head group.
+  REQUIRE(n.size() == 1 + 2 * 16 + 2);
+  CHECK(n[0] == "model.embed_tokens.weight");
+  CHECK(n[1] == "model.layers.0.input_layernorm.weight");
+  CHECK(n[2] == "model.layers.0.self_attn.q_proj.bias");
+  CHECK(n[3] == "model.layers.0.self_attn.q_proj.weight");
+  CHECK(n[16] == "model.layers.0.mlp.down_proj.weight");
+  CHECK(n[33] == "model.norm.weight");
+  CHECK(n[34] == "lm_head.weight");
+  const TensorSpec& k = t.get(Module::K, 1);
+  CHECK(k.name == "model.layers.1.self_attn.k_proj.weight");
+  CHECK(k.shape == std::vector<uint64_t>{32, 64});  // 2 kv heads x 16
+  CHECK(k.linear);
+  CHECK(k.required);
+  CHECK(k.group == TensorRole::Group::Layer);
+  CHECK(k.layer == 1);
+  CHECK(k.gguf_name == "blk.1.attn_k.weight");
+  CHECK_FALSE(t.get(Module::K, 1, true).required);          // attention_bias false: optional, checked when present
+  CHECK(t.get(Module::K, 1, true).gguf_name.empty());       // llama.cpp's llama has no such bias here
+  CHECK_FALSE(t.get(Module::AttnNorm, 0).linear);
+  CHECK(t.get(Module::LmHead).required);                    // untied
+  CHECK(t.get(Module::LmHead).gguf_name == "output.weight");
+  CHECK(t.find_gguf("blk.0.ffn_down.weight") == &t.get(Module::Down, 0));
+  CHECK(t.find_gguf("blk.2.ffn_down.weight") == nullptr);   // past num_hidden_layers
+  CHECK_FALSE(t.has(Module::QNorm));
+  CHECK(t.block_prefix(3) == "model.layers.3.");
+  std::vector<std::string> linears;
+  for (const BlockLinear& l : t.block_linears()) linears.push_back(l.name);
+  CHECK(linears == std::vector<std::string>{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"});
+  // A name the family does not list sorts with its module, or after every known one.
+  CHECK(t.rank_in_group("model.layers.0.mlp.up_proj.lora_A") == t.get(Module::Up, 0).rank);
+  CHECK(t.rank_in_group("model.layers.0.mystery.weight") > t.get(Module::Down, 0).rank);
+
+  json tied = llama_config();
+  tied["tie_word_embeddings"] = true;
+  CHECK_FALSE(ModelTensors(parse_model_config(tied, "m")).get(Module::LmHead).required);
+  json qwen2 = llama_config();
+  qwen2["architectures"] = {"Qwen2ForCausalLM"};
+  qwen2["model_type"] = "qwen2";
+  const ModelTensors q2(parse_model_config(qwen2, "m"));
+  CHECK(q2.get(Module::V, 0, true).required);  // Qwen2: q/k/v biases, with llama.cpp names
+  CHECK(q2.get(Module::V, 0, true).gguf_name == "blk.0.attn_v.bias");
+  CHECK(q2.get(Module::O, 0, true).gguf_name.empty());
+}
+
+TEST_CASE("registry: OPT tensors follow the config's options") {
+  json o = opt_config();
+  const ModelTensors t(parse_model_config(o, "m"));
+  CHECK(t.get(Module::PositionEmbed).shape == std::vector<uint64_t>{130, 64});  // learned positions, offset 2
+  CHECK(t.get(Module::O, 1).name == "model.decoder.layers.1.self_attn.out_proj.weight");
+  CHECK(t.get(Module::MlpNorm, 0, true).name == "model.decoder.layers.0.final_layer_norm.bias");
+  CHECK(t.get(Module::FinalNorm).name == "model.decoder.final_layer_norm.weight");
+  CHECK(t.get(Module::FinalNorm).group == TensorRole::Group::Head);
+  CHECK_FALSE(t.has(Module::ProjectIn));
+  CHECK(t.get(Module::LmHead).name == "lm_head.weight");
+  CHECK_FALSE(t.get(Module::LmHead).required);  // OPTConfig ties by default
+  for (const TensorSpec& s : t.all()) CHECK(s.gguf_name.empty());
+  CHECK_FALSE(gguf_family(parse_model_config(o, "m")));
+  CHECK(t.block_linears().back().name == "fc2");
+  CHECK(t.block_prefix(0) == "model.decoder.layers.0.");
+
+  o["word_embed_proj_dim"] = 32;
+  o["do_layer_norm_before"] = false;
+  o["enable_bias"] = false;
+  const ModelTensors p(parse_model_config(o, "m"));
+  CHECK(p.get(Module::ProjectIn).shape == std::vector<uint64_t>{64, 32});
+  CHECK(p.get(Module::ProjectIn).group == TensorRole::Group::Embed);
+  CHECK(p.get(Module::ProjectOut).group == TensorRole::Group::Head);
+  CHECK(p.get(Module::TokenEmbed).shape == std::vector<uint64_t>{512, 32});
+  CHECK_FALSE(p.get(Module::FinalNorm).required);  // post-LN OPT has none
+  CHECK_FALSE(p.get(Module::Fc1, 0, true).required);
+}
+
+TEST_CASE("registry: GGUF families") {
+  CHECK(gguf_family("llama")->permute_qk);
+  CHECK_FALSE(gguf_family("qwen2")->permute_qk);
+  CHECK(gguf_family("qwen2")->hf_architecture == "Qwen2ForCausalLM");
+  CHECK_FALSE(gguf_family("gpt2"));
+  json mistral = llama_config();
+  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["model_type"] = "mistral";
+  CHECK(gguf_family(parse_model_config(mistral, "m"))->arch == "llama");
+  CHECK(gguf_family_names().find("llama, qwen2") == 0);
+}
+
+TEST_CASE("registry: canonical names and roles") {
+  CHECK(canonical_tensor_name(Architecture::Opt, "decoder.layers.0.fc1.weight") == "model.decoder.layers.0.fc1.weight");
+  CHECK(canonical_tensor_name(Architecture::Llama, "norm.weight") == "model.norm.weight");
+  CHECK(canonical_tensor_name(Architecture::Llama, "lm_head.weight") == "lm_head.weight");
+  CHECK(is_rotary_buffer("model.layers.0.self_attn.rotary_emb.inv_freq"));
+  CHECK_FALSE(is_rotary_buffer("model.layers.0.self_attn.q_proj.weight"));
+  const TensorRole embed = classify_tensor("model.embed_tokens.weight", {512, 64});
+  CHECK(embed.group == TensorRole::Group::Embed);
+  CHECK(embed.embedding);
+  CHECK(embed.head_matrix);
+  const TensorRole pos = classify_tensor("model.decoder.embed_positions.weight", {130, 64});
+  CHECK(pos.embedding);
+  CHECK_FALSE(pos.head_matrix);  // --quant-head leaves OPT's position table alone
+  CHECK(classify_tensor("lm_head.weight", {512, 64}).head_matrix);
+  CHECK_FALSE(classify_tensor("model.decoder.project_in.weight", {64, 32}).embedding);
+}
