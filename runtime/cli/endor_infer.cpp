@@ -543,7 +543,7 @@ KvNeeds batch_kv_needs(const Session& s, Request& r) {
     } else {
       r.br.prompts.push_back(s.tokenizer ? s.tokenizer->encode(t, true) : parse_ids(t));
     }
-    lengths.push_back(std::min(s.context, r.br.prompts.back().size() + n_new - 1));
+    lengths.push_back(endor::kv_capacity_for(r.br.prompts.back().size(), n_new, s.context));
   }
   std::sort(lengths.rbegin(), lengths.rend());
   KvNeeds needs;
@@ -559,7 +559,7 @@ KvNeeds batch_kv_needs(const Session& s, Request& r) {
 KvNeeds kv_needs(const Session& s, Request& r) {
   if (r.mode == Mode::Batch) return batch_kv_needs(s, r);
   if (r.mode == Mode::Perplexity || r.mode == Mode::Chat) return {std::min(s.context, s.ctx_tokens), s.ctx_tokens};
-  return {std::min(s.context, r.prompt.size() + std::max<size_t>(r.n_new, 1) - 1), r.prompt.size()};
+  return {endor::kv_capacity_for(r.prompt.size(), r.n_new, s.context), r.prompt.size()};
 }
 
 // Opens everything the mode runs on, in the order the errors are reported in (see Mode).

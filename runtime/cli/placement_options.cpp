@@ -71,8 +71,8 @@ Offload setup_offload(const ContainerReader& container, Backend& backend, const 
       device_fixed_bytes(config, m, kv_capacity, std::min<size_t>(max_tokens, config.max_positions), cuda);
   if (cuda) request.device_capacity = device_free_bytes(backend);
   else
-    request.host_kv_bytes = uint64_t(2) * config.n_layers * kv_capacity * config.n_kv_heads * config.head_dim *
-                            kv_value_bytes(kv_dtype);
+    request.host_kv_bytes =
+        kv_cache_bytes(config.n_layers, kv_capacity, uint64_t(config.n_kv_heads) * config.head_dim, kv_dtype);
   Offload o;
   try {
     o.placement = place_groups(request);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "endor/batch_engine.h"
 #include "weights.h"
 
 namespace endor {
@@ -20,9 +21,8 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
     throw Error("generate: the prompt has " + std::to_string(prompt.size()) +
                 " tokens, more than the context length " + std::to_string(c.max_positions) +
                 " (max_position_embeddings)");
-  // The last sampled token is never fed back, hence the - 1.
-  const size_t capacity = prompt.size() + std::max<size_t>(options.max_new_tokens, 1) - 1;
-  std::unique_ptr<KvCache> cache = model.make_cache(capacity);
+  std::unique_ptr<KvCache> cache =
+      model.make_cache(kv_capacity_for(prompt.size(), options.max_new_tokens, c.max_positions));
   return generate_in_cache(model, *cache, prompt, sampler, options, on_token, stats);
 }
 
@@ -117,68 +117,38 @@ std::vector<std::vector<int32_t>> generate_batch(
       for (size_t i = 0; i < prompts.size(); ++i) on_done(i, out[i]);
     return out;
   }
-  auto is_eos = [&](int32_t id) {
-    return std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end();
-  };
-  struct Sequence {
-    size_t index = 0;
-    std::unique_ptr<KvCache> cache;
-    std::unique_ptr<Sampler> sampler;
-    bool prefilled = false;
-  };
-  std::vector<Sequence> active;
-  std::vector<Model::SequenceStep> steps;
-  std::vector<float> logits;
+  // The engine's defaults are this mode's: a sequence may fill the model's context, and a prompt
+  // that joins is prefilled whole in the step it joins (no prefill budget).
+  BatchEngineOptions engine_options;
+  engine_options.max_sequences = options.batch;
+  BatchEngine engine(model, engine_options);
   size_t next = 0;
   const Clock::time_point t0 = Clock::now();
-  while (next < prompts.size() || !active.empty()) {
-    while (active.size() < options.batch && next < prompts.size()) {
-      Sequence s;
-      s.index = next++;
-      s.cache = model.make_cache(prompts[s.index].size() + options.max_new_tokens - 1);
-      SamplerOptions so = sampling;
-      so.seed = sampling.seed + s.index;
-      s.sampler = std::make_unique<Sampler>(so);
-      active.push_back(std::move(s));
+  while (next < prompts.size() || !engine.empty()) {
+    for (; !engine.full() && next < prompts.size(); ++next) {
+      BatchSequence s;
+      s.tag = next;
+      s.prompt = prompts[next];
+      s.max_new_tokens = options.max_new_tokens;
+      s.sampling = sampling;
+      s.sampling.seed = sampling.seed + next;  // prompt i samples with seed + i
+      s.stop_at_eos = options.stop_at_eos;
+      engine.admit(std::move(s));
     }
-    // Decode steps first (one shared Linear call), then the prompts that join.
-    std::stable_partition(active.begin(), active.end(), [](const Sequence& s) { return s.prefilled; });
-    steps.clear();
-    for (Sequence& s : active) {
-      const std::vector<int32_t>& p = prompts[s.index];
-      if (s.prefilled)
-        steps.push_back({&out[s.index].back(), 1, s.cache.get()});
-      else
-        steps.push_back({p.data(), p.size(), s.cache.get()});
-    }
-    st.max_active = std::max(st.max_active, active.size());
-    const bool decode_only = std::all_of(active.begin(), active.end(), [](const Sequence& s) { return s.prefilled; });
-    const Clock::time_point t_step = Clock::now();
-    model.forward_batch(steps.data(), steps.size(), logits);
-    st.n_steps += 1;
-    std::vector<Sequence> still;
-    for (size_t i = 0; i < active.size(); ++i) {
-      Sequence& s = active[i];
-      std::vector<int32_t>& ids = out[s.index];
-      ids.push_back(s.sampler->sample(logits.data() + i * c.vocab, c.vocab));
-      s.prefilled = true;
-      st.n_generated += 1;
-      const bool done = ids.size() >= options.max_new_tokens || (options.stop_at_eos && is_eos(ids.back())) ||
-                        s.cache->n_past() + 1 > std::min<size_t>(s.cache->capacity(), c.max_positions);
-      if (!done) {
-        still.push_back(std::move(s));
-        continue;
-      }
-      s.cache.reset();
-      if (on_done) on_done(s.index, ids);
-    }
-    active = std::move(still);
-    if (decode_only) {
-      st.n_decode_steps += 1;
-      st.decode_ms += ms_since(t_step);
+    const BatchStepResult step = engine.step();
+    if (step.error) std::rethrow_exception(step.error);
+    for (const BatchToken& t : step.tokens) {
+      out[t.tag].push_back(t.id);
+      if (t.finish && on_done) on_done(t.tag, out[t.tag]);
     }
   }
   st.total_ms = ms_since(t0);
+  const BatchEngineStats& es = engine.stats();
+  st.n_generated = es.n_generated;
+  st.n_steps = es.n_steps;
+  st.max_active = es.max_active;
+  st.n_decode_steps = es.n_decode_steps;
+  st.decode_ms = es.decode_ms;
   return out;
 }
 

@@ -45,9 +45,22 @@ enum class KvDtype : uint8_t { F32, F16 };
 const char* to_string(KvDtype);
 KvDtype parse_kv_dtype(const std::string& s);  // "f32" | "f16", else throws endor::Error
 inline uint64_t kv_value_bytes(KvDtype d) { return d == KvDtype::F16 ? 2 : 4; }
+// The KV-bytes formula, the one every budget and gauge uses (placement, endor-serve's kv_bytes):
+// keys and values of `capacity` tokens in each of `n_layers` layers, kv_dim = n_kv_heads · head_dim
+// values a token, 2 · n_layers · capacity · kv_dim · kv_value_bytes(dtype). Saturates at
+// UINT64_MAX rather than wrapping, so an absurd request reads as too large for any budget.
+inline uint64_t kv_cache_bytes(uint32_t n_layers, uint64_t capacity, uint64_t kv_dim, KvDtype dtype) {
+  uint64_t bytes = 2 * uint64_t(n_layers);
+  for (uint64_t factor : {capacity, kv_dim, kv_value_bytes(dtype)}) {
+    if (factor != 0 && bytes > UINT64_MAX / factor) return UINT64_MAX;
+    bytes *= factor;
+  }
+  return bytes;
+}
+
 
 // Per layer, keys and values [capacity, n_kv_heads, head_dim] in backend memory; rows [0, n_past)
-// are valid. Memory: 2 · n_layers · capacity · n_kv_heads · head_dim · kv_value_bytes(dtype).
+// are valid. Memory: kv_cache_bytes(n_layers, capacity, n_kv_heads · head_dim, dtype), bytes().
 // keys()/values() are the f32 arrays (null when dtype is F16); keys16()/values16() the half ones.
 class KvCache {
  public:
@@ -60,6 +73,7 @@ class KvCache {
   size_t n_past() const { return n_past_; }
   uint32_t kv_dim() const { return kv_dim_; }  // n_kv_heads · head_dim floats per row
   KvDtype dtype() const { return dtype_; }
+  uint64_t bytes() const { return kv_cache_bytes(uint32_t(keys_.size()), capacity_, kv_dim_, dtype_); }
   float* keys(uint32_t layer) { return dtype_ == KvDtype::F32 ? keys_[layer] : nullptr; }
   float* values(uint32_t layer) { return dtype_ == KvDtype::F32 ? values_[layer] : nullptr; }
   uint16_t* keys16(uint32_t layer) { return dtype_ == KvDtype::F16 ? reinterpret_cast<uint16_t*>(keys_[layer]) : nullptr; }
@@ -232,6 +246,15 @@ SamplerOptions default_sampler_options(const nlohmann::json& generation_config, 
 // ---- generation ---------------------------------------------------------------------------------
 enum class StopReason { MaxTokens, Eos, Context };
 
+// The cache-size rule of every generating path (generate, the batch engine both front ends drive,
+// endor-infer's placement sizing): a sequence of `prompt_tokens` that may generate
+// `max_new_tokens` (0 counts as 1: a step always samples) holds the prompt and every generated
+// token but the last, which is never fed back, and never more than `ctx` tokens.
+inline size_t kv_capacity_for(size_t prompt_tokens, size_t max_new_tokens, size_t ctx) {
+  const size_t n_fed = max_new_tokens > 0 ? max_new_tokens - 1 : 0;  // generated tokens fed back
+  return prompt_tokens < ctx && n_fed < ctx - prompt_tokens ? prompt_tokens + n_fed : ctx;
+}
+
 struct GenerationStats {
   StopReason stop = StopReason::MaxTokens;
   size_t n_prompt = 0, n_generated = 0;
@@ -286,13 +309,14 @@ struct BatchGenerationStats {
 
 // Generates up to max_new_tokens for every prompt, running up to `batch` sequences together: each
 // step is one Model::forward_batch over the active sequences (a prompt that joins is prefilled in
-// the step it joins; the others decode one token). A sequence leaves the batch when it is done
-// (max_new_tokens, EOS when asked, or the context end) and the next prompt joins in the next
-// step. Each sequence has its own KV cache (capacity prompt + max_new_tokens - 1, freed when it
-// leaves) and its own Sampler (`sampling` with seed + prompt index), so with greedy sampling the
-// ids equal generate() of each prompt alone. on_done (optional) is called with the prompt's index
-// and its ids when it leaves; the result is in prompt order. Throws before any compute when a
-// prompt is empty or longer than the context, or batch is 0.
+// the step it joins; the others decode one token). It is endor-infer --prompts' driver of
+// BatchEngine (endor/batch_engine.h), the engine endor-serve drives too. A sequence leaves the
+// batch when it is done (max_new_tokens, EOS when asked, or the context end) and the next prompt
+// joins in the next step. Each sequence has its own KV cache (kv_capacity_for's rows, freed when
+// it leaves) and its own Sampler (`sampling` with seed + prompt index), so with greedy sampling
+// the ids equal generate() of each prompt alone. on_done (optional) is called with the prompt's
+// index and its ids when it leaves; the result is in prompt order. Throws before any compute when
+// a prompt is empty or longer than the context, or batch is 0.
 std::vector<std::vector<int32_t>> generate_batch(
     Model& model, const std::vector<std::vector<int32_t>>& prompts, const SamplerOptions& sampling,
     const BatchGenerationOptions& options,

@@ -48,7 +48,9 @@ uint64_t device_fixed_bytes(const ModelConfig& c, const Manifest& m, size_t kv_c
   const uint64_t H = c.hidden, I = c.intermediate, V = c.vocab;
   const uint64_t q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
   const uint64_t T = std::max<uint64_t>(max_tokens, 1);
-  const uint64_t kv = mul(mul(mul(2, c.n_layers), std::max<uint64_t>(kv_capacity, 1)), mul(kv_dim, 4));
+  // The f32 size whatever --kv-dtype says: the CUDA backend keeps f32 caches, and on the CPU device
+  // it bounds an f16 cache too (host_kv_bytes carries the exact size there).
+  const uint64_t kv = kv_cache_bytes(c.n_layers, std::max<uint64_t>(kv_capacity, 1), kv_dim, KvDtype::F32);
   // Scratch of both architectures (runtime/models): residual, normed, q, attention, projection,
   // three MLP-wide buffers, logits, block keys/values and OPT's word-embedding width, all f32.
   const uint64_t per_token = 4 * H + 2 * q_dim + 3 * I + V + 2 * kv_dim + c.word_embed_dim;
