@@ -58,7 +58,6 @@ inline uint64_t kv_cache_bytes(uint32_t n_layers, uint64_t capacity, uint64_t kv
   return bytes;
 }
 
-
 // Per layer, keys and values [capacity, n_kv_heads, head_dim] in backend memory; rows [0, n_past)
 // are valid. Memory: kv_cache_bytes(n_layers, capacity, n_kv_heads · head_dim, dtype), bytes().
 // keys()/values() are the f32 arrays (null when dtype is F16); keys16()/values16() the half ones.

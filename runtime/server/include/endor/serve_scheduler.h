@@ -1,9 +1,11 @@
-// endor-serve's continuous batching: one thread drives Model::forward_batch over up to `parallel`
-// slots. A request joins at the next step and leaves when done; long prompts are prefilled in
-// chunks of at most `prefill_chunk` tokens a step (all prompts together), so decoding slots keep
-// getting a token every step; beyond the slots requests wait in a bounded queue (then 429). Each
-// step is one pass over the blocks for every active slot, so a block streamed from disk or host
-// memory is read once a step whatever the number of slots.
+// endor-serve's continuous batching: one thread drives the runtime's BatchEngine
+// (endor/batch_engine.h, the engine endor-infer --prompts drives too) over up to `parallel` slots.
+// A request joins at the next step and leaves when done; long prompts are prefilled in chunks of at
+// most `prefill_chunk` tokens a step (all prompts together), so decoding slots keep getting a token
+// every step; beyond the slots requests wait in a bounded queue (then 429). Each step is one pass
+// over the blocks for every active slot, so a block streamed from disk or host memory is read once
+// a step whatever the number of slots. What the engine does not know stays here: the queue, the
+// text (streaming decoder, stop strings), finish reasons as OpenAI names them, metrics.
 //
 // Thread safety: submit(), cancel through a Job, metrics() and shutdown() may be called from any
 // thread; the Model, its backend and the tokenizer's decoding are used by the scheduler's thread
@@ -22,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "endor/batch_engine.h"
 #include "endor/runtime.h"
 #include "endor/serve_request.h"
 #include "endor/tokenizer.h"
@@ -53,6 +56,7 @@ class Job {
 
   struct Update {
     std::string text;                        // new text since the last take()
+    std::vector<int32_t> ids;                // new token ids since the last take() (stop ids included)
     size_t n_generated = 0;                  // tokens generated so far
     std::optional<std::string> finish;       // "stop", "length", "abort" once done
     std::optional<ApiError> error;           // set when the request failed (then finish is set too)
@@ -67,14 +71,15 @@ class Job {
 
  private:
   friend class Scheduler;
-  void publish(const std::string& text, size_t n_generated, const std::optional<std::string>& finish,
-               const std::optional<ApiError>& error = std::nullopt);
+  void publish(const std::string& text, const std::vector<int32_t>& ids, size_t n_generated,
+               const std::optional<std::string>& finish, const std::optional<ApiError>& error = std::nullopt);
 
   JobSpec spec_;
   std::atomic<bool> cancelled_{false};
   std::mutex mutex_;
   std::condition_variable changed_;
   std::string pending_;
+  std::vector<int32_t> pending_ids_;
   size_t n_generated_ = 0;
   std::optional<std::string> finish_;
   std::optional<ApiError> error_;
@@ -108,11 +113,22 @@ class Scheduler {
  private:
   struct Slot;
   void run();
+  // Moves queued jobs into free slots (engine admissions); under mutex_.
+  void admit_queued(std::vector<Slot>& slots);
+  // Releases the slots whose clients are gone; returns how many.
+  size_t drop_cancelled(std::vector<Slot>& slots);
+  // One engine step; the jobs hear of it after the gauges are updated.
   void step(std::vector<Slot>& slots);
+  struct Publication;
+  // A sampled token's text and finish reason (a finish set: the slot is done).
+  Publication deliver(Slot& slot, const BatchToken& token);
+  void publish_gauges(const std::vector<Slot>& slots);  // under mutex_
 
   Model& model_;
   const Tokenizer& tokenizer_;
   SchedulerOptions options_;
+  BatchEngine engine_;        // used by the scheduler's thread only
+  size_t next_tag_ = 0;       // the engine's name of the next admitted job
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
