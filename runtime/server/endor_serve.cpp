@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -33,7 +35,7 @@ namespace {
 
 using endor::cli::UsageError;
 
-int run(int argc, char** argv) {
+cxxopts::Options serve_options() {
   cxxopts::Options options("endor-serve",
                            "Serve a .endor model over OpenAI's HTTP API (/v1/chat/completions, /v1/completions, "
                            "/v1/models, /health, /metrics), batching concurrent requests.");
@@ -64,18 +66,27 @@ int run(int argc, char** argv) {
                                       "--cpu-mem/--gpu-mem");
   endor::cli::add_placement_options(options);
   options.parse_positional({"file"});
-  cxxopts::ParseResult args = options.parse(argc, argv);
-  if (args.count("help")) {
-    std::cout << options.help() << "\n";
-    return 0;
-  }
+  return options;
+}
+
+// The command line, checked before any file is opened (usage errors: exit 2).
+struct ServeArgs {
+  std::string file;
+  std::optional<size_t> ctx;
+  endor::serve::SchedulerOptions sched;  // ctx filled in once the model's context is known
+  endor::serve::HttpOptions http;
+};
+
+ServeArgs read_args(const cxxopts::ParseResult& args) {
   endor::cli::reject_unmatched(args);
   if (!args.count("file")) throw UsageError("missing MODEL.endor (the model to serve)");
   endor::cli::check_placement_options(args);
-  const size_t parallel = args["parallel"].as<size_t>();
-  if (parallel < 1 || parallel > 256) throw UsageError("--parallel must be in [1, 256]");
-  const std::optional<size_t> ctx = endor::cli::ctx_option(args);
-  if (args["prefill-chunk"].as<size_t>() < 1) throw UsageError("--prefill-chunk must be at least 1");
+  ServeArgs a;
+  a.sched.parallel = args["parallel"].as<size_t>();
+  if (a.sched.parallel < 1 || a.sched.parallel > 256) throw UsageError("--parallel must be in [1, 256]");
+  a.ctx = endor::cli::ctx_option(args);
+  a.sched.prefill_chunk = args["prefill-chunk"].as<size_t>();
+  if (a.sched.prefill_chunk < 1) throw UsageError("--prefill-chunk must be at least 1");
   const int port = args["port"].as<int>();
   if (port < 0 || port > 65535) throw UsageError("--port must be in [0, 65535]");
   if (args["timeout"].as<int>() < 1) throw UsageError("--timeout must be at least 1 second");
@@ -85,42 +96,9 @@ int run(int argc, char** argv) {
     throw UsageError("--default-max-tokens must be in [1, 2147483647], got " + std::to_string(default_max_tokens));
   const uint64_t body_limit = endor::cli::parse_size_option(args, "body-limit");
   if (body_limit < 1024) throw UsageError("--body-limit must be at least 1K");
-
-  // The file, its tokenizer and its chat template are checked before anything listens.
-  const std::string file = args["file"].as<std::string>();
-  std::unique_ptr<endor::ContainerReader> container = endor::ContainerReader::open(file);
-  const endor::ModelConfig config = endor::parse_model_config(container->manifest().config, file);
-  const size_t ctx_tokens = ctx.value_or(std::min<size_t>(config.max_positions, 4096));
-  endor::cli::check_ctx_fits(ctx_tokens, config.max_positions);
-  std::optional<endor::Tokenizer> tokenizer = endor::cli::container_tokenizer(*container);
-  if (!tokenizer) throw endor::Error(file + ": the container holds no tokenizer.json; endor-serve needs one for text");
-  std::optional<endor::cli::ChatSetup> chat;
-  std::string chat_error;
-  try {
-    chat = endor::cli::load_chat_setup(*container, *tokenizer);
-  } catch (const endor::Error& e) {
-    chat_error = e.what();
-    const size_t cli_hint = chat_error.find(", so --chat");  // load_chat_setup speaks of endor-infer's options
-    if (cli_hint != std::string::npos) chat_error.resize(cli_hint);
-    chat_error += "; chats cannot be formatted (POST /v1/completions works)";
-    std::fprintf(stderr, "endor-serve: note: %s\n", chat_error.c_str());
-  }
-  endor::serve::SchedulerOptions sched;
-  sched.parallel = parallel;
-  sched.queue = args["queue"].as<size_t>();
-  sched.prefill_chunk = args["prefill-chunk"].as<size_t>();
-  sched.ctx = ctx_tokens;
-
-  // SIGTERM/SIGINT are taken by one thread (sigwait), not by a handler: blocked here, before any
-  // other thread starts, so every thread inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
-
-  endor::serve::HttpOptions http;
+  a.file = args["file"].as<std::string>();
+  a.sched.queue = args["queue"].as<size_t>();
+  endor::serve::HttpOptions& http = a.http;
   http.host = args["host"].as<std::string>();
   http.port = port;
   if (args.count("api-key")) http.api_key = args["api-key"].as<std::string>();
@@ -128,76 +106,174 @@ int run(int argc, char** argv) {
   http.default_max_tokens = size_t(default_max_tokens);
   http.timeout_s = args["timeout"].as<int>();
   http.metrics = args.count("metrics") > 0;
-  http.threads = parallel + sched.queue + 8;  // each waiting or generating request holds a connection
-  endor::serve::HttpServer server(http);
-  server.bind();
-  std::thread listener([&] { server.listen(); });
-  std::fprintf(stderr, "endor-serve: listening on http://%s:%d (loading %s)\n", http.host.c_str(), server.port(),
-               file.c_str());
+  http.threads = a.sched.parallel + a.sched.queue + 8;  // each waiting or generating request holds a connection
+  return a;
+}
 
-  std::atomic<bool> stopping{false};
-  std::unique_ptr<endor::serve::Scheduler> scheduler;
-  std::mutex scheduler_mutex;
-  std::thread signals([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    stopping = true;
-    std::fprintf(stderr, "endor-serve: %s: stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    {
-      std::lock_guard<std::mutex> lock(scheduler_mutex);
-      if (scheduler) scheduler->shutdown();  // in-flight requests end with finish_reason "abort"
-    }
-    server.drain(10);  // new requests get 503 while the streams write their final chunk
-    server.stop();     // listen() returns once the connections are closed
-  });
-  // On a load error, the listener and the signal thread are stopped before the error is reported.
-  auto stop_threads = [&] {
-    if (!stopping.exchange(true)) pthread_kill(signals.native_handle(), SIGTERM);
-    signals.join();
-    listener.join();
-  };
+// What is read from the file before anything listens: its config, tokenizer and chat template.
+struct ModelFiles {
+  std::unique_ptr<endor::ContainerReader> container;
+  endor::ModelConfig config;
+  std::optional<endor::Tokenizer> tokenizer;
+  std::optional<endor::cli::ChatSetup> chat;
+  std::string chat_error;  // why chats cannot be formatted, when chat is empty
+};
 
+ModelFiles open_files(ServeArgs& a) {
+  ModelFiles f;
+  f.container = endor::ContainerReader::open(a.file);
+  f.config = endor::parse_model_config(f.container->manifest().config, a.file);
+  a.sched.ctx = a.ctx.value_or(std::min<size_t>(f.config.max_positions, 4096));
+  endor::cli::check_ctx_fits(a.sched.ctx, f.config.max_positions);
+  f.tokenizer = endor::cli::container_tokenizer(*f.container);
+  if (!f.tokenizer) throw endor::Error(a.file + ": the container holds no tokenizer.json; endor-serve needs one for text");
+  try {
+    f.chat = endor::cli::load_chat_setup(*f.container, *f.tokenizer);
+  } catch (const endor::Error& e) {
+    f.chat_error = e.what();
+    const size_t cli_hint = f.chat_error.find(", so --chat");  // load_chat_setup speaks of endor-infer's options
+    if (cli_hint != std::string::npos) f.chat_error.resize(cli_hint);
+    f.chat_error += "; chats cannot be formatted (POST /v1/completions works)";
+    std::fprintf(stderr, "endor-serve: note: %s\n", f.chat_error.c_str());
+  }
+  return f;
+}
+
+// SIGTERM/SIGINT are taken by one thread (sigwait), not by a handler: blocked before any other
+// thread starts, so every thread inherits the mask.
+sigset_t block_stop_signals() {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
+  return stop_signals;
+}
+
+// The backend, the placement and the model. Fixed needs of the placement: the KV caches of
+// `parallel` requests of ctx tokens each (kv_capacity_for never gives a request more), and a
+// step's rows (the prefill chunk plus a token per decoding slot).
+struct Loaded {
   endor::cli::Compute compute;
   endor::cli::Offload offload;
   std::unique_ptr<endor::Model> model;
-  try {
-    compute = endor::cli::open_compute(args);
-    // Fixed needs: the KV caches of `parallel` requests of ctx tokens, and a step's rows (the prefill
-    // chunk plus a token per decoding slot).
-    offload = endor::cli::setup_offload(*container, *compute.backend, args, parallel * sched.ctx,
-                                        sched.prefill_chunk + parallel, compute.kv_dtype);
-    model = endor::load_model(*container, *compute.backend, offload.weights.get());
-    model->set_kv_dtype(compute.kv_dtype);
-  } catch (...) {
-    stop_threads();
-    throw;
-  }
-  {
-    std::lock_guard<std::mutex> lock(scheduler_mutex);
-    scheduler = std::make_unique<endor::serve::Scheduler>(*model, *tokenizer, sched);
-    if (stopping) scheduler->shutdown();
-  }
+};
+
+Loaded load(const ModelFiles& f, const ServeArgs& a, const cxxopts::ParseResult& args) {
+  Loaded l;
+  l.compute = endor::cli::open_compute(args);
+  l.offload = endor::cli::setup_offload(*f.container, *l.compute.backend, args, a.sched.parallel * a.sched.ctx,
+                                        a.sched.prefill_chunk + a.sched.parallel, l.compute.kv_dtype);
+  l.model = endor::load_model(*f.container, *l.compute.backend, l.offload.weights.get());
+  l.model->set_kv_dtype(l.compute.kv_dtype);
+  return l;
+}
+
+endor::serve::ServedModel served_model(const ModelFiles& f, const ServeArgs& a, const cxxopts::ParseResult& args,
+                                       endor::serve::Scheduler& scheduler) {
   endor::serve::ServedModel served;
   served.id = args.count("model-name") ? args["model-name"].as<std::string>()
-                                       : std::filesystem::path(file).stem().string();
-  served.tokenizer = &*tokenizer;
-  if (chat) {
-    served.chat_template = &chat->chat_template;
-    served.bos_token = chat->bos_token;
-    served.eos_token = chat->eos_token;
-    served.chat_stop_ids = chat->stop_ids;
+                                       : std::filesystem::path(a.file).stem().string();
+  served.tokenizer = &*f.tokenizer;
+  if (f.chat) {
+    served.chat_template = &f.chat->chat_template;
+    served.bos_token = f.chat->bos_token;
+    served.eos_token = f.chat->eos_token;
+    served.chat_stop_ids = f.chat->stop_ids;
   } else {
-    served.chat_error = chat_error;
+    served.chat_error = f.chat_error;
   }
-  served.defaults = endor::default_sampler_options(container->manifest().generation_config, 0);
-  served.vocab = config.vocab;
-  served.scheduler = scheduler.get();
+  served.defaults = endor::default_sampler_options(f.container->manifest().generation_config, 0);
+  served.vocab = f.config.vocab;
+  served.scheduler = &scheduler;
+  return served;
+}
+
+// The listener and the signal thread, which on SIGTERM/SIGINT shuts the scheduler down (once it
+// exists), drains the streams in flight and stops the server.
+class ServerThreads {
+ public:
+  ServerThreads(endor::serve::HttpServer& server, sigset_t stop_signals) : server_(server), stop_signals_(stop_signals) {
+    listener_ = std::thread([this] { server_.listen(); });
+    signals_ = std::thread([this] { on_stop_signal(); });
+  }
+  // An exception past the start (not the load errors run() handles) must not leave threads to
+  // std::terminate: they are stopped as on a load error.
+  ~ServerThreads() {
+    if (signals_.joinable()) stop_and_join();
+  }
+  ServerThreads(const ServerThreads&) = delete;
+  ServerThreads& operator=(const ServerThreads&) = delete;
+  // Hands the scheduler to the signal thread; shuts it down at once when a signal came first.
+  void set_scheduler(endor::serve::Scheduler* scheduler) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    scheduler_ = scheduler;
+    if (stopping_) scheduler_->shutdown();
+  }
+  // Stops both threads without a signal from outside (a load error), then joins them.
+  void stop_and_join() {
+    if (!stopping_.exchange(true)) pthread_kill(signals_.native_handle(), SIGTERM);
+    join();
+  }
+  void join() {
+    signals_.join();
+    listener_.join();
+  }
+
+ private:
+  void on_stop_signal() {
+    int sig = 0;
+    sigwait(&stop_signals_, &sig);
+    stopping_ = true;
+    std::fprintf(stderr, "endor-serve: %s: stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (scheduler_) scheduler_->shutdown();  // in-flight requests end with finish_reason "abort"
+    }
+    server_.drain(10);  // new requests get 503 while the streams write their final chunk
+    server_.stop();     // listen() returns once the connections are closed
+  }
+
+  endor::serve::HttpServer& server_;
+  sigset_t stop_signals_;
+  std::atomic<bool> stopping_{false};
+  std::mutex mutex_;
+  endor::serve::Scheduler* scheduler_ = nullptr;  // under mutex_
+  std::thread listener_, signals_;
+};
+
+// Listens first (GET /health answers 503 while the model loads), then serves until a stop signal.
+int run(int argc, char** argv) {
+  cxxopts::Options options = serve_options();
+  cxxopts::ParseResult args = options.parse(argc, argv);
+  if (args.count("help")) {
+    std::cout << options.help() << "\n";
+    return 0;
+  }
+  ServeArgs a = read_args(args);
+  const ModelFiles files = open_files(a);  // the file, its tokenizer and chat template, before anything listens
+  const sigset_t stop_signals = block_stop_signals();
+  endor::serve::HttpServer server(a.http);
+  server.bind();
+  ServerThreads threads(server, stop_signals);
+  std::fprintf(stderr, "endor-serve: listening on http://%s:%d (loading %s)\n", a.http.host.c_str(), server.port(),
+               a.file.c_str());
+  Loaded loaded;
+  try {
+    loaded = load(files, a, args);
+  } catch (...) {
+    threads.stop_and_join();  // reported once the listener and the signal thread are gone
+    throw;
+  }
+  auto scheduler = std::make_unique<endor::serve::Scheduler>(*loaded.model, *files.tokenizer, a.sched);
+  threads.set_scheduler(scheduler.get());
+  const endor::serve::ServedModel served = served_model(files, a, args, *scheduler);
   server.set_ready(served);
   std::fprintf(stderr, "endor-serve: ready: %s on %s, %zu slots of %zu tokens, %s\n", served.id.c_str(),
-               compute.backend->name().c_str(), parallel, sched.ctx,
-               http.api_key.empty() ? "no API key" : "API key required");
-  listener.join();
-  signals.join();
+               loaded.compute.backend->name().c_str(), a.sched.parallel, a.sched.ctx,
+               a.http.api_key.empty() ? "no API key" : "API key required");
+  threads.join();
   scheduler.reset();  // joins the scheduler thread before the model goes
   std::fprintf(stderr, "endor-serve: stopped\n");
   return 0;
