@@ -1,5 +1,5 @@
-// config.json -> ModelConfig for OPT and the Llama family (Llama 1/2/3, Mistral, Qwen2), with the
-// defaults transformers' config classes apply when a key is absent. The one config.json parser:
+// config.json -> ModelConfig for OPT and the Llama family (Llama 1/2/3, Mistral, Qwen2, Qwen3), with
+// the defaults transformers' config classes apply when a key is absent. The one config.json parser:
 // endor-pack and the runtime both call parse_model_config.
 #include <cmath>
 #include <string>
@@ -83,6 +83,7 @@ constexpr KnownFamily kFamilies[] = {
     {"llama", "LlamaForCausalLM", "LlamaModel"},
     {"mistral", "MistralForCausalLM", "MistralModel"},
     {"qwen2", "Qwen2ForCausalLM", "Qwen2Model"},
+    {"qwen3", "Qwen3ForCausalLM", "Qwen3Model"},
 };
 
 std::string family_list(bool classes) {
@@ -208,9 +209,13 @@ void parse_llama(const ConfigReader& r, ModelConfig& c) {
   c.n_kv_heads = r.count_or("num_key_value_heads", c.n_heads);
   if (c.n_heads % c.n_kv_heads != 0)
     r.fail("num_attention_heads must be a multiple of num_key_value_heads");
-  if (!r.has("head_dim") && c.hidden % c.n_heads != 0)
-    r.fail("hidden_size must be a multiple of num_attention_heads (or head_dim given)");
-  c.head_dim = r.count_or("head_dim", c.hidden / c.n_heads);
+  if (c.model_type == "qwen3") {
+    c.head_dim = r.count_or("head_dim", 128);  // Qwen3Config's default, not hidden / heads
+  } else {
+    if (!r.has("head_dim") && c.hidden % c.n_heads != 0)
+      r.fail("hidden_size must be a multiple of num_attention_heads (or head_dim given)");
+    c.head_dim = r.count_or("head_dim", c.hidden / c.n_heads);
+  }
   if (c.head_dim % 2 != 0) r.fail("head_dim must be even for RoPE");
   c.vocab = r.count("vocab_size");
   c.max_positions = r.count("max_position_embeddings");
@@ -227,16 +232,17 @@ void parse_llama(const ConfigReader& r, ModelConfig& c) {
   } else {
     c.qkv_bias = c.o_bias = r.flag_or("attention_bias", false);
   }
+  c.qk_norm = c.model_type == "qwen3";  // Qwen3Attention: q_norm/k_norm over each head's head_dim
   c.mlp_bias = r.flag_or("mlp_bias", false);
   c.inv_freq = rope_inv_freq(r, c.head_dim, c);
 
-  // Sliding windows: Mistral applies sliding_window to every layer; Qwen2 per layer_types (or,
-  // in older files, use_sliding_window and layers >= max_window_layers).
+  // Sliding windows: Mistral applies sliding_window to every layer; Qwen2 and Qwen3 per layer_types
+  // (or, in older files, use_sliding_window and layers >= max_window_layers).
   c.sliding_window.assign(c.n_layers, 0);
   if (c.model_type == "mistral") {
     const uint32_t w = r.count_or("sliding_window", 0);
     c.sliding_window.assign(c.n_layers, w);
-  } else if (c.model_type == "qwen2") {
+  } else if (c.model_type == "qwen2" || c.model_type == "qwen3") {
     const uint32_t w = r.flag_or("use_sliding_window", false) ? r.count_or("sliding_window", 0) : 0;
     if (r.has("layer_types")) {
       const json& types = r.cfg["layer_types"];

@@ -57,7 +57,7 @@ FamilyTable opt_table(const ModelConfig& c) {
   return t;
 }
 
-// Llama, Mistral and Qwen2. Biases the config does not promise are listed as optional
+// Llama, Mistral, Qwen2 and Qwen3. Biases the config does not promise are listed as optional
 // (shape-checked when a checkpoint has them); only Qwen2's q/k/v biases have llama.cpp names.
 FamilyTable llama_table(const ModelConfig& c) {
   const uint64_t H = c.hidden, V = c.vocab, I = c.intermediate, D = c.head_dim;
@@ -70,6 +70,10 @@ FamilyTable llama_table(const ModelConfig& c) {
              {Module::Q, "self_attn.q_proj", {q, H}, true, {q}, c.qkv_bias, "attn_q", qwen2},
              {Module::K, "self_attn.k_proj", {kv, H}, true, {kv}, c.qkv_bias, "attn_k", qwen2},
              {Module::V, "self_attn.v_proj", {kv, H}, true, {kv}, c.qkv_bias, "attn_v", qwen2}};
+  if (c.qk_norm) {
+    t.block.push_back({Module::QNorm, "self_attn.q_norm", {D}, true, {}, false, "attn_q_norm", false});
+    t.block.push_back({Module::KNorm, "self_attn.k_norm", {D}, true, {}, false, "attn_k_norm", false});
+  }
   t.block.push_back({Module::O, "self_attn.o_proj", {H, q}, true, {H}, c.o_bias, "attn_output", false});
   t.block.push_back({Module::MlpNorm, "post_attention_layernorm", {H}, true, {}, false, "ffn_norm", false});
   t.block.push_back({Module::Gate, "mlp.gate_proj", {I, H}, true, {I}, c.mlp_bias, "ffn_gate", false});
@@ -204,6 +208,7 @@ namespace {
 const GgufFamily kGgufFamilies[] = {
     {"llama", "LlamaForCausalLM", 10000.0, true},
     {"qwen2", "Qwen2ForCausalLM", 1000000.0, false},
+    {"qwen3", "Qwen3ForCausalLM", 1000000.0, false},
 };
 }  // namespace
 

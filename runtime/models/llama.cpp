@@ -1,6 +1,6 @@
-// Llama-family forward pass (modeling_llama.py): Llama 1/2/3, Mistral and Qwen2 differ only by
-// config (GQA, head_dim, RoPE scaling, sliding windows, q/k/v/o/MLP biases). Tensor names and
-// shapes come from the model registry.
+// Llama-family forward pass (modeling_llama.py): Llama 1/2/3, Mistral, Qwen2 and Qwen3 differ only by
+// config (GQA, head_dim, RoPE scaling, sliding windows, q/k/v/o/MLP biases, Qwen3's per-head q/k
+// RMSNorm). Tensor names and shapes come from the model registry.
 #include <cmath>
 
 #include "block_model.h"
@@ -17,6 +17,7 @@ struct LlamaLayer {
   float *attn_norm = nullptr, *mlp_norm = nullptr;                     // [H]
   float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr, *o_bias = nullptr;
   float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
+  float *q_norm = nullptr, *k_norm = nullptr;  // [head_dim] (Qwen3), else null
   AttentionParams attention;
 };
 
@@ -26,9 +27,12 @@ class LlamaModel final : public BlockModel {
              WeightProvider* provider);
 
  private:
-  enum Slot : size_t { kNormed = kFirstArchSlot, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits };
+  // kKRaw: k before its per-head norm (Qwen3), [n, kv_dim].
+  enum Slot : size_t { kNormed = kFirstArchSlot, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits, kKRaw };
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
   void run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) override;
+  void attention_qkv(const LlamaLayer& L, BlockRows& rows, const float* h, float* q, float* attn, float* k_new,
+                     float* v_new);
   const float* run_head(const float* x, size_t rows) override;
   const Weight** linear_slot(uint32_t layer, Module module) override;
   size_t kv_dim() const override { return size_t(config_.n_kv_heads) * config_.head_dim; }
@@ -70,6 +74,10 @@ LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, B
       L.q_bias = vec(Module::Q, i, true);
       L.k_bias = vec(Module::K, i, true);
       L.v_bias = vec(Module::V, i, true);
+    }
+    if (c.qk_norm) {
+      L.q_norm = vec(Module::QNorm, i);
+      L.k_norm = vec(Module::KNorm, i);
     }
     if (c.o_bias) L.o_bias = vec(Module::O, i, true);
     L.mlp_norm = vec(Module::MlpNorm, i);
@@ -124,8 +132,7 @@ void LlamaModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearI
   if (!rows.next_input_normed) backend_.rms_norm(x, L.attn_norm, c.norm_eps, n, H, h);
   rows.next_input_normed = false;
   for (Module m : {Module::Q, Module::K, Module::V}) hook_caller_(hook, l, linear_name(m), h, n, H);
-  const Backend::LinearTarget qkv[] = {{L.q, L.q_bias, q}, {L.k, L.k_bias, k_new}, {L.v, L.v_bias, v_new}};
-  linear_group_rows(rows, qkv, 3, h);
+  attention_qkv(L, rows, h, q, attn, k_new, v_new);
   backend_.rope_qk(q, c.n_heads, k_new, c.n_kv_heads, n, rows.positions.data(), rope_);
   store_kv(rows, k_new, v_new, kv_dim);
   for (const SequenceRows& s : rows.seqs)
@@ -149,6 +156,22 @@ void LlamaModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearI
   } else {
     backend_.add(x, proj, n * H);
   }
+}
+
+// q, k and v of the block's normed input h [n, H]: q into `q`, k and v into the new cache rows.
+// With Qwen3's q/k norms the projections land in scratch first (q in `attn`, free until attention
+// writes it; k in kKRaw) and each head's head_dim values are RMS-normalized from there: out of
+// place, as every backend's rms_norm expects.
+void LlamaModel::attention_qkv(const LlamaLayer& L, BlockRows& rows, const float* h, float* q, float* attn,
+                               float* k_new, float* v_new) {
+  const ModelConfig& c = config_;
+  const size_t n = rows.n;
+  float* q_out = L.q_norm ? attn : q;
+  float* k_out = L.k_norm ? scratch_.get(kKRaw, n * kv_dim()) : k_new;
+  const Backend::LinearTarget qkv[] = {{L.q, L.q_bias, q_out}, {L.k, L.k_bias, k_out}, {L.v, L.v_bias, v_new}};
+  linear_group_rows(rows, qkv, 3, h);
+  if (L.q_norm) backend_.rms_norm(q_out, L.q_norm, c.norm_eps, n * c.n_heads, c.head_dim, q);
+  if (L.k_norm) backend_.rms_norm(k_out, L.k_norm, c.norm_eps, n * c.n_kv_heads, c.head_dim, k_new);
 }
 
 const float* LlamaModel::run_head(const float* x, size_t rows) {

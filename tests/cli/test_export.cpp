@@ -230,6 +230,9 @@ TEST_CASE("export round trips: hf, compressed-tensors and gguf read back by conv
       // q/k/v biases, tied, intermediate 88 (groups of 8 divide it; no block type holds groups of 8)
       {"qwen2-tiny", {"prune", "--sparsity", "0.5", "--quant", "int4", "--group-size", "8"}, {"hf", "compressed-tensors", "gguf"},
        {"F32", "F32", "", 0, floats}, {4, "group", 8}},
+      // Qwen3: q_norm/k_norm as attn_q_norm/attn_k_norm, head_dim 24 != 64/4 (key_length), untied head
+      {"qwen3-tiny", {"prune", "--sparsity", "0.5", "--quant", "int4", "--group-size", "32"}, {"hf", "compressed-tensors", "gguf"},
+       {"Q4_1", "F32", "F32", 3, blocks}, {4, "group", 32}},
       // OPT: no llama.cpp architecture; f16 source, dense int4
       {"opt-postln-proj", {"prune", "--sparsity", "0", "--quant", "int4", "--group-size", "16"}, {"hf", "compressed-tensors"}, {}, {4, "group", 16}},
       {"opt-tiny", {"prune", "--sparsity", "0.5", "--quant", "int4", "--group-size", "32", "--quant-head", "int4"}, {"hf", "compressed-tensors"},
@@ -358,6 +361,33 @@ TEST_CASE("export gguf: int8g leaves as Q8_0 blocks holding the container's code
     CHECK(same == q8);
     check_same_weights(endor, back);
   }
+  remove_tree(dir);
+}
+
+TEST_CASE("export gguf: Qwen3 as llama.cpp's qwen3, q/k norms as attn_q_norm/attn_k_norm, and back") {
+  const std::string dir = make_temp_dir("export-qwen3");
+  const std::string endor = dir + "/q.endor", gguf = dir + "/q.gguf", back = dir + "/back.endor";
+  require_ok(pack({"convert", fixture("qwen3-tiny"), "-o", endor, "--dtype", "f32"}, dir), "pack");
+  require_ok(pack({"export", endor, "--to", "gguf", "-o", gguf}, dir), "export");
+  const auto f = endor::GgufFile::open(gguf);
+  const endor::GgufHeader& h = f->header();
+  REQUIRE(h.find("general.architecture") != nullptr);
+  CHECK(h.find("general.architecture")->str == "qwen3");
+  REQUIRE(h.find("qwen3.attention.key_length") != nullptr);
+  CHECK(h.find("qwen3.attention.key_length")->u == 24);  // head_dim 24, not 64 / 4
+  for (const char* name : {"blk.0.attn_q_norm.weight", "blk.1.attn_k_norm.weight"}) {
+    const endor::GgufTensorInfo* t = h.tensor(name);
+    REQUIRE_MESSAGE(t != nullptr, name);
+    CHECK(t->ne == std::vector<uint64_t>{24});
+    CHECK(t->type == endor::GgmlType::F32);
+  }
+  require_ok(pack({"convert", gguf, "-o", back, "--dtype", "f32"}, dir), "convert back");
+  check_same_weights(endor, back);
+  check_same_hyperparameters(endor, back);
+  const nlohmann::json cfg = endor::ContainerReader::open(back)->manifest().config;
+  CHECK(cfg["model_type"] == "qwen3");
+  CHECK(cfg["architectures"] == nlohmann::json::array({"Qwen3ForCausalLM"}));
+  CHECK(cfg["head_dim"] == 24);
   remove_tree(dir);
 }
 

@@ -129,7 +129,7 @@ GPU_TEST_CASE("offload cuda: every fixture architecture, f16 and int4 at 50 %, s
   REQUIRE_GPU();
   TempDir dir;
   for (const char* fixture :
-       {"opt-tiny", "opt-postln-proj", "llama-tiny", "llama-gqa-bf16", "llama3-rope", "qwen2-tiny", "mistral-tiny"}) {
+       {"opt-tiny", "opt-postln-proj", "llama-tiny", "llama-gqa-bf16", "llama3-rope", "qwen2-tiny", "qwen3-tiny", "mistral-tiny"}) {
     for (const char* pack : {"convert --dtype f16", "prune --method magnitude --sparsity 0.5 --quant int4",
                              "prune --method magnitude --sparsity 0.5 --quant int4 --quant-head int4"}) {
       // The int4 embedding/head (device embed and lm_head on int4 rows): one tied, one untied model.
@@ -182,7 +182,7 @@ GPU_TEST_CASE("offload cuda: every fixture architecture, f16 and int4 at 50 %, s
 GPU_TEST_CASE("offload cuda: generate() samples on the device: the host sampler's ids; greedy gives the CPU's") {
   REQUIRE_GPU();
   TempDir dir;
-  for (const char* fixture : {"llama-tiny", "qwen2-tiny", "opt-tiny"}) {
+  for (const char* fixture : {"llama-tiny", "qwen2-tiny", "qwen3-tiny", "opt-tiny"}) {
     CAPTURE(fixture);
     const std::string out = dir.file(std::string(fixture) + ".endor");
     REQUIRE(test::run_command(test::endor_pack() + " convert --dtype f16 " + test::fixture_dir(fixture) + " -o " + out +

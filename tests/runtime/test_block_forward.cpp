@@ -72,7 +72,7 @@ void check_blocks_match_forward(Model& m) {
 
 TEST_CASE("embed + forward_block over all layers + head == forward (Llama and OPT fixtures)") {
   TempDir dir;
-  for (const char* model : {"llama-tiny", "qwen2-tiny", "opt-tiny", "opt-postln-proj"}) {
+  for (const char* model : {"llama-tiny", "qwen2-tiny", "qwen3-tiny", "opt-tiny", "opt-postln-proj"}) {
     CAPTURE(model);
     Loaded l = load(pack_fixture(dir, model));
     check_blocks_match_forward(*l.model);

@@ -50,7 +50,7 @@ TEST_CASE("registry: the family needs architectures[0] and model_type to agree")
   std::string e = error_of(c);
   CHECK(e.find("m/config.json: architectures[0] names a llama model but model_type is 'qwen2'") == 0);
   c["model_type"] = "gpt2";
-  CHECK(error_of(c).find("unsupported architecture 'gpt2' (model_type; supported: opt, llama, mistral, qwen2)") !=
+  CHECK(error_of(c).find("unsupported architecture 'gpt2' (model_type; supported: opt, llama, mistral, qwen2, qwen3)") !=
         std::string::npos);
   c = llama_config();
   c["architectures"] = {"GPT2LMHeadModel"};
@@ -176,4 +176,40 @@ TEST_CASE("registry: canonical names and roles") {
   CHECK_FALSE(pos.head_matrix);  // --quant-head leaves OPT's position table alone
   CHECK(classify_tensor("lm_head.weight", {512, 64}).head_matrix);
   CHECK_FALSE(classify_tensor("model.decoder.project_in.weight", {64, 32}).embedding);
+}
+
+TEST_CASE("registry: Qwen3 has per-head q/k norms, its own head_dim and llama.cpp's qwen3 names") {
+  json q = llama_config();
+  q["architectures"] = {"Qwen3ForCausalLM"};
+  q["model_type"] = "qwen3";
+  q["head_dim"] = 24;  // not 64 / 4
+  const ModelConfig c = parse_model_config(q, "m");
+  CHECK(c.arch == Architecture::Llama);
+  CHECK(c.qk_norm);
+  CHECK_FALSE(c.qkv_bias);
+  CHECK(c.head_dim == 24);
+  const ModelTensors t(c);
+  const TensorSpec& qn = t.get(Module::QNorm, 1);
+  CHECK(qn.name == "model.layers.1.self_attn.q_norm.weight");
+  CHECK(qn.shape == std::vector<uint64_t>{24});
+  CHECK(qn.required);
+  CHECK_FALSE(qn.linear);  // a norm: never pruned
+  CHECK(qn.gguf_name == "blk.1.attn_q_norm.weight");
+  CHECK(t.get(Module::KNorm, 0).gguf_name == "blk.0.attn_k_norm.weight");
+  CHECK(t.get(Module::Q, 0).shape == std::vector<uint64_t>{96, 64});
+  CHECK(t.get(Module::O, 0).shape == std::vector<uint64_t>{64, 96});
+  // Execution order: the norms follow q/k/v and come before o_proj.
+  CHECK(t.get(Module::V, 0).rank < qn.rank);
+  CHECK(t.get(Module::KNorm, 0).rank < t.get(Module::O, 0).rank);
+  CHECK(t.block_linears().size() == 7);
+  CHECK(gguf_family(c)->arch == "qwen3");
+  CHECK_FALSE(gguf_family(c)->permute_qk);
+  CHECK(gguf_family("qwen3")->hf_architecture == "Qwen3ForCausalLM");
+
+  q.erase("head_dim");  // Qwen3Config's default is 128, whatever hidden / heads is
+  CHECK(parse_model_config(q, "m").head_dim == 128);
+  q["use_sliding_window"] = true;
+  q["sliding_window"] = 8;
+  q["max_window_layers"] = 1;
+  CHECK(parse_model_config(q, "m").sliding_window == std::vector<uint32_t>{0, 8});
 }

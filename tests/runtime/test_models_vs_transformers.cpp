@@ -154,6 +154,7 @@ TEST_CASE("llama-gqa-bf16: GQA, explicit head_dim, tied, bf16 checkpoint") { che
 TEST_CASE("llama3-rope: Llama-3 rope_scaling, hub-style config") { check_fixture("llama3-rope"); }
 TEST_CASE("mistral-tiny: sliding window 4") { check_fixture("mistral-tiny"); }
 TEST_CASE("qwen2-tiny: q/k/v biases, tied") { check_fixture("qwen2-tiny"); }
+TEST_CASE("qwen3-tiny: per-head q/k RMSNorm, head_dim 24 != 64/4, untied") { check_fixture("qwen3-tiny"); }
 TEST_CASE("llama-sharded: a checkpoint in several shards") { check_fixture("llama-sharded"); }
 
 TEST_CASE("perplexity over ids equals the value from transformers' logits") {

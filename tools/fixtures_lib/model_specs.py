@@ -3,7 +3,8 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          OPTConfig, OPTForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                          OPTConfig, OPTForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 VOCAB = 512
 MAX_POS = 128
@@ -94,6 +95,13 @@ SPECS = [
                             tie_word_embeddings=True),
               torch.float32, "llama3", seed=423, hub_style_config=True,
               extra={"variant_weights": ["model.layers.0.mlp.down_proj.weight"]}),
+    ModelSpec("qwen3-tiny", "Qwen3: per-head RMSNorm of q and k before RoPE (q_norm/k_norm "
+              "[head_dim]), head_dim 24 != 64/4 (q 96 wide, o_proj [64, 96]), GQA 4/2, "
+              "intermediate 96, rope_theta 1e6, untied lm_head; float32 checkpoint",
+              Qwen3ForCausalLM,
+              _llama_family(Qwen3Config, num_key_value_heads=2, head_dim=24, intermediate_size=96,
+                            rope_theta=1000000.0, use_sliding_window=False),
+              torch.float32, "llama3", seed=612),
     ModelSpec("llama-sharded", "llama-tiny layout saved in several shards "
               "(model-0000k-of-0000n.safetensors + model.safetensors.index.json); float16",
               LlamaForCausalLM, _llama_family(LlamaConfig), torch.float16, "llama3", seed=516,

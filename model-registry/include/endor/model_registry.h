@@ -21,13 +21,13 @@
 namespace endor {
 
 // ---- configuration ------------------------------------------------------------------------------
-// The forward pass a family runs: OPT, or the Llama block (Llama 1/2/3, Mistral, Qwen2).
+// The forward pass a family runs: OPT, or the Llama block (Llama 1/2/3, Mistral, Qwen2, Qwen3).
 enum class Architecture : uint8_t { Opt, Llama };
 using ModelFamily = Architecture;  // the packer's older name for it
 
 struct ModelConfig {
   Architecture arch = Architecture::Llama;
-  std::string model_type;                  // "opt", "llama", "mistral", "qwen2"
+  std::string model_type;                  // "opt", "llama", "mistral", "qwen2", "qwen3"
   uint32_t hidden = 0;                     // hidden_size
   uint32_t n_layers = 0;
   uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
@@ -50,6 +50,7 @@ struct ModelConfig {
   bool qkv_bias = false;                   // attention_bias, or Qwen2's q/k/v biases
   bool o_bias = false;                     // attention_bias (Qwen2: none on o_proj)
   bool mlp_bias = false;
+  bool qk_norm = false;                    // Qwen3: RMSNorm of each head of q and k (over head_dim) before RoPE
   std::vector<float> inv_freq;             // [head_dim/2], rope_scaling already applied
   double rope_theta = 10000.0;             // rope_theta, as written
   std::string rope_type = "default";       // "default", "linear", "llama3"
@@ -87,7 +88,7 @@ bool is_rotary_buffer(const std::string& canonical_name);
 // AttnNorm and its block final_layer_norm MlpNorm.
 enum class Module : uint8_t {
   TokenEmbed, PositionEmbed, ProjectIn,                 // embed group
-  AttnNorm, Q, K, V, O, MlpNorm,                        // a decoder block, in execution order
+  AttnNorm, Q, K, V, QNorm, KNorm, O, MlpNorm,          // a decoder block, in execution order
   Gate, Up, Down, Fc1, Fc2,
   FinalNorm, ProjectOut, LmHead,                        // head group
 };
@@ -146,7 +147,7 @@ class ModelTensors {
 // ---- llama.cpp (GGUF) ---------------------------------------------------------------------------
 // What a family is called in a GGUF file and how its tensors differ there.
 struct GgufFamily {
-  std::string arch;               // general.architecture: "llama", "qwen2"
+  std::string arch;               // general.architecture: "llama", "qwen2", "qwen3"
   std::string hf_architecture;    // config.json architectures[0] written for a GGUF of this arch
   double default_rope_theta = 10000.0;  // when {arch}.rope.freq_base is absent
   bool permute_qk = false;        // llama.cpp's convert reorders q/k rows for its rotary layout
@@ -156,7 +157,7 @@ struct GgufFamily {
 std::optional<GgufFamily> gguf_family(const ModelConfig& config);
 // The family of a GGUF general.architecture; nullopt when Endor reads none of that name.
 std::optional<GgufFamily> gguf_family(const std::string& gguf_arch);
-// "llama, qwen2": the GGUF architectures Endor reads and writes (for error messages).
+// "llama, qwen2, qwen3": the GGUF architectures Endor reads and writes (for error messages).
 std::string gguf_family_names();
 
 }  // namespace endor

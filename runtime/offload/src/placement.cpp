@@ -52,8 +52,9 @@ uint64_t device_fixed_bytes(const ModelConfig& c, const Manifest& m, size_t kv_c
   // it bounds an f16 cache too (host_kv_bytes carries the exact size there).
   const uint64_t kv = kv_cache_bytes(c.n_layers, std::max<uint64_t>(kv_capacity, 1), kv_dim, KvDtype::F32);
   // Scratch of both architectures (runtime/models): residual, normed, q, attention, projection,
-  // three MLP-wide buffers, logits, block keys/values and OPT's word-embedding width, all f32.
-  const uint64_t per_token = 4 * H + 2 * q_dim + 3 * I + V + 2 * kv_dim + c.word_embed_dim;
+  // three MLP-wide buffers, logits, block keys/values, Qwen3's k before its norm and OPT's
+  // word-embedding width, all f32.
+  const uint64_t per_token = 4 * H + 2 * q_dim + 3 * I + V + (c.qk_norm ? 3 : 2) * kv_dim + c.word_embed_dim;
   uint64_t fixed = add(kv, mul(mul(T, per_token), 4));
   if (cuda) {
     fixed = add(fixed, kWorkspaceBytes);
