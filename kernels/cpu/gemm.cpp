@@ -71,6 +71,7 @@ size_t rows_per_task(uint64_t rows, int n_threads, size_t min_rows) {
 void gemm_xat(Context& ctx, const float* x, size_t n_tokens, size_t k_dim, const float* a, size_t n_rows,
               float* y, size_t ldy) {
   if (n_tokens == 0 || n_rows == 0) return;
+  ctx.pool.park();  // the GEMM runs on OpenMP's threads: the pool's must not spin beside them
 #ifdef ENDOR_HAVE_DNNL
   if (ctx.onednn) {
     // oneDNN's OpenMP runtime sizes its team from the calling thread's nthreads-var.

@@ -104,7 +104,7 @@ void ThreadPool::worker_main(int thread) {
       for (int i = 1; gen_of(c) == seen && !stop_.load(std::memory_order_relaxed); ++i) {
         ENDOR_CPU_RELAX();
         c = claim_.load(std::memory_order_acquire);
-        if ((i & 255) == 0 && now_ns() > give_up) break;
+        if ((i & 255) == 0 && (now_ns() > give_up || parked_.load(std::memory_order_relaxed))) break;
       }
       if (gen_of(c) == seen) {
         std::unique_lock<std::mutex> lk(sleep_mutex_);
@@ -121,6 +121,7 @@ void ThreadPool::worker_main(int thread) {
 
 void ThreadPool::run_erased(int64_t n_tasks, TaskFn fn, void* ctx) {
   std::lock_guard<std::mutex> run_lock(run_mutex_);
+  parked_.store(false, std::memory_order_relaxed);
   int64_t t_start = now_ns();
   if (t_start < serial_until_ns_) {
     ++serialised_runs_;

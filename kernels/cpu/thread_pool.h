@@ -48,6 +48,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // Sends workers that are spinning for the next run() to sleep now: called before work that runs
+  // on other threads (oneDNN's and OpenBLAS's OpenMP teams), which spinning workers would slow down
+  // on a machine with no core to spare. The next run() wakes them as usual.
+  void park() { parked_.store(true, std::memory_order_relaxed); }
   // Parallel runs that found the pool contended (see above), and runs made serial by the back-off.
   int64_t contended_runs() const { return contended_runs_; }
   int64_t serialised_runs() const { return serialised_runs_; }
@@ -103,6 +107,7 @@ class ThreadPool {
   std::mutex error_mutex_;
   std::exception_ptr error_;  // the first exception a task of the current run threw
   std::atomic<bool> stop_{false};
+  std::atomic<bool> parked_{false};  // park() was called since the last run()
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
   std::vector<std::thread> workers_;

@@ -4,9 +4,11 @@
 //
 // What stays in memory (hidden H, intermediate I, calibration S windows × L tokens): one window's
 // activations and the runtime's per-window scratch (O(L·(H + I))), one block's statistics
-// (Wanda: n_in floats per Linear; SparseGPT: n_in² floats per Linear plus its n_tokens·n_in
-// scratch), one Linear's f32 copy and SparseGPT work (n_in² + n_out·n_in), the block's encoded
+// (Wanda: n_in floats per distinct Linear input; SparseGPT: n_in² floats per input; Linears
+// reading one input share them; up to 4 windows of each input wait to be added, O(4·L·n_in)),
+// one Linear's f32 copy and SparseGPT work (n_in² + n_out·n_in), the block's encoded
 // Linears, and the block's weight pages of the temporary model (dropped when the block is done).
+// While the model writes its own calibration text: the KV caches of self_batch sequences (f16).
 // Not in memory: the activations of all windows [S, L, H] f32 (a scratch file, one window read or
 // written at a time), the encoded Linears of finished blocks (a second scratch file, read back one
 // tensor at a time by the output pass), and the temporary model (a mapped file).
@@ -20,6 +22,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -238,6 +241,93 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
   return encode_quantized(shape, enc, q);
 }
 
+// The calibration statistics of one block's Linears, fed by the dense pass's hook. Linears that
+// read one input (Llama's q/k/v and gate/up, OPT's q/k/v) share one accumulator: the first window
+// finds them (a Linear whose input equals, byte for byte, the input the previous Linear was given),
+// and every later window checks that they still do. Windows are added kWindowsPerBatch at a time
+// (the references' add_batch of a batch of that many samples: the same statistic, one BLAS call
+// over 4x the rows instead of four).
+class LinearInputStats {
+ public:
+  explicit LinearInputStats(bool wanda) : wanda_(wanda) {}
+
+  void add(const std::string& linear, const float* x, size_t n, size_t in) {
+    const bool same_as_last =
+        last_ && n == last_n_ && in == last_in_ && std::equal(x, x + n * in, last_x_.begin());
+    auto it = of_.find(linear);
+    if (it == of_.end()) {  // the first window
+      if (same_as_last) {   // shares the previous Linear's input
+        of_.emplace(linear, last_);
+        return;
+      }
+      const auto input = std::make_shared<Input>(in, wanda_);
+      input->owner = linear;
+      it = of_.emplace(linear, input).first;
+    } else if (it->second->owner != linear) {
+      // Sharing: nothing to add, but the input must still be the one the owner was just given.
+      if (!same_as_last || it->second != last_)
+        throw Error("calibration: the input of '" + linear + "' no longer equals the input of '" +
+                    it->second->owner + "'");
+      return;
+    }
+    Input& input = *it->second;
+    input.pending.insert(input.pending.end(), x, x + n * in);
+    input.pending_tokens += n;
+    if (++input.pending_windows == kWindowsPerBatch) input.add_pending();
+    last_ = it->second;
+    last_n_ = n;
+    last_in_ = in;
+    last_x_.assign(x, x + n * in);
+  }
+
+  // Adds the windows still pending; call once after the dense pass.
+  void flush() {
+    for (auto& [linear, input] : of_)
+      if (input->owner == linear) input->add_pending();
+    last_.reset();
+    last_x_ = {};
+  }
+
+  const pruning::WandaStats* wanda(const std::string& linear) const { return wanda_ ? &*at(linear).wanda : nullptr; }
+  const pruning::HessianAccumulator* hessian(const std::string& linear) const {
+    return wanda_ ? nullptr : &*at(linear).hessian;
+  }
+  // The Linear is done with its statistics: freed with the last Linear that shares them.
+  void release(const std::string& linear) { of_.erase(linear); }
+
+ private:
+  static constexpr size_t kWindowsPerBatch = 4;
+  struct Input {
+    Input(size_t in, bool wanda) {
+      if (wanda) this->wanda.emplace(in);
+      else hessian.emplace(in);
+    }
+    void add_pending() {
+      if (pending_windows == 0) return;
+      const size_t in = wanda ? wanda->n_in() : hessian->n_in();
+      if (wanda) wanda->add_batch(pending.data(), pending_tokens, in, pending_windows);
+      else hessian->add_batch(pending.data(), pending_tokens, in, pending_windows);
+      pending.clear();
+      pending_tokens = pending_windows = 0;
+    }
+    std::string owner;  // the Linear whose hook call adds the windows
+    std::optional<pruning::WandaStats> wanda;
+    std::optional<pruning::HessianAccumulator> hessian;
+    std::vector<float> pending;  // [pending_tokens, n_in]
+    size_t pending_tokens = 0, pending_windows = 0;
+  };
+  const Input& at(const std::string& linear) const {
+    const auto it = of_.find(linear);
+    if (it == of_.end()) throw Error("calibration: no statistics were gathered for '" + linear + "'");
+    return *it->second;
+  }
+  bool wanda_;
+  std::map<std::string, std::shared_ptr<Input>> of_;  // Linear -> the statistics of its input
+  std::shared_ptr<Input> last_;                       // the input the previous hook call added to
+  size_t last_n_ = 0, last_in_ = 0;
+  std::vector<float> last_x_;  // that call's x: a sharing Linear's input is compared with it
+};
+
 // The first token of a self-generated sequence: BOS, else the first EOS (models trained on
 // documents separated by one end token start a document after it), else id 0.
 int32_t self_calibration_start(const ModelConfig& c) {
@@ -263,7 +353,14 @@ std::vector<int32_t> self_calibration_ids(Model& model, uint64_t n, uint64_t L, 
   so.top_p = co.self_top_p;
   so.seed = co.seed;
   BatchGenerationOptions bo;
-  bo.batch = std::max<uint32_t>(1, co.self_batch);
+  const ModelConfig& c = model.config();
+  const uint64_t kv_per_sequence = kv_cache_bytes(c.n_layers, L, uint64_t(c.n_kv_heads) * c.head_dim, KvDtype::F16);
+  bo.batch = co.self_batch ? co.self_batch
+                           : uint32_t(std::clamp<uint64_t>(kSelfCalibKvBudget / std::max<uint64_t>(1, kv_per_sequence), 1,
+                                                           std::min<uint64_t>(kSelfCalibMaxBatch, std::max<uint64_t>(1, n))));
+  // The text is sampled, not a reference: f16 keys and values halve the caches of a whole batch.
+  const KvDtype kv_dtype = model.kv_dtype();
+  model.set_kv_dtype(KvDtype::F16);
   bo.max_new_tokens = L - 1;
   bo.stop_at_eos = false;
   PackProgress progress;
@@ -281,6 +378,7 @@ std::vector<int32_t> self_calibration_ids(Model& model, uint64_t n, uint64_t L, 
     progress.tensors_done += 1;
     if (cb.on_progress) cb.on_progress(progress);
   });
+  model.set_kv_dtype(kv_dtype);
   return ids;
 }
 
@@ -408,19 +506,17 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
       const TensorTreatment tr = plan_treatment(*it->second, o);
       if (tr.prune) treatments[linear] = tr;
     }
-    std::map<std::string, pruning::WandaStats> wstats;
-    std::map<std::string, pruning::HessianAccumulator> hstats;
+    LinearInputStats stats(wanda);
     const Model::LinearInputHook hook = [&](uint32_t, const std::string& linear, const float* x, size_t n,
                                             size_t in) {
-      if (!treatments.count(linear)) return;
-      if (wanda) wstats.try_emplace(linear, in).first->second.add_batch(x, n, in, 1);
-      else hstats.try_emplace(linear, in).first->second.add_batch(x, n, in, 1);
+      if (treatments.count(linear)) stats.add(linear, x, n, in);
     };
     auto t_phase = Clock::now();
     for (uint64_t s = 0; s < S; ++s) {  // dense pass: statistics, one window per call
       acts->read(s, window.data());
       model->forward_block(l, window.data(), L, hook);
     }
+    stats.flush();
     stats_s += since(t_phase);
 
     struct Pruned {
@@ -449,10 +545,10 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
       p.name = name;
       p.original = view->info;
       const auto t_prune = Clock::now();
-      p.enc = prune_linear(w.data(), rows, cols, wanda ? &wstats.at(linear) : nullptr,
-                           wanda ? nullptr : &hstats.at(linear), target, spec, o, tr->second);
+      p.enc = prune_linear(w.data(), rows, cols, stats.wanda(linear), stats.hessian(linear), target, spec, o,
+                           tr->second);
       prune_s += since(t_prune);
-      hstats.erase(linear);  // n_in² floats: free before the next Linear's work
+      stats.release(linear);  // a Hessian's n_in² floats go with its last Linear
       if (co.on_pruned) co.on_pruned(name, w.data(), rows, cols);
       p.info.name = name;
       p.info.shape = {rows, cols};

@@ -5,7 +5,10 @@
 // caller alone for a while (the busy-core back-off).
 #include <doctest/doctest.h>
 
+#include <time.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
@@ -124,4 +127,23 @@ TEST_CASE("thread pool: a task that throws, on a worker or the caller: every oth
                            }),
                   std::runtime_error);
   CHECK(serial.load() == 3);
+}
+
+TEST_CASE("thread pool: park() sends a spinning worker to sleep until the next run") {
+  // A spin long enough that, without park(), the worker would burn the whole window below.
+  ::setenv("ENDOR_SPIN_US", "5000000", 1);
+  ThreadPool pool(2);
+  ::unsetenv("ENDOR_SPIN_US");
+  check_each_task_once(pool, 64, 2);  // starts the worker, which then spins for the next run
+  pool.park();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // lets it see the flag
+  timespec t0{}, t1{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+  const double cpu_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+  MESSAGE("CPU time over 300 ms after park(): " << cpu_ms << " ms");
+  CHECK(cpu_ms < 100.0);
+  check_each_task_once(pool, 64, 2);  // and the next run wakes it as usual
+  check_each_task_once(pool, 1000, 2);
 }

@@ -363,7 +363,10 @@ TEST_CASE("self-calibration: the model's own sampled text, one window per sequen
   const uint64_t n = 5, L = 24;
   const std::vector<int32_t> ids = self_calibration_ids(*model, n, L, co);
   REQUIRE(ids.size() == n * L);
-  // Each sequence is what generate_batch samples from the start token with seed + its index.
+  CHECK(model->kv_dtype() == KvDtype::F32);  // as it was: f16 only while the text is written
+  // Each sequence is what generate_batch samples from the start token with seed + its index
+  // (keys and values in f16, as self-calibration keeps them).
+  model->set_kv_dtype(KvDtype::F16);
   const int32_t start = c.bos_token_id >= 0 ? c.bos_token_id : c.eos_token_ids.at(0);
   SamplerOptions so;
   so.temperature = 1.0f;
@@ -374,6 +377,7 @@ TEST_CASE("self-calibration: the model's own sampled text, one window per sequen
   bo.max_new_tokens = L - 1;
   bo.stop_at_eos = false;
   const auto alone = generate_batch(*model, std::vector<std::vector<int32_t>>(n, {start}), so, bo);
+  model->set_kv_dtype(KvDtype::F32);
   std::set<std::vector<int32_t>> distinct;
   for (uint64_t s = 0; s < n; ++s) {
     CHECK(ids[s * L] == start);
@@ -382,6 +386,8 @@ TEST_CASE("self-calibration: the model's own sampled text, one window per sequen
     distinct.insert(seq);
   }
   CHECK(distinct.size() == n);  // sampled, not greedy: every sequence its own text
+  CHECK(self_calibration_ids(*model, n, L, co) == ids);
+  co.self_batch = 0;  // the default: all 5 in one batch (their KV caches are far below the budget)
   CHECK(self_calibration_ids(*model, n, L, co) == ids);
   co.seed = 8;
   CHECK(self_calibration_ids(*model, n, L, co) != ids);

@@ -363,6 +363,13 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
 // The defaults of `endor-pack prune` without --calib (bench/ACCURACY.md, "The default prune").
 inline constexpr uint64_t kSelfCalibSamples = 128;
 inline constexpr uint64_t kSelfCalibSeqLen = 128;
+// Self-generation's batch: 128 sequences a step multiply 128 tokens, which takes every Linear to
+// the GEMM path (the exact backend's row-decode serves 9 to 63 tokens, and its fused kernels
+// re-read each weight per 8 tokens); on SmolLM2 that wrote the text in 2/3 of the CPU time of
+// batches of 64 and ~1/2 of batches of 8 (Intel Xeon, 2 threads). Bounded by the batch's f16 KV
+// caches (SmolLM2 and the 1 B shape: 128 sequences of 128 tokens in ~370 MB; a 7 B Llama-2 fits 16).
+inline constexpr uint32_t kSelfCalibMaxBatch = 128;
+inline constexpr uint64_t kSelfCalibKvBudget = uint64_t(1) << 30;
 
 // Self-generated calibration (text_path empty: no --calib/--calib-ids): the model writes its own
 // calibration text first. n_samples sequences, each started at the BOS token (else the first EOS
@@ -383,10 +390,9 @@ struct CalibrationOptions {
   float self_temperature = 1.0f;
   uint32_t self_top_k = 50;
   float self_top_p = 1.0f;
-  // Sequences generated together (KV caches: self_batch x seq_len tokens). 8: the exact CPU
-  // backend runs up to 8 tokens per Linear call on its fused kernels; 16 went to row-decode, 3x
-  // slower a token on SmolLM2 (f16, Intel Xeon, 2 threads).
-  uint32_t self_batch = 8;
+  // Sequences generated together; 0 = as many as kSelfCalibMaxBatch and the f16 KV caches'
+  // kSelfCalibKvBudget allow (KV caches: self_batch x seq_len tokens).
+  uint32_t self_batch = 0;
   bool self_generated() const { return text_path.empty(); }
   // Called with each calibrated Linear's f32 weights [rows, cols] as the algorithm leaves them
   // (SparseGPT with --quant: the dequantized codes it chose), before they are encoded. Optional.
