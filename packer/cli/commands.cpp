@@ -226,7 +226,7 @@ std::vector<std::string> method_notes(const cxxopts::ParseResult& r, const PackO
   if (!r.count("method"))
     lines.push_back(p.method == "magnitude"
                         ? "note: no --method: magnitude (this build has no calibration support)"
-                        : "note: no --method: " + p.method + ", the default (on SmolLM2-135M at 50 % it reads 2.0x the "
+                        : "note: no --method: " + p.method + ", the default (on SmolLM2-135M at 50 % it reads 2.1x the "
                           "dense perplexity where magnitude reads 12x; bench/ACCURACY.md)");
   const double fraction = p.structured() ? double(p.n) / double(p.m) : p.sparsity;
   if (r.count("method") && p.method == "magnitude" && fraction >= 0.3 && kDefaultPruneMethod != std::string("magnitude"))
@@ -468,7 +468,8 @@ int run_export(int argc, char** argv) {
         "                      with every weight decoded; loads in transformers\n"
         "  compressed-tensors  that folder with the int8/int4 decoder Linears kept packed on Endor's grid\n"
         "                      (pack-quantized); loads in vLLM and transformers\n"
-        "  gguf                one F16/BF16/F32 GGUF file (llama, mistral, qwen2) for llama.cpp\n"
+        "  gguf                one GGUF file (llama, mistral, qwen2, qwen3) for llama.cpp: int4/int8g as\n"
+        "                      Q4_1/Q4_K/Q8_0 blocks where exact, the rest F16/BF16/F32\n"
         "Pruned weights leave as explicit zeros. Written values equal the container's decoded values\n"
         "(int8/int4 tensors in their source dtype when exact there, else f32) unless --dtype is given.\n"
         "OUT must not exist; it is written under a temporary name and renamed when complete.");

@@ -25,7 +25,7 @@ const char kUsage[] =
     "  export  FILE --to hf|compressed-tensors|gguf -o OUT  back to transformers, vLLM or llama.cpp\n"
     "\n"
     "SRC is a Hugging Face checkpoint folder (config.json + *.safetensors) or a GGUF file\n"
-    "(llama/qwen2; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K, IQ4_NL, IQ4_XS tensors, dequantized;\n"
+    "(llama/qwen2/qwen3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K, IQ4_NL, IQ4_XS tensors, dequantized;\n"
     "default --dtype f16).\n";
 
 }  // namespace

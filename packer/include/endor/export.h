@@ -6,8 +6,9 @@
 //   compressed-tensors  the same folder with int8/int4 decoder Linears as compressed-tensors'
 //                       `pack-quantized` (weight_packed/weight_scale/weight_zero_point/weight_shape)
 //                       on Endor's own grid, exactly, and a `quantization_config` in config.json.
-//   gguf                one GGUF v3 file for llama.cpp (llama, mistral as llama, qwen2): F16/BF16/F32
-//                       tensors, llama.cpp's metadata and byte-level BPE tokenizer keys, llama's q/k
+//   gguf                one GGUF v3 file for llama.cpp (llama, mistral as llama, qwen2, qwen3): int4
+//                       and int8g as Q4_1/Q4_K/Q8_0 blocks where they hold it exactly, the rest
+//                       F16/BF16/F32 tensors, llama.cpp's metadata and byte-level BPE tokenizer keys, llama's q/k
 //                       rows in llama.cpp's rotary order (the forward of the importer's permutation).
 // docs/export.md states each mapping (code and zero point conventions, dtypes, what is lost).
 //
