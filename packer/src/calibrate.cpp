@@ -382,8 +382,13 @@ std::vector<int32_t> self_calibration_ids(Model& model, uint64_t n, uint64_t L, 
   return ids;
 }
 
-PackSummary pack_calibrated(const std::string& source_dir, const std::string& output_path,
-                            const PackOptions& o, const CalibrationOptions& co, const PackCallbacks& cb) {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The checks that need no file, made before anything is read.
+void check_calibration_request(const PackOptions& o, const CalibrationOptions& co) {
   const PruneSpec& spec = o.prune;
   const bool wanda = spec.method == "wanda", gptq = spec.method == "gptq";
   if (!wanda && !gptq && spec.method != "sparsegpt")
@@ -396,6 +401,205 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     throw Error("N:M pattern needs 0 < N < M");
   if (co.n_samples == 0) throw Error("--calib-samples must be at least 1");
   packer_detail::validate_options(o);
+}
+
+void check_sparsity_ramp(const PruneSpec& spec, uint32_t n_layers) {
+  if (spec.sparsity_ramp == 0.0) return;
+  if (spec.structured()) throw Error("--sparsity-ramp applies to unstructured sparsity, not N:M");
+  const double lo = spec.block_sparsity(0, n_layers), hi = spec.block_sparsity(n_layers - 1, n_layers);
+  if (!(std::min(lo, hi) >= 0.0 && std::max(lo, hi) < 1.0))
+    throw Error("--sparsity-ramp " + std::to_string(spec.sparsity_ramp) + " takes block sparsity to [" +
+                std::to_string(std::min(lo, hi)) + ", " + std::to_string(std::max(lo, hi)) + "], outside [0, 1)");
+}
+
+// The checkpoint as a temporary dense container at `path` in its source dtypes (the runtime
+// computes in f32 from any of them), mapped, then unlinked when this returns.
+std::unique_ptr<ContainerReader> open_dense_model(const std::string& source_dir, const std::string& path,
+                                                  const PackOptions& o, const PackCallbacks& cb) {
+  NamedTemp model_file(path, cb.on_temp_file);
+  PackOptions mo;
+  mo.command = "convert";
+  mo.tool_version = o.tool_version;
+  PackCallbacks mcb;
+  mcb.on_temp_file = cb.on_temp_file;
+  if (cb.on_progress)
+    mcb.on_progress = [&](const PackProgress& p) {
+      PackProgress q = p;
+      q.stage = "convert";
+      cb.on_progress(q);
+    };
+  pack_checkpoint(source_dir, model_file.path(), mo, mcb);
+  return ContainerReader::open(model_file.path());
+}
+
+std::string block_prefix(const ModelConfig& c) {
+  return c.arch == Architecture::Opt ? "model.decoder.layers." : "model.layers.";
+}
+
+// Wall seconds per phase, reported as a note when calibration ends.
+struct PhaseSeconds {
+  double generate = 0.0, stats = 0.0, prune = 0.0, rerun = 0.0;
+  std::string note(const std::string& method) const {
+    char line[256];
+    std::snprintf(line, sizeof line, "calibration took %.1f s: generating the text %.1f s, dense passes with statistics %.1f s, "
+                  "%s %.1f s, pruned passes %.1f s", generate + stats + prune + rerun, generate, stats, method.c_str(),
+                  prune, rerun);
+    return line;
+  }
+};
+
+// A Linear of the block being calibrated, pruned and encoded, lent to the model for the pruned pass.
+struct PrunedLinear {
+  std::string linear, name;
+  TensorInfo info;  // the model holds a pointer to it until the block is done
+  EncodedTensor enc;
+  const TensorInfo* original = nullptr;
+};
+
+// One decoder block's calibration (docs/algorithms.md, "Sequential calibration", step 3): a dense
+// pass over every window gathers the statistics, each Linear is pruned from them, a pass with the
+// weights as they will be stored writes the next block's inputs in place, and the encoded Linears
+// wait in `spilled` for the output pass.
+struct BlockCalibrator {
+  Model& model;
+  const ContainerReader& reader;
+  const std::map<std::string, const CheckpointTensor*>& source_tensors;
+  const std::string& source_dir;
+  const PackOptions& o;
+  const CalibrationOptions& co;
+  ActivationStore& acts;
+  std::vector<float>& window;  // [L, hidden]: the one window in memory
+  SpilledTensors& spilled;
+  const uint64_t S, L;
+  PhaseSeconds seconds;
+
+  void calibrate(uint32_t l) {
+    const std::map<std::string, TensorTreatment> treatments = block_treatments(l);
+    LinearInputStats stats = gather_statistics(l, treatments);
+    std::deque<PrunedLinear> pruned;  // stable addresses
+    const uint32_t group = prune_linears(l, treatments, stats, pruned);
+    auto t = Clock::now();
+    for (uint64_t s = 0; s < S; ++s) {  // pruned pass: the next block's inputs, in place
+      acts.read(s, window.data());
+      model.forward_block(l, window.data(), L, {});
+      acts.write(s, window.data());
+    }
+    seconds.rerun += seconds_since(t);
+    for (PrunedLinear& p : pruned) {
+      spilled.add(p.name, p.enc);
+      // Give the model its original weight back so it refers to nothing that is freed below.
+      model.replace_block_weight(l, p.linear, reader.tensor(*p.original));
+    }
+    pruned.clear();
+    if (group != UINT32_MAX) drop_group_pages(reader, group);
+  }
+
+ private:
+  std::string weight_name(uint32_t l, const std::string& linear) const {
+    return block_prefix(model.config()) + std::to_string(l) + "." + linear + ".weight";
+  }
+
+  // The Linears block l prunes, with their treatment (value type; --skip leaves some out).
+  std::map<std::string, TensorTreatment> block_treatments(uint32_t l) const {
+    std::map<std::string, TensorTreatment> treatments;
+    for (const std::string& linear : model.block_linear_names()) {
+      const std::string name = weight_name(l, linear);
+      const auto it = source_tensors.find(name);
+      if (it == source_tensors.end()) throw Error(source_dir + ": missing tensor '" + name + "'");
+      const TensorTreatment tr = plan_treatment(*it->second, o);
+      if (tr.prune) treatments[linear] = tr;
+    }
+    return treatments;
+  }
+
+  // The dense pass: every window through block l, its Linears' inputs into their statistics.
+  LinearInputStats gather_statistics(uint32_t l, const std::map<std::string, TensorTreatment>& treatments) {
+    LinearInputStats stats(o.prune.method == "wanda");
+    const Model::LinearInputHook hook = [&](uint32_t, const std::string& linear, const float* x, size_t n,
+                                            size_t in) {
+      if (treatments.count(linear)) stats.add(linear, x, n, in);
+    };
+    const auto t = Clock::now();
+    for (uint64_t s = 0; s < S; ++s) {  // one window per call
+      acts.read(s, window.data());
+      model.forward_block(l, window.data(), L, hook);
+    }
+    stats.flush();
+    seconds.stats += seconds_since(t);
+    return stats;
+  }
+
+  // Prunes (and encodes) each treated Linear of block l and lends it to the model; returns the
+  // block's manifest group (UINT32_MAX when nothing was pruned).
+  uint32_t prune_linears(uint32_t l, const std::map<std::string, TensorTreatment>& treatments, LinearInputStats& stats,
+                         std::deque<PrunedLinear>& pruned) {
+    const PruneSpec& spec = o.prune;
+    const pruning::SparsityTarget target =
+        spec.structured()         ? pruning::SparsityTarget::n_of_m(spec.n, spec.m)
+        : spec.method == "gptq"   ? pruning::SparsityTarget::unstructured(0.0)
+                                  : pruning::SparsityTarget::unstructured(spec.block_sparsity(l, model.config().n_layers));
+    uint32_t group = UINT32_MAX;
+    for (const std::string& linear : model.block_linear_names()) {
+      const auto tr = treatments.find(linear);
+      if (tr == treatments.end()) continue;
+      const std::string name = weight_name(l, linear);
+      const std::optional<TensorView> view = reader.find_tensor(name);
+      if (!view) throw Error(source_dir + ": missing tensor '" + name + "'");
+      group = view->info->group;
+      const uint64_t rows = view->info->shape[0], cols = view->info->shape[1];
+      if (spec.structured() && cols % spec.m != 0)
+        throw Error("tensor '" + name + "': " + std::to_string(cols) + " inputs are not a multiple of M=" +
+                    std::to_string(spec.m));
+      std::vector<float> w(rows * cols);
+      decode_rows_f32(*view, 0, rows, w.data());
+      PrunedLinear& p = pruned.emplace_back();
+      p.linear = linear;
+      p.name = name;
+      p.original = view->info;
+      const auto t = Clock::now();
+      p.enc = prune_linear(w.data(), rows, cols, stats.wanda(linear), stats.hessian(linear), target, spec, o,
+                           tr->second);
+      seconds.prune += seconds_since(t);
+      stats.release(linear);  // a Hessian's n_in² floats go with its last Linear
+      if (co.on_pruned) co.on_pruned(name, w.data(), rows, cols);
+      p.info.name = name;
+      p.info.shape = {rows, cols};
+      p.info.encoding = p.enc.layout.encoding;
+      p.info.value_type = p.enc.layout.value_type;
+      p.info.group_size = p.enc.layout.group_size;
+      p.info.int4_params = p.enc.layout.int4_params;
+      p.info.nnz = p.enc.layout.nnz;
+      // The pruned re-run uses the weights exactly as stored (as the references re-run their
+      // fp16 model after writing the pruned weights back into it).
+      model.replace_block_weight(l, linear, TensorView{&p.info, p.enc.layout, p.enc.bytes.data()});
+    }
+    return group;
+  }
+};
+
+// The manifest's record of the calibration. The text's file name only: the manifest must not
+// carry the packer's file system layout.
+nlohmann::json calibration_provenance(const CalibrationOptions& co, uint64_t S, uint64_t L,
+                                      const std::vector<int32_t>& ids) {
+  nlohmann::json calibration = {{"samples", S}, {"seq_len", L}, {"seed", co.seed}, {"tokens", ids.size()}};
+  if (co.self_generated()) {
+    calibration["generated"] = {{"by", "the model itself"}, {"start_token", ids.empty() ? -1 : ids[0]},
+                                {"temperature", co.self_temperature}, {"top_k", co.self_top_k}, {"top_p", co.self_top_p},
+                               };
+    calibration["sampling"] = "one window per generated sequence";
+  } else {
+    calibration[co.ids ? "ids" : "text"] = packer_detail::base_name(co.text_path);
+    calibration["sampling"] = "uniform window start, std::mt19937_64";
+  }
+  return calibration;
+}
+
+}  // namespace
+
+PackSummary pack_calibrated(const std::string& source_dir, const std::string& output_path,
+                            const PackOptions& o, const CalibrationOptions& co, const PackCallbacks& cb) {
+  const PruneSpec& spec = o.prune;
+  check_calibration_request(o, co);
   const std::string text = co.self_generated() ? std::string() : read_file(co.text_path);
   std::unique_ptr<Checkpoint> ck = Checkpoint::open(source_dir);
   packer_detail::check_output_is_not_input(output_path, *ck);  // before the long part, not after
@@ -408,25 +612,8 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   for (const CheckpointTensor& t : ck->tensors()) source_tensors[t.name] = &t;
   const std::string tag = ".tmp-" + std::to_string(::getpid());
 
-  // 1. The model, through the runtime: a temporary dense container in the source's dtypes (the
-  //    runtime computes in f32 from any of them), unlinked as soon as it is mapped.
-  std::unique_ptr<ContainerReader> reader;
-  {
-    NamedTemp model_file(output_path + ".calib-model" + tag, cb.on_temp_file);
-    PackOptions mo;
-    mo.command = "convert";
-    mo.tool_version = o.tool_version;
-    PackCallbacks mcb;
-    mcb.on_temp_file = cb.on_temp_file;
-    if (cb.on_progress)
-      mcb.on_progress = [&](const PackProgress& p) {
-        PackProgress q = p;
-        q.stage = "convert";
-        cb.on_progress(q);
-      };
-    pack_checkpoint(source_dir, model_file.path(), mo, mcb);
-    reader = ContainerReader::open(model_file.path());
-  }
+  // 1. The model, through the runtime (a temporary dense container, unlinked once mapped).
+  std::unique_ptr<ContainerReader> reader = open_dense_model(source_dir, output_path + ".calib-model" + tag, o, cb);
   // Exact f32 activations: calibration is the reference, whatever endor-infer's default is.
   pruning::set_threads(co.n_threads);
   std::unique_ptr<Backend> backend = make_backend("cpu", co.n_threads, /*exact=*/true);
@@ -443,17 +630,14 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
                 "] (max_position_embeddings)");
   std::vector<int32_t> ids = std::move(given_ids);
   std::vector<uint64_t> starts(S);
-  // Wall seconds per phase, reported as a note when calibration ends.
-  using Clock = std::chrono::steady_clock;
-  const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  double generate_s = 0.0, stats_s = 0.0, prune_s = 0.0, rerun_s = 0.0;
+  double generate_s = 0.0;  // seconds
   if (co.self_generated()) {
     if (cb.on_note)
       cb.on_note("no --calib: calibrating on " + std::to_string(S) + " x " + std::to_string(L) +
                  " tokens generated by the model itself (--calib FILE for text of your own)");
     const auto t0 = Clock::now();
     ids = self_calibration_ids(*model, S, L, co, cb);
-    generate_s = since(t0);
+    generate_s = seconds_since(t0);
     for (uint64_t s = 0; s < S; ++s) starts[s] = s * L;  // one window per sequence
   } else {
     if (!co.ids) {
@@ -478,114 +662,22 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     if (reader->manifest().groups[g].name == "embed") drop_group_pages(*reader, g);
 
   // 3. Block by block.
-  const std::string prefix = c.arch == Architecture::Opt ? "model.decoder.layers." : "model.layers.";
-  if (spec.sparsity_ramp != 0.0) {
-    if (spec.structured()) throw Error("--sparsity-ramp applies to unstructured sparsity, not N:M");
-    const double lo = spec.block_sparsity(0, c.n_layers), hi = spec.block_sparsity(c.n_layers - 1, c.n_layers);
-    if (!(std::min(lo, hi) >= 0.0 && std::max(lo, hi) < 1.0))
-      throw Error("--sparsity-ramp " + std::to_string(spec.sparsity_ramp) + " takes block sparsity to [" +
-                  std::to_string(std::min(lo, hi)) + ", " + std::to_string(std::max(lo, hi)) + "], outside [0, 1)");
-  }
+  check_sparsity_ramp(spec, c.n_layers);
   SpilledTensors spilled(output_path + ".calib-tensors" + tag, cb.on_temp_file);
+  BlockCalibrator blocks{*model, *reader, source_tensors, source_dir, o, co, *acts, window, spilled, S, L, {}};
+  blocks.seconds.generate = generate_s;
   PackProgress progress;
   progress.stage = "calibrate";
   progress.unit = "blocks";
   progress.tensors_total = c.n_layers;
   if (cb.on_progress) cb.on_progress(progress);  // the windows are embedded: blocks start
   for (uint32_t l = 0; l < c.n_layers; ++l) {
-    const pruning::SparsityTarget target =
-        spec.structured() ? pruning::SparsityTarget::n_of_m(spec.n, spec.m)
-        : gptq            ? pruning::SparsityTarget::unstructured(0.0)
-                          : pruning::SparsityTarget::unstructured(spec.block_sparsity(l, c.n_layers));
-    // The Linears this block prunes, with their treatment (value type; --skip leaves some out).
-    std::map<std::string, TensorTreatment> treatments;
-    for (const std::string& linear : model->block_linear_names()) {
-      const std::string name = prefix + std::to_string(l) + "." + linear + ".weight";
-      const auto it = source_tensors.find(name);
-      if (it == source_tensors.end()) throw Error(source_dir + ": missing tensor '" + name + "'");
-      const TensorTreatment tr = plan_treatment(*it->second, o);
-      if (tr.prune) treatments[linear] = tr;
-    }
-    LinearInputStats stats(wanda);
-    const Model::LinearInputHook hook = [&](uint32_t, const std::string& linear, const float* x, size_t n,
-                                            size_t in) {
-      if (treatments.count(linear)) stats.add(linear, x, n, in);
-    };
-    auto t_phase = Clock::now();
-    for (uint64_t s = 0; s < S; ++s) {  // dense pass: statistics, one window per call
-      acts->read(s, window.data());
-      model->forward_block(l, window.data(), L, hook);
-    }
-    stats.flush();
-    stats_s += since(t_phase);
-
-    struct Pruned {
-      std::string linear, name;
-      TensorInfo info;  // the model holds a pointer to it until the block is done
-      EncodedTensor enc;
-      const TensorInfo* original = nullptr;
-    };
-    std::deque<Pruned> pruned;  // stable addresses
-    uint32_t group = UINT32_MAX;
-    for (const std::string& linear : model->block_linear_names()) {
-      const auto tr = treatments.find(linear);
-      if (tr == treatments.end()) continue;
-      const std::string name = prefix + std::to_string(l) + "." + linear + ".weight";
-      const std::optional<TensorView> view = reader->find_tensor(name);
-      if (!view) throw Error(source_dir + ": missing tensor '" + name + "'");
-      group = view->info->group;
-      const uint64_t rows = view->info->shape[0], cols = view->info->shape[1];
-      if (spec.structured() && cols % spec.m != 0)
-        throw Error("tensor '" + name + "': " + std::to_string(cols) + " inputs are not a multiple of M=" +
-                    std::to_string(spec.m));
-      std::vector<float> w(rows * cols);
-      decode_rows_f32(*view, 0, rows, w.data());
-      Pruned& p = pruned.emplace_back();
-      p.linear = linear;
-      p.name = name;
-      p.original = view->info;
-      const auto t_prune = Clock::now();
-      p.enc = prune_linear(w.data(), rows, cols, stats.wanda(linear), stats.hessian(linear), target, spec, o,
-                           tr->second);
-      prune_s += since(t_prune);
-      stats.release(linear);  // a Hessian's n_in² floats go with its last Linear
-      if (co.on_pruned) co.on_pruned(name, w.data(), rows, cols);
-      p.info.name = name;
-      p.info.shape = {rows, cols};
-      p.info.encoding = p.enc.layout.encoding;
-      p.info.value_type = p.enc.layout.value_type;
-      p.info.group_size = p.enc.layout.group_size;
-      p.info.int4_params = p.enc.layout.int4_params;
-      p.info.nnz = p.enc.layout.nnz;
-      // The pruned re-run uses the weights exactly as stored (as the references re-run their
-      // fp16 model after writing the pruned weights back into it).
-      model->replace_block_weight(l, linear, TensorView{&p.info, p.enc.layout, p.enc.bytes.data()});
-    }
-    t_phase = Clock::now();
-    for (uint64_t s = 0; s < S; ++s) {  // pruned pass: the next block's inputs, in place
-      acts->read(s, window.data());
-      model->forward_block(l, window.data(), L, {});
-      acts->write(s, window.data());
-    }
-    rerun_s += since(t_phase);
-    for (Pruned& p : pruned) {
-      spilled.add(p.name, p.enc);
-      // Give the model its original weight back so it refers to nothing that is freed below.
-      model->replace_block_weight(l, p.linear, reader->tensor(*p.original));
-    }
-    pruned.clear();
-    if (group != UINT32_MAX) drop_group_pages(*reader, group);
-    progress.tensor = prefix + std::to_string(l);
+    blocks.calibrate(l);
+    progress.tensor = block_prefix(c) + std::to_string(l);
     progress.tensors_done = l + 1;
     if (cb.on_progress) cb.on_progress(progress);
   }
-  if (cb.on_note) {
-    char line[256];
-    std::snprintf(line, sizeof line, "calibration took %.1f s: generating the text %.1f s, dense passes with statistics %.1f s, "
-                  "%s %.1f s, pruned passes %.1f s", generate_s + stats_s + prune_s + rerun_s, generate_s, stats_s,
-                  spec.method.c_str(), prune_s, rerun_s);
-    cb.on_note(line);
-  }
+  if (cb.on_note) cb.on_note(blocks.seconds.note(spec.method));
   // Free the runtime's buffers, the temporary model and the activations before the output pass.
   acts.reset();
   model.reset();
@@ -594,18 +686,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   ck.reset();
 
   // 4. The output, through the normal packer path (the calibrated Linears come from `spilled`).
-  // The text's file name only: the manifest must not carry the packer's file system layout.
-  nlohmann::json calibration = {{"samples", S}, {"seq_len", L}, {"seed", co.seed}, {"tokens", ids.size()}};
-  if (co.self_generated()) {
-    calibration["generated"] = {{"by", "the model itself"}, {"start_token", ids.empty() ? -1 : ids[0]},
-                                {"temperature", co.self_temperature}, {"top_k", co.self_top_k}, {"top_p", co.self_top_p},
-                               };
-    calibration["sampling"] = "one window per generated sequence";
-  } else {
-    calibration[co.ids ? "ids" : "text"] = packer_detail::base_name(co.text_path);
-    calibration["sampling"] = "uniform window start, std::mt19937_64";
-  }
-  return pack_checkpoint_with_pruner(source_dir, output_path, o, &spilled, cb, calibration);
+  return pack_checkpoint_with_pruner(source_dir, output_path, o, &spilled, cb, calibration_provenance(co, S, L, ids));
 }
 
 }  // namespace endor
