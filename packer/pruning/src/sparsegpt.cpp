@@ -67,6 +67,230 @@ void check_options(const SparseGptOptions& o, size_t n_in) {
 
 }  // namespace
 
+namespace {
+
+// What one sparsegpt_prune call decided up front, shared by its steps.
+struct Plan {
+  size_t n_out = 0, n_in = 0;
+  bool int8 = false, coded = false, int4 = false, int8g = false, fixed = false;
+  bool statics = false;   // int4 parameters chosen from the input W (static groups)
+  bool statics8 = false;  // int8g scales chosen from the input W
+  bool prunes = false;
+  size_t group = 0, groups_per_row = 0;
+  std::vector<size_t> perm;  // perm[c]: the original column of working column c
+  std::vector<float> u;      // the upper Cholesky factor of the dampened H⁻¹, in working order
+  std::vector<float> scales8;  // int8g: the widened group scales, [n_out, groups_per_row]
+  StaticInt4Params sp;
+};
+
+Plan make_plan(size_t n_out, size_t n_in, const SparseGptOptions& opt) {
+  Plan p;
+  p.n_out = n_out;
+  p.n_in = n_in;
+  p.int8 = opt.quant.scheme == QuantScheme::Int8Row;
+  p.coded = opt.quant.scheme == QuantScheme::Int4Coded;
+  p.int4 = opt.quant.scheme == QuantScheme::Int4Group || p.coded;
+  p.int8g = opt.quant.scheme == QuantScheme::Int8Group;
+  p.fixed = opt.fixed_mask != nullptr;
+  p.statics = p.int4 && (p.coded || opt.static_groups || opt.act_order || p.fixed);
+  // int8g: static scales (from the input W) where groups are not reached in column order.
+  p.statics8 = p.int8g && (opt.static_groups || opt.act_order);
+  p.prunes = !p.fixed && (opt.target.is_n_of_m() || opt.target.ratio > 0.0);
+  p.group = p.int4 || p.int8g ? opt.quant.group_size : 0;
+  p.groups_per_row = p.int4 || p.int8g ? (n_in + p.group - 1) / p.group : 0;
+  return p;
+}
+
+// The result's buffers, and int8's row scales (quantizer.find_params(W) runs on the input W,
+// before dead columns are zeroed).
+void allocate_result(SparseGptResult& res, Plan& p, const float* w) {
+  const size_t numel = p.n_out * p.n_in;
+  res.mask.assign(numel, 0);
+  if (p.int8g) {
+    res.group_size = uint32_t(p.group);
+    res.group_scales_f16.assign(p.n_out * p.groups_per_row, 0);
+    p.scales8.assign(p.n_out * p.groups_per_row, 0.0f);
+    res.int8_codes.assign(numel, 0);
+  }
+  if (p.int8) {
+    res.row_scales.resize(p.n_out);
+    for (size_t r = 0; r < p.n_out; ++r) res.row_scales[r] = int8_row_scale(w + r * p.n_in, p.n_in);
+    res.int8_codes.assign(numel, 0);
+  }
+  if (p.int4) {
+    res.group_size = uint32_t(p.group);
+    if (!p.coded) {
+      res.group_scales_f16.assign(p.n_out * p.groups_per_row, 0);
+      res.group_mins_f16.assign(p.n_out * p.groups_per_row, 0);
+    }
+    res.int4_codes.assign(numel, 0);
+  }
+}
+
+// act_order: work on the columns in order of decreasing H_jj (stable), i.e. on W·P and PᵀHP.
+// Then U: dead inputs (H_jj = 0, no calibration activation reached them) get H_jj = 1 and their
+// weights 0, the diagonal is dampened, and U = chol(H⁻¹) (may throw: w untouched before).
+void factor_hessian(Plan& p, float* w, const float* h, const SparseGptOptions& opt) {
+  const size_t n_in = p.n_in;
+  p.perm.resize(n_in);
+  for (size_t j = 0; j < n_in; ++j) p.perm[j] = j;
+  if (opt.act_order)
+    std::stable_sort(p.perm.begin(), p.perm.end(), [&](size_t a, size_t b) { return h[a * n_in + a] > h[b * n_in + b]; });
+  std::vector<float>& u = p.u;
+  u.resize(n_in * n_in);
+  for (size_t i = 0; i < n_in; ++i)
+    for (size_t j = 0; j < n_in; ++j) u[i * n_in + j] = h[p.perm[i] * n_in + p.perm[j]];
+  std::vector<size_t> dead;
+  for (size_t j = 0; j < n_in; ++j) {
+    if (u[j * n_in + j] != 0.0f) continue;
+    u[j * n_in + j] = 1.0f;
+    dead.push_back(j);
+  }
+  double diag_sum = 0.0;
+  for (size_t j = 0; j < n_in; ++j) diag_sum += u[j * n_in + j];
+  const float damp = opt.percdamp * float(diag_sum / double(n_in));
+  for (size_t j = 0; j < n_in; ++j) u[j * n_in + j] += damp;
+  upper_cholesky_of_inverse(u, n_in);
+  for (size_t j : dead)
+    for (size_t r = 0; r < p.n_out; ++r) w[r * n_in + p.perm[j]] = 0.0f;
+}
+
+// Static groups: every group's parameters from the (dead-zeroed) input W, int4's squared errors
+// weighted by H_jj when searching a range; int8g's scales over each group's kept entries.
+void choose_static_params(Plan& p, SparseGptResult& res, const float* w, const float* h, const SparseGptOptions& opt) {
+  const size_t n_in = p.n_in;
+  if (p.statics) {
+    std::vector<float> hdiag(n_in);
+    for (size_t j = 0; j < n_in; ++j) hdiag[j] = h[j * n_in + j];
+    p.sp = choose_int4_params(w, p.n_out, n_in, opt.quant, hdiag.data(), opt.fixed_mask);
+    if (p.coded) {
+      res.super_scales_f16 = p.sp.super_scales_f16;
+      res.param_codes = p.sp.param_codes;
+    } else {
+      res.group_scales_f16 = p.sp.scales_f16;
+      res.group_mins_f16 = p.sp.mins_f16;
+    }
+  }
+  if (p.statics8)
+    for (size_t r = 0; r < p.n_out; ++r)
+      for (size_t g = 0; g < p.groups_per_row; ++g) {
+        float amax = 0.0f;
+        for (size_t c = g * p.group; c < std::min(n_in, (g + 1) * p.group); ++c)
+          if (!p.fixed || !opt.fixed_mask[r * n_in + c]) amax = std::max(amax, std::fabs(w[r * n_in + c]));
+        const size_t q = r * p.groups_per_row + g;
+        res.group_scales_f16[q] = int8g_scale(amax);
+        p.scales8[q] = f16_to_f32(res.group_scales_f16[q]);
+      }
+}
+
+// Unstructured: one threshold over rows × block columns [i1, i2) of the block-start W (the
+// reference's mask1).
+void mask_block(const Plan& p, SparseGptResult& res, const float* w, size_t i1, size_t i2, double ratio,
+                std::vector<float>& score) {
+  const size_t count = i2 - i1, n_in = p.n_in;
+  score.resize(p.n_out * count);
+  for (size_t r = 0; r < p.n_out; ++r)
+    for (size_t i = 0; i < count; ++i) {
+      const float x = w[r * n_in + i1 + i], d = p.u[(i1 + i) * n_in + i1 + i];
+      score[r * count + i] = (x * x) / (d * d);
+    }
+  std::vector<float> sorted = score;
+  const size_t k = std::min(size_t(double(sorted.size()) * ratio), sorted.size() - 1);
+  std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end());
+  const float thresh = sorted[k];
+  for (size_t r = 0; r < p.n_out; ++r)
+    for (size_t i = 0; i < count; ++i) res.mask[r * n_in + i1 + i] = score[r * count + i] <= thresh;
+}
+
+// Row r through block columns [i1, i2): each column decided (N:M groups as they start), quantized
+// (group parameters as groups start), its error e = (x − q)/d written to row_err and fed back to
+// the rest of the block. Returns the row's Σ (x − q)²/d². Rows are independent within a block.
+double sweep_row(const Plan& p, SparseGptResult& res, std::vector<float>& scales8, float* w, size_t r, size_t i1,
+                 size_t i2, const SparseGptOptions& opt, float* row_err) {
+  const size_t n_in = p.n_in, group = p.group, groups_per_row = p.groups_per_row;
+  const SparsityTarget& target = opt.target;
+  float* row = w + r * n_in;
+  uint8_t* mask = &res.mask[r * n_in];
+  float nm_score[256];
+  std::vector<float> nm_big;
+  Int4GroupParams gp;
+  double loss = 0.0;
+  for (size_t i = 0; i < i2 - i1; ++i) {
+    const size_t c = i1 + i;
+    const float* u_row = &p.u[c * n_in];  // U[c, :], upper: entries from column c on
+    if (p.prunes && target.is_n_of_m() && i % target.m == 0) {
+      float* sc = nm_score;
+      if (target.m > 256) {
+        nm_big.resize(target.m);
+        sc = nm_big.data();
+      }
+      for (size_t t = 0; t < target.m; ++t) {
+        const float x = row[c + t], d = p.u[(c + t) * n_in + c + t];
+        sc[t] = (x * x) / (d * d);
+      }
+      detail::mark_lowest_n(sc, target.m, target.n, mask + c);
+    }
+    if (p.int4 && !p.statics && (c % group == 0 || i == 0)) {
+      const size_t g = c / group;
+      if (c % group == 0) {
+        gp = int4_group_params(row + c, std::min(group, n_in - c));
+        res.group_scales_f16[r * groups_per_row + g] = gp.scale_f16;
+        res.group_mins_f16[r * groups_per_row + g] = gp.min_f16;
+      } else {  // a group that started in an earlier block
+        gp.scale_f16 = res.group_scales_f16[r * groups_per_row + g];
+        gp.min_f16 = res.group_mins_f16[r * groups_per_row + g];
+        gp.scale = f16_to_f32(gp.scale_f16);
+        gp.min = f16_to_f32(gp.min_f16);
+      }
+    }
+    if (p.int8g && !p.statics8 && c % group == 0) {
+      // The group's scale over its entries as they stand now, leaving out those already
+      // marked pruned (this block's unstructured mask, a fixed mask, an N:M group decided).
+      float amax = 0.0f;
+      for (size_t k = c; k < std::min(n_in, c + group); ++k)
+        if (!mask[k]) amax = std::max(amax, std::fabs(row[k]));
+      const size_t q = r * groups_per_row + c / group;
+      res.group_scales_f16[q] = int8g_scale(amax);
+      scales8[q] = f16_to_f32(res.group_scales_f16[q]);
+    }
+    const float x = row[c], d = u_row[c];
+    const size_t oc = p.perm[c];  // the original column
+    float q = 0.0f;
+    if (!mask[c]) {
+      if (p.int8g) {
+        const float sc = scales8[r * groups_per_row + oc / group];
+        const int8_t code = int8g_code(x, sc);
+        res.int8_codes[r * n_in + oc] = code;
+        q = int8_value(code, sc);
+      } else if (p.int8) {
+        const int8_t code = int8_code(x, res.row_scales[r]);
+        res.int8_codes[r * n_in + oc] = code;
+        q = int8_value(code, res.row_scales[r]);
+      } else if (p.statics) {
+        const size_t k = r * groups_per_row + oc / group;
+        const uint8_t code = int4_code_on(x, p.sp.scales[k], p.sp.mins[k]);
+        res.int4_codes[r * n_in + oc] = code;
+        q = float(code) * p.sp.scales[k] + p.sp.mins[k];  // as SPEC.md §6.6 decodes it
+      } else if (p.int4) {
+        const uint8_t code = int4_code(x, gp);
+        res.int4_codes[r * n_in + c] = code;
+        q = int4_value(code, gp);
+      } else {
+        q = x;
+      }
+    }
+    const float e = (x - q) / d;
+    const float l = (x - q) * (x - q) / (d * d);
+    loss += l;
+    row[c] = q;
+    row_err[i] = e;
+    subtract_scaled(row + c + 1, u_row + c + 1, e, i2 - c - 1);
+  }
+  return loss;
+}
+
+}  // namespace
+
 SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float* h,
                                 const SparseGptOptions& opt) {
   const size_t numel = detail::checked_numel(kFn, n_out, n_in, "weight");
@@ -78,221 +302,44 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
 
   SparseGptResult res;
   res.scheme = opt.quant.scheme;
-  res.mask.assign(numel, 0);
-  const bool int8 = opt.quant.scheme == QuantScheme::Int8Row;
-  const bool coded = opt.quant.scheme == QuantScheme::Int4Coded;
-  const bool int4 = opt.quant.scheme == QuantScheme::Int4Group || coded;
-  const bool int8g = opt.quant.scheme == QuantScheme::Int8Group;
-  const bool fixed = opt.fixed_mask != nullptr;
-  const bool statics = int4 && (coded || opt.static_groups || opt.act_order || fixed);
-  // int8g: static scales (from the input W) where groups are not reached in column order.
-  const bool statics8 = int8g && (opt.static_groups || opt.act_order);
-  const bool prunes = !fixed && (opt.target.is_n_of_m() || opt.target.ratio > 0.0);
-  const size_t group = int4 || int8g ? opt.quant.group_size : 0;
-  const size_t groups_per_row = int4 || int8g ? (n_in + group - 1) / group : 0;
-  std::vector<float> scales8;  // int8g: the widened group scales, [n_out, groups_per_row]
-  if (int8g) {
-    res.group_size = uint32_t(group);
-    res.group_scales_f16.assign(n_out * groups_per_row, 0);
-    scales8.assign(n_out * groups_per_row, 0.0f);
-    res.int8_codes.assign(numel, 0);
-  }
-  if (int8) {
-    // quantizer.find_params(W) runs on the input W, before dead columns are zeroed.
-    res.row_scales.resize(n_out);
-    for (size_t r = 0; r < n_out; ++r) res.row_scales[r] = int8_row_scale(w + r * n_in, n_in);
-    res.int8_codes.assign(numel, 0);
-  }
-  if (int4) {
-    res.group_size = uint32_t(group);
-    if (!coded) {
-      res.group_scales_f16.assign(n_out * groups_per_row, 0);
-      res.group_mins_f16.assign(n_out * groups_per_row, 0);
-    }
-    res.int4_codes.assign(numel, 0);
-  }
-
-  // act_order: work on the columns in order of decreasing H_jj (stable), i.e. on W·P and PᵀHP;
-  // perm[c] is the original column of working column c. Codes are stored at original columns.
-  std::vector<size_t> perm(n_in);
-  for (size_t j = 0; j < n_in; ++j) perm[j] = j;
-  if (opt.act_order)
-    std::stable_sort(perm.begin(), perm.end(), [&](size_t a, size_t b) { return h[a * n_in + a] > h[b * n_in + b]; });
-  std::vector<float> u(n_in * n_in);
-  for (size_t i = 0; i < n_in; ++i)
-    for (size_t j = 0; j < n_in; ++j) u[i * n_in + j] = h[perm[i] * n_in + perm[j]];
-  std::vector<size_t> dead;  // inputs no calibration activation ever reached
-  for (size_t j = 0; j < n_in; ++j) {
-    if (u[j * n_in + j] != 0.0f) continue;
-    u[j * n_in + j] = 1.0f;
-    dead.push_back(j);
-  }
-  double diag_sum = 0.0;
-  for (size_t j = 0; j < n_in; ++j) diag_sum += u[j * n_in + j];
-  const float damp = opt.percdamp * float(diag_sum / double(n_in));
-  for (size_t j = 0; j < n_in; ++j) u[j * n_in + j] += damp;
-  upper_cholesky_of_inverse(u, n_in);  // may throw: w is not touched before this point
-  for (size_t j : dead)
-    for (size_t r = 0; r < n_out; ++r) w[r * n_in + perm[j]] = 0.0f;
-
-  // Static groups: every group's parameters from the (dead-zeroed) input W, its squared errors
-  // weighted by H_jj when searching a range.
-  StaticInt4Params sp;
-  if (statics) {
-    std::vector<float> hdiag(n_in);
-    for (size_t j = 0; j < n_in; ++j) hdiag[j] = h[j * n_in + j];
-    sp = choose_int4_params(w, n_out, n_in, opt.quant, hdiag.data(), opt.fixed_mask);
-    if (coded) {
-      res.super_scales_f16 = sp.super_scales_f16;
-      res.param_codes = sp.param_codes;
-    } else {
-      res.group_scales_f16 = sp.scales_f16;
-      res.group_mins_f16 = sp.mins_f16;
-    }
-  }
-  if (statics8)  // every group's scale from the (dead-zeroed) input W, over its kept entries
+  Plan p = make_plan(n_out, n_in, opt);
+  allocate_result(res, p, w);
+  factor_hessian(p, w, h, opt);
+  choose_static_params(p, res, w, h, opt);
+  if (p.fixed)  // the given mask, in working column order
     for (size_t r = 0; r < n_out; ++r)
-      for (size_t g = 0; g < groups_per_row; ++g) {
-        float amax = 0.0f;
-        for (size_t c = g * group; c < std::min(n_in, (g + 1) * group); ++c)
-          if (!fixed || !opt.fixed_mask[r * n_in + c]) amax = std::max(amax, std::fabs(w[r * n_in + c]));
-        const size_t p = r * groups_per_row + g;
-        res.group_scales_f16[p] = int8g_scale(amax);
-        scales8[p] = f16_to_f32(res.group_scales_f16[p]);
-      }
-  if (fixed)  // the given mask, in working column order
-    for (size_t r = 0; r < n_out; ++r)
-      for (size_t c = 0; c < n_in; ++c) res.mask[r * n_in + c] = opt.fixed_mask[r * n_in + perm[c]] != 0;
-  std::vector<float> permuted;  // W·P when act_order (the loop below works on `w`)
+      for (size_t c = 0; c < n_in; ++c) res.mask[r * n_in + c] = opt.fixed_mask[r * n_in + p.perm[c]] != 0;
+  std::vector<float> permuted;  // W·P when act_order (the sweep works on `w`)
   float* const w_orig = w;
   if (opt.act_order) {
     permuted.resize(numel);
     for (size_t r = 0; r < n_out; ++r)
-      for (size_t c = 0; c < n_in; ++c) permuted[r * n_in + c] = w_orig[r * n_in + perm[c]];
+      for (size_t c = 0; c < n_in; ++c) permuted[r * n_in + c] = w_orig[r * n_in + p.perm[c]];
     w = permuted.data();
   }
 
   const size_t bs = opt.block_size;
-  std::vector<float> err(n_out * bs);   // Err1: [n_out, count] with row stride bs
-  std::vector<float> score;             // unstructured block scores, [n_out, count]
+  std::vector<float> err(n_out * bs);  // Err1: [n_out, count] with row stride bs
+  std::vector<float> score;            // unstructured block scores, [n_out, count]
   std::vector<double> row_loss(n_out, 0.0);
-  const SparsityTarget& target = opt.target;
-
   for (size_t i1 = 0; i1 < n_in; i1 += bs) {
     const size_t i2 = std::min(i1 + bs, n_in), count = i2 - i1;
-
-    if (prunes && !target.is_n_of_m()) {
-      // One threshold over rows × block columns of the block-start W (the reference's mask1).
-      score.resize(n_out * count);
-      for (size_t r = 0; r < n_out; ++r)
-        for (size_t i = 0; i < count; ++i) {
-          const float x = w[r * n_in + i1 + i], d = u[(i1 + i) * n_in + i1 + i];
-          score[r * count + i] = (x * x) / (d * d);
-        }
-      std::vector<float> sorted = score;
-      const size_t k = std::min(size_t(double(sorted.size()) * target.ratio), sorted.size() - 1);
-      std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end());
-      const float thresh = sorted[k];
-      for (size_t r = 0; r < n_out; ++r)
-        for (size_t i = 0; i < count; ++i) res.mask[r * n_in + i1 + i] = score[r * count + i] <= thresh;
-    }
-
+    if (p.prunes && !opt.target.is_n_of_m()) mask_block(p, res, w, i1, i2, opt.target.ratio, score);
 #pragma omp parallel for schedule(static)
-    for (long long rr = 0; rr < (long long)n_out; ++rr) {
-      const size_t r = size_t(rr);
-      float* row = w + r * n_in;
-      uint8_t* mask = &res.mask[r * n_in];
-      float* row_err = &err[r * bs];
-      float nm_score[256];
-      std::vector<float> nm_big;
-      Int4GroupParams gp;
-      double loss = 0.0;
-      for (size_t i = 0; i < count; ++i) {
-        const size_t c = i1 + i;
-        const float* u_row = &u[c * n_in];  // U[c, :], upper: entries from column c on
-        if (prunes && target.is_n_of_m() && i % target.m == 0) {
-          float* s = nm_score;
-          if (target.m > 256) {
-            nm_big.resize(target.m);
-            s = nm_big.data();
-          }
-          for (size_t t = 0; t < target.m; ++t) {
-            const float x = row[c + t], d = u[(c + t) * n_in + c + t];
-            s[t] = (x * x) / (d * d);
-          }
-          detail::mark_lowest_n(s, target.m, target.n, mask + c);
-        }
-        if (int4 && !statics && (c % group == 0 || i == 0)) {
-          const size_t g = c / group;
-          if (c % group == 0) {
-            gp = int4_group_params(row + c, std::min(group, n_in - c));
-            res.group_scales_f16[r * groups_per_row + g] = gp.scale_f16;
-            res.group_mins_f16[r * groups_per_row + g] = gp.min_f16;
-          } else {  // a group that started in an earlier block
-            gp.scale_f16 = res.group_scales_f16[r * groups_per_row + g];
-            gp.min_f16 = res.group_mins_f16[r * groups_per_row + g];
-            gp.scale = f16_to_f32(gp.scale_f16);
-            gp.min = f16_to_f32(gp.min_f16);
-          }
-        }
-        if (int8g && !statics8 && c % group == 0) {
-          // The group's scale over its entries as they stand now, leaving out those already
-          // marked pruned (this block's unstructured mask, a fixed mask, an N:M group decided).
-          float amax = 0.0f;
-          for (size_t k = c; k < std::min(n_in, c + group); ++k)
-            if (!mask[k]) amax = std::max(amax, std::fabs(row[k]));
-          const size_t p = r * groups_per_row + c / group;
-          res.group_scales_f16[p] = int8g_scale(amax);
-          scales8[p] = f16_to_f32(res.group_scales_f16[p]);
-        }
-        const float x = row[c], d = u_row[c];
-        const size_t oc = perm[c];  // the original column
-        float q = 0.0f;
-        if (!mask[c]) {
-          if (int8g) {
-            const float s = scales8[r * groups_per_row + oc / group];
-            const int8_t code = int8g_code(x, s);
-            res.int8_codes[r * n_in + oc] = code;
-            q = int8_value(code, s);
-          } else if (int8) {
-            const int8_t code = int8_code(x, res.row_scales[r]);
-            res.int8_codes[r * n_in + oc] = code;
-            q = int8_value(code, res.row_scales[r]);
-          } else if (statics) {
-            const size_t p = r * groups_per_row + oc / group;
-            const uint8_t code = int4_code_on(x, sp.scales[p], sp.mins[p]);
-            res.int4_codes[r * n_in + oc] = code;
-            q = float(code) * sp.scales[p] + sp.mins[p];  // as SPEC.md §6.6 decodes it
-          } else if (int4) {
-            const uint8_t code = int4_code(x, gp);
-            res.int4_codes[r * n_in + c] = code;
-            q = int4_value(code, gp);
-          } else {
-            q = x;
-          }
-        }
-        const float e = (x - q) / d;
-        const float l = (x - q) * (x - q) / (d * d);
-        loss += l;
-        row[c] = q;
-        row_err[i] = e;
-        subtract_scaled(row + c + 1, u_row + c + 1, e, i2 - c - 1);
-      }
-      row_loss[r] += loss;
-    }
-
+    for (long long rr = 0; rr < (long long)n_out; ++rr)
+      row_loss[size_t(rr)] += sweep_row(p, res, p.scales8, w, size_t(rr), i1, i2, opt, &err[size_t(rr) * bs]);
     if (i2 < n_in) {
       // W[:, i2:] -= Err1 · U[i1:i2, i2:]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n_out), int(n_in - i2), int(count), -1.0f,
-                  err.data(), int(bs), &u[i1 * n_in + i2], int(n_in), 1.0f, w + i2, int(n_in));
+                  err.data(), int(bs), &p.u[i1 * n_in + i2], int(n_in), 1.0f, w + i2, int(n_in));
     }
   }
   if (opt.act_order) {  // back to the original column order
     std::vector<uint8_t> mask(numel);
     for (size_t r = 0; r < n_out; ++r)
       for (size_t c = 0; c < n_in; ++c) {
-        w_orig[r * n_in + perm[c]] = w[r * n_in + c];
-        mask[r * n_in + perm[c]] = res.mask[r * n_in + c];
+        w_orig[r * n_in + p.perm[c]] = w[r * n_in + c];
+        mask[r * n_in + p.perm[c]] = res.mask[r * n_in + c];
       }
     res.mask = std::move(mask);
   }
