@@ -86,41 +86,19 @@ constexpr const char* kDefaultPruneMethod = "sparsegpt";
 constexpr const char* kDefaultPruneMethod = "magnitude";  // this build cannot calibrate
 #endif
 
-// Reads --dtype, budgets and (when `prune`) the pruning options into PackOptions. Without
-// --method, pruning uses `default_method`.
-PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool budgets, bool require_sparsity,
-                               const char* default_method = "magnitude") {
-  PackOptions o;
-  o.tool_version = ENDOR_VERSION;
-  if (r.count("dtype")) {
-    const std::string d = r["dtype"].as<std::string>();
-    if (d == "f16") o.dtype = ValueType::F16;
-    else if (d == "bf16") o.dtype = ValueType::BF16;
-    else if (d == "f32") o.dtype = ValueType::F32;
-    else throw UsageError("--dtype must be f16, bf16 or f32, got '" + d + "'");
-  }
-  if (budgets) {
-    if (r.count("gpu-mem")) o.budget.gpu_bytes = parse_size_option(r, "gpu-mem");
-    if (r.count("cpu-mem")) o.budget.cpu_bytes = parse_size_option(r, "cpu-mem");
-  }
-  if (!prune) return o;
+// One spelling of the quantization schemes on the command line (--quant, --quant-head).
+Quantization parse_quantization(const std::string& v, const char* flag) {
+  if (v == "none") return Quantization::None;
+  if (v == "int8") return Quantization::Int8;
+  if (v == "int4") return Quantization::Int4;
+  if (v == "int4k") return Quantization::Int4k;
+  if (v == "int8g") return Quantization::Int8g;
+  throw UsageError(std::string("--") + flag + " must be none, int8, int8g, int4 or int4k, got '" + v + "'");
+}
 
-  PruneSpec& p = o.prune;
-  p.method = r.count("method") ? r["method"].as<std::string>() : default_method;
-  if (p.method != "magnitude" && p.method != "wanda" && p.method != "sparsegpt" && p.method != "gptq")
-    throw UsageError("--method must be magnitude, wanda, sparsegpt or gptq, got '" + p.method + "'");
-#ifndef ENDOR_PACK_CALIBRATION
-  if (p.method != "magnitude")
-    throw Error("--method " + p.method + " needs calibration support, which this build lacks (runtime, tokenizer or LAPACK missing)");
-#endif
-  if (p.method == "magnitude") {
-    for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed"})
-      if (r.count(k))
-        throw UsageError(std::string("--") + k + " is for --method wanda|sparsegpt|gptq; magnitude pruning needs no data");
-  } else if (r.count("calib") && r.count("calib-ids")) {
-    throw UsageError("--calib and --calib-ids both given; calibration comes from one of them");
-  }
-
+// --pattern, --sparsity (and the default method's fallback when nothing is pruned), gptq's
+// no-pruning rule, --sparsity-ramp and --scope, in that order (the first error is the one reported).
+void parse_sparsity_options(const cxxopts::ParseResult& r, PruneSpec& p, bool require_sparsity) {
   const std::string pattern = r["pattern"].as<std::string>();
   std::smatch m;
   static const std::regex kNM(R"((\d{1,4}):(\d{1,4}))");
@@ -164,22 +142,15 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
   else if (scope == "matrix") p.scope = PruneScope::Matrix;
   else throw UsageError("--scope must be row or matrix, got '" + scope + "'");
 
-  const std::string quant = r["quant"].as<std::string>();
-  if (quant == "none") o.quant = Quantization::None;
-  else if (quant == "int8") o.quant = Quantization::Int8;
-  else if (quant == "int4") o.quant = Quantization::Int4;
-  else if (quant == "int4k") o.quant = Quantization::Int4k;
-  else if (quant == "int8g") o.quant = Quantization::Int8g;
-  else throw UsageError("--quant must be none, int8, int8g, int4 or int4k, got '" + quant + "'");
+}
+
+// --quant, --quant-head, --group-size, --int8, --act-order, --clip and --skip.
+void parse_quant_options(const cxxopts::ParseResult& r, PackOptions& o) {
+  const PruneSpec& p = o.prune;
+  o.quant = parse_quantization(r["quant"].as<std::string>(), "quant");
   if (p.method == "gptq" && o.quant == Quantization::None)
     throw UsageError("--method gptq needs --quant int8, int8g, int4 or int4k");
-  const std::string quant_head = r["quant-head"].as<std::string>();
-  if (quant_head == "none") o.quant_head = Quantization::None;
-  else if (quant_head == "int8") o.quant_head = Quantization::Int8;
-  else if (quant_head == "int4") o.quant_head = Quantization::Int4;
-  else if (quant_head == "int4k") o.quant_head = Quantization::Int4k;
-  else if (quant_head == "int8g") o.quant_head = Quantization::Int8g;
-  else throw UsageError("--quant-head must be none, int8, int8g, int4 or int4k, got '" + quant_head + "'");
+  o.quant_head = parse_quantization(r["quant-head"].as<std::string>(), "quant-head");
   // Groups of 32 for int4k and int8g (Q4_K's and Q8_0's), 128 for int4, whichever of --quant and
   // --quant-head asks (--quant first).
   const auto wants_32 = [](Quantization q) { return q == Quantization::Int4k || q == Quantization::Int8g; };
@@ -213,6 +184,45 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
       throw UsageError("--skip is not a valid regex: '" + o.skip_regex + "'");
     }
   }
+}
+
+// Reads --dtype, budgets and (when `prune`) the pruning options into PackOptions. Without
+// --method, pruning uses `default_method`.
+PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool budgets, bool require_sparsity,
+                               const char* default_method = "magnitude") {
+  PackOptions o;
+  o.tool_version = ENDOR_VERSION;
+  if (r.count("dtype")) {
+    const std::string d = r["dtype"].as<std::string>();
+    if (d == "f16") o.dtype = ValueType::F16;
+    else if (d == "bf16") o.dtype = ValueType::BF16;
+    else if (d == "f32") o.dtype = ValueType::F32;
+    else throw UsageError("--dtype must be f16, bf16 or f32, got '" + d + "'");
+  }
+  if (budgets) {
+    if (r.count("gpu-mem")) o.budget.gpu_bytes = parse_size_option(r, "gpu-mem");
+    if (r.count("cpu-mem")) o.budget.cpu_bytes = parse_size_option(r, "cpu-mem");
+  }
+  if (!prune) return o;
+
+  PruneSpec& p = o.prune;
+  p.method = r.count("method") ? r["method"].as<std::string>() : default_method;
+  if (p.method != "magnitude" && p.method != "wanda" && p.method != "sparsegpt" && p.method != "gptq")
+    throw UsageError("--method must be magnitude, wanda, sparsegpt or gptq, got '" + p.method + "'");
+#ifndef ENDOR_PACK_CALIBRATION
+  if (p.method != "magnitude")
+    throw Error("--method " + p.method + " needs calibration support, which this build lacks (runtime, tokenizer or LAPACK missing)");
+#endif
+  if (p.method == "magnitude") {
+    for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed"})
+      if (r.count(k))
+        throw UsageError(std::string("--") + k + " is for --method wanda|sparsegpt|gptq; magnitude pruning needs no data");
+  } else if (r.count("calib") && r.count("calib-ids")) {
+    throw UsageError("--calib and --calib-ids both given; calibration comes from one of them");
+  }
+
+  parse_sparsity_options(r, p, require_sparsity);
+  parse_quant_options(r, o);
   return o;
 }
 
