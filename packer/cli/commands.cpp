@@ -86,6 +86,15 @@ constexpr const char* kDefaultPruneMethod = "sparsegpt";
 constexpr const char* kDefaultPruneMethod = "magnitude";  // this build cannot calibrate
 #endif
 
+// --dtype (pack and export): the float type tensors are written in.
+ValueType parse_dtype_option(const cxxopts::ParseResult& r) {
+  const std::string d = r["dtype"].as<std::string>();
+  if (d == "f16") return ValueType::F16;
+  if (d == "bf16") return ValueType::BF16;
+  if (d == "f32") return ValueType::F32;
+  throw UsageError("--dtype must be f16, bf16 or f32, got '" + d + "'");
+}
+
 // One spelling of the quantization schemes on the command line (--quant, --quant-head).
 Quantization parse_quantization(const std::string& v, const char* flag) {
   if (v == "none") return Quantization::None;
@@ -192,13 +201,7 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
                                const char* default_method = "magnitude") {
   PackOptions o;
   o.tool_version = ENDOR_VERSION;
-  if (r.count("dtype")) {
-    const std::string d = r["dtype"].as<std::string>();
-    if (d == "f16") o.dtype = ValueType::F16;
-    else if (d == "bf16") o.dtype = ValueType::BF16;
-    else if (d == "f32") o.dtype = ValueType::F32;
-    else throw UsageError("--dtype must be f16, bf16 or f32, got '" + d + "'");
-  }
+  if (r.count("dtype")) o.dtype = parse_dtype_option(r);
   if (budgets) {
     if (r.count("gpu-mem")) o.budget.gpu_bytes = parse_size_option(r, "gpu-mem");
     if (r.count("cpu-mem")) o.budget.cpu_bytes = parse_size_option(r, "cpu-mem");
@@ -507,13 +510,7 @@ int run_export(int argc, char** argv) {
     o.target = *target;
     if (!r.count("output")) throw UsageError("missing -o OUT");
     const std::string out = r["output"].as<std::string>();
-    if (r.count("dtype")) {
-      const std::string d = r["dtype"].as<std::string>();
-      if (d == "f16") o.dtype = ValueType::F16;
-      else if (d == "bf16") o.dtype = ValueType::BF16;
-      else if (d == "f32") o.dtype = ValueType::F32;
-      else throw UsageError("--dtype must be f16, bf16 or f32, got '" + d + "'");
-    }
+    if (r.count("dtype")) o.dtype = parse_dtype_option(r);
     if (r.count("max-shard-size") && o.target == ExportTarget::Gguf)
       throw UsageError("--max-shard-size applies to hf and compressed-tensors, not gguf");
     o.max_shard_bytes = parse_size_option(r, "max-shard-size");

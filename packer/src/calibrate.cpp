@@ -339,6 +339,12 @@ int32_t self_calibration_start(const ModelConfig& c) {
 
 }  // namespace
 
+uint32_t self_calibration_batch(const ModelConfig& c, uint64_t n, uint64_t L) {
+  const uint64_t kv_per_sequence = kv_cache_bytes(c.n_layers, L, uint64_t(c.n_kv_heads) * c.head_dim, KvDtype::F16);
+  return uint32_t(std::clamp<uint64_t>(kSelfCalibKvBudget / std::max<uint64_t>(1, kv_per_sequence), 1,
+                                       std::min<uint64_t>(kSelfCalibMaxBatch, std::max<uint64_t>(1, n))));
+}
+
 // Throughput mode: co.self_batch sequences share each pass over the blocks.
 std::vector<int32_t> self_calibration_ids(Model& model, uint64_t n, uint64_t L, const CalibrationOptions& co,
                                           const PackCallbacks& cb) {
@@ -353,11 +359,7 @@ std::vector<int32_t> self_calibration_ids(Model& model, uint64_t n, uint64_t L, 
   so.top_p = co.self_top_p;
   so.seed = co.seed;
   BatchGenerationOptions bo;
-  const ModelConfig& c = model.config();
-  const uint64_t kv_per_sequence = kv_cache_bytes(c.n_layers, L, uint64_t(c.n_kv_heads) * c.head_dim, KvDtype::F16);
-  bo.batch = co.self_batch ? co.self_batch
-                           : uint32_t(std::clamp<uint64_t>(kSelfCalibKvBudget / std::max<uint64_t>(1, kv_per_sequence), 1,
-                                                           std::min<uint64_t>(kSelfCalibMaxBatch, std::max<uint64_t>(1, n))));
+  bo.batch = co.self_batch ? co.self_batch : self_calibration_batch(model.config(), n, L);
   // The text is sampled, not a reference: f16 keys and values halve the caches of a whole batch.
   const KvDtype kv_dtype = model.kv_dtype();
   model.set_kv_dtype(KvDtype::F16);

@@ -466,3 +466,17 @@ TEST_CASE("sparsegpt's updated weights: stored f16 from a bf16 checkpoint (withi
   }
   test::remove_tree(dir);
 }
+
+TEST_CASE("self-calibration's default batch: 128 sequences at most, as many as 1 GiB of f16 keys and values holds") {
+  ModelConfig c;
+  c.n_layers = 30;  // SmolLM2-135M: 3 KV heads of 64
+  c.n_kv_heads = 3;
+  c.head_dim = 64;
+  CHECK(self_calibration_batch(c, 128, 128) == 128);  // 128 x 2·30·128·192·2 B = 377 MB
+  CHECK(self_calibration_batch(c, 5, 128) == 5);      // never more than the sequences asked for
+  c.n_layers = 32;  // a 7 B Llama-2: 32 heads of 128, no GQA: 67 MB a sequence of 128 tokens
+  c.n_kv_heads = 32;
+  c.head_dim = 128;
+  CHECK(self_calibration_batch(c, 128, 128) == 16);
+  CHECK(self_calibration_batch(c, 128, 4096) == 1);  // one sequence over the budget still runs, alone
+}

@@ -415,6 +415,10 @@ struct CalibrationOptions {
 PackSummary pack_calibrated(const std::string& source_dir, const std::string& output_path,
                             const PackOptions&, const CalibrationOptions&, const PackCallbacks& = {});
 
+// The default self_batch: n sequences of L tokens, at most kSelfCalibMaxBatch at a time and as many
+// as kSelfCalibKvBudget of f16 keys and values holds (at least 1).
+uint32_t self_calibration_batch(const ModelConfig& config, uint64_t n, uint64_t L);
+
 class Model;
 // Self-generated calibration text (CalibrationOptions): n sequences of L tokens the model writes,
 // concatenated [n * L] in sequence order, each starting at the start token. Throws when L is
