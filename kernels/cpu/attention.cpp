@@ -1,6 +1,8 @@
 // Causal (optionally sliding-window) GQA attention over a [capacity, n_kv_heads, head_dim] cache,
-// numerically stable softmax in f32. Decode: parallel over (query, head) pairs; prefill: over (head,
-// block of 16 queries) with the dot products on the register-blocked dense_dot kernel.
+// numerically stable softmax in f32. Decode: parallel over (query, head) pairs; prefill under batch
+// invariance (the default): every query as decode computes it, parallel over queries; prefill
+// otherwise: over (head, block of 16 queries) with the dot products on the register-blocked
+// dense_dot kernel.
 
 #include <algorithm>
 #include <cmath>
@@ -182,6 +184,26 @@ void attention_decode(Context& ctx, const float* q, const float* k_cache, const 
   });
 }
 
+// Batch invariance (T >= 2, cpu::Options::batch_invariant): every query as a one-query call computes
+// it (attend_heads over its own keys, every head of the query in one task; a head's values do not
+// depend on which heads share its task), so a query's output does not depend on the other queries of
+// the call: a prompt prefilled whole, in chunks, or token by token gives the same values. f16 caches
+// are widened row by row as decode widens them. Queries are the parallel tasks.
+void attention_queries(Context& ctx, const float* q, const float* k_cache, const float* v_cache, const uint16_t* k16,
+                       const uint16_t* v16, size_t n_past, size_t n_tokens, const AttentionParams& p, float* out) {
+  const size_t hd = p.head_dim, n_heads = p.n_heads, group = n_heads / p.n_kv_heads;
+  const size_t kv_row = size_t(p.n_kv_heads) * hd, n_ctx = n_past + n_tokens;
+  float* scores = ctx.attn_scratch.floats(size_t(ctx.n_threads) * n_heads * n_ctx);
+  float* rows = k16 ? ctx.kv_k_scratch.floats(size_t(ctx.n_threads) * kv_row) : nullptr;  // a widened row per thread
+  const int threads = threads_for(uint64_t(n_tokens) * n_heads * n_ctx * hd, ctx.n_threads);
+  ctx.pool.run(int64_t(n_tokens), threads, [&](int64_t t, int thread) {
+    const size_t pos = n_past + size_t(t), lo = first_visible_key(pos, p.sliding_window);
+    attend_heads(q + size_t(t) * n_heads * hd, k_cache, v_cache, k16, v16, kv_row, group, lo, pos, hd, p.scale, 0,
+                 n_heads, scores + size_t(thread) * n_heads * n_ctx, out + size_t(t) * n_heads * hd,
+                 rows ? rows + size_t(thread) * kv_row : nullptr);
+  });
+}
+
 void check_params(const AttentionParams& p) {
   if (p.n_heads == 0 || p.n_kv_heads == 0 || p.head_dim == 0 || p.n_heads % p.n_kv_heads != 0)
     throw Error("attention: n_heads " + std::to_string(p.n_heads) + " must be a positive multiple of n_kv_heads " +
@@ -194,6 +216,8 @@ void attention(Context& ctx, const float* q, const float* k_cache, const float* 
                size_t n_tokens, const AttentionParams& p, float* out) {
   check_params(p);
   if (n_tokens == 0) return;
+  if (n_tokens >= 2 && ctx.options.batch_invariant)
+    return attention_queries(ctx, q, k_cache, v_cache, nullptr, nullptr, n_past, n_tokens, p, out);
   if (n_tokens >= 2) return attention_prefill(ctx, q, k_cache, v_cache, n_past, n_tokens, p, out);
   attention_decode(ctx, q, k_cache, v_cache, nullptr, nullptr, n_past, p, out);
 }
@@ -203,6 +227,8 @@ void attention_f16(Context& ctx, const float* q, const uint16_t* k_cache, const 
   check_params(p);
   if (n_tokens == 0) return;
   if (n_tokens == 1) return attention_decode(ctx, q, nullptr, nullptr, k_cache, v_cache, n_past, p, out);
+  if (ctx.options.batch_invariant)
+    return attention_queries(ctx, q, nullptr, nullptr, k_cache, v_cache, n_past, n_tokens, p, out);
   // Prefill: the rows it reads widened to f32 once per call, then the f32 prefill attention over
   // them: the same arithmetic on the cached values.
   const size_t n_ctx = n_past + n_tokens, kv_row = size_t(p.n_kv_heads) * p.head_dim;

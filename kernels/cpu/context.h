@@ -56,6 +56,7 @@ struct Context {
   ScratchBuffer half_x_scratch;  // f16 activations: x rounded to f16 (uint16 bits)
   ScratchBuffer kv_k_scratch;    // f16 KV cache: the keys attention reads, widened to f32
   ScratchBuffer kv_v_scratch;    // and the values
+  std::vector<uint8_t> half_ok;  // f16 activations: whether each token of the call fits f16
   std::vector<LinearGroupTask> group_tasks;  // linear_group's task list, reused between calls
   std::unique_ptr<OneDnnGemm> onednn;  // null when not built with oneDNN or gemm == Builtin
   ThreadPool pool;                     // n_threads threads (the caller's included) for every parallel loop

@@ -54,16 +54,33 @@ bool half_activations(const Context& ctx, const TensorView& w) {
          (w.layout.encoding == Encoding::Dense || w.layout.cols >= kHalfXMinCols);
 }
 
-// x[T, cols] rounded to f16 into ctx.half_x_scratch, or null when a value is not finite as an f16
-// (|x| > 65504, inf, NaN): that call keeps f32 x, which carries such values as they are.
+// x[T, cols] rounded to f16 into ctx.half_x_scratch, and ctx.half_ok[t] = whether token t's values
+// are all finite as f16 (|x| <= 65504, no inf, no NaN): a token that is not keeps f32 x, which
+// carries such values as they are. Null when no token fits, and off batch invariance when any
+// token does not fit (the whole call keeps f32 x then, as it did before per-token fallbacks).
 const uint16_t* round_into_scratch(Context& ctx, const float* x, size_t n_tokens, uint64_t cols) {
   const size_t n = n_tokens * cols;
   uint16_t* h = reinterpret_cast<uint16_t*>(ctx.half_x_scratch.floats((n + 1) / 2));
   narrow_to_half(x, h, n);
-  uint16_t top = 0;  // bit 15 set iff some exponent field is all ones (inf or NaN)
-  for (size_t i = 0; i < n; ++i) top |= uint16_t((h[i] & 0x7C00) + 0x0400);
-  return (top & 0x8000) ? nullptr : h;
+  ctx.half_ok.assign(n_tokens, 1);
+  bool all = true, any = false;
+  for (size_t t = 0; t < n_tokens; ++t) {
+    uint16_t top = 0;  // bit 15 set iff some exponent field is all ones (inf or NaN)
+    for (size_t i = t * cols; i < (t + 1) * cols; ++i) top |= uint16_t((h[i] & 0x7C00) + 0x0400);
+    ctx.half_ok[t] = !(top & 0x8000);
+    all = all && ctx.half_ok[t];
+    any = any || ctx.half_ok[t];
+  }
+  if (all) return h;
+  return ctx.options.batch_invariant && any ? h : nullptr;
 }
+
+// Tokens per fused kernel call: up to kMaxFusedTokens share each decoded weight, except under batch
+// invariance, where every token is its own call. The kernels' per-token arithmetic depends on the
+// token count of a call (how many accumulators a token gets, the one-token kernels of
+// weight_kernels_avx512_vnni*.cpp), so one token per call is what makes a row's result the one it
+// gets alone. The rows of a task stay in cache from one token to the next, as between blocks.
+size_t fused_block(const Context& ctx) { return ctx.options.batch_invariant ? 1 : kMaxFusedTokens; }
 
 // x quantized into ctx.act_scratch.
 QuantizedX quantize_into_scratch(Context& ctx, const float* x, size_t n_tokens, uint64_t cols) {
@@ -72,7 +89,7 @@ QuantizedX quantize_into_scratch(Context& ctx, const float* x, size_t n_tokens, 
 }
 
 // Prefill through the fused kernels: each task multiplies its rows by every block of <=
-// kMaxFusedTokens tokens in turn, so the rows are read from memory once and the later blocks find
+// fused_block() tokens in turn, so the rows are read from memory once and the later blocks find
 // them in L1/L2. Each (rows, token block) is the same kernel call as a separate linear() of that
 // block makes: y is bit-identical to running the blocks one by one.
 void linear_fused_q8(Context& ctx, const TensorView& w, const QuantizedX& qx, size_t n_tokens, float* y) {
@@ -80,28 +97,38 @@ void linear_fused_q8(Context& ctx, const TensorView& w, const QuantizedX& qx, si
   const size_t chunk = rows_per_task(rows, ctx.n_threads);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
   const WeightKernels& k = *ctx.kernels;
+  const size_t block = fused_block(ctx);
   ctx.pool.run(n_chunks, threads_for(rows * cols * n_tokens, ctx.n_threads), [&](int64_t b, int) {
     const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
-    for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens)
-      k.dot_rows_q8(w, r0, r1, qx.token(t0), std::min(kMaxFusedTokens, n_tokens - t0), y + t0 * rows, rows);
+    for (size_t t0 = 0; t0 < n_tokens; t0 += block)
+      k.dot_rows_q8(w, r0, r1, qx.token(t0), std::min(block, n_tokens - t0), y + t0 * rows, rows);
   });
 }
 
-// XT: float, or uint16_t for x rounded to f16 (half_activations).
-template <typename XT>
-void linear_fused(Context& ctx, const TensorView& w, const XT* x, size_t n_tokens, float* y) {
+// Rows [r0, r1) of w times tokens [0, n_tokens) of x (f32) or of xh (x rounded to f16; null: f32
+// for every token), in blocks of fused_block() tokens. half_ok[t] false: token t keeps f32 x (a
+// block is then one token, as under batch invariance, the only case where xh has such tokens).
+void dot_rows_blocks(const Context& ctx, const TensorView& w, uint64_t r0, uint64_t r1, const float* x,
+                     const uint16_t* xh, size_t n_tokens, float* y) {
+  const uint64_t rows = w.layout.rows, cols = w.layout.cols;
+  const WeightKernels& k = *ctx.kernels;
+  const size_t block = fused_block(ctx);
+  for (size_t t0 = 0; t0 < n_tokens; t0 += block) {
+    const size_t nt = std::min(block, n_tokens - t0);
+    if (xh && ctx.half_ok[t0]) k.dot_rows_hx(w, r0, r1, xh + t0 * cols, cols, nt, y + t0 * rows, rows);
+    else k.dot_rows(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
+  }
+}
+
+// xh: x rounded to f16 (half_activations), or null.
+void linear_fused(Context& ctx, const TensorView& w, const float* x, const uint16_t* xh, size_t n_tokens, float* y) {
   const uint64_t rows = w.layout.rows, cols = w.layout.cols;
   const size_t chunk = rows_per_task(rows, ctx.n_threads);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
-  const WeightKernels& k = *ctx.kernels;
   // Token blocks as linear_fused_q8's: a task's rows stay in cache from one block to the next.
   ctx.pool.run(n_chunks, threads_for(rows * cols * n_tokens, ctx.n_threads), [&](int64_t b, int) {
     const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
-    for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
-      const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
-      if constexpr (std::is_same_v<XT, uint16_t>) k.dot_rows_hx(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
-      else k.dot_rows(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
-    }
+    dot_rows_blocks(ctx, w, r0, r1, x, xh, n_tokens, y);
   });
 }
 
@@ -175,7 +202,8 @@ size_t default_gemm_min_tokens(const TensorLayout& L) {
 
 LinearPath choose_linear_path(const Context& ctx, const TensorLayout& layout, size_t n_tokens) {
   if (ctx.options.linear_path != LinearPath::Auto) return ctx.options.linear_path;
-  if (n_tokens <= kFusedMaxTokens) return LinearPath::Fused;
+  // Batch invariance: every row through the fused kernels, one token a call (fused_block).
+  if (n_tokens <= kFusedMaxTokens || ctx.options.batch_invariant) return LinearPath::Fused;
   const size_t gemm_min = ctx.options.gemm_min_tokens ? ctx.options.gemm_min_tokens : default_gemm_min_tokens(layout);
   if (n_tokens >= gemm_min) return LinearPath::PanelGemm;
   return fused_blocks_pay(ctx, layout) ? LinearPath::Fused : LinearPath::RowDecode;
@@ -203,17 +231,17 @@ void linear(Context& ctx, const TensorView& w, const float* x, size_t n_tokens, 
   // (the same function).
   const uint16_t* xh = half_activations(ctx, w) ? round_into_scratch(ctx, x, n_tokens, w.layout.cols) : nullptr;
   if (xh && path != LinearPath::Fused && path != LinearPath::Auto) {
-    const size_t n = n_tokens * w.layout.cols;
-    float* xr = ctx.xhat_scratch.floats(n);
-    widen_half(xh, xr, n);
+    const size_t cols = w.layout.cols;
+    float* xr = ctx.xhat_scratch.floats(n_tokens * cols);
+    for (size_t t = 0; t < n_tokens; ++t) {  // a token beyond f16 keeps its f32 x
+      if (ctx.half_ok[t]) widen_half(xh + t * cols, xr + t * cols, cols);
+      else std::copy(x + t * cols, x + (t + 1) * cols, xr + t * cols);
+    }
     x = xr;
   }
   switch (path) {
     case LinearPath::Auto:
-    case LinearPath::Fused:
-      if (xh) linear_fused(ctx, w, xh, n_tokens, y);
-      else linear_fused(ctx, w, x, n_tokens, y);
-      break;
+    case LinearPath::Fused: linear_fused(ctx, w, x, xh, n_tokens, y); break;
     case LinearPath::RowDecode: linear_row_decode(ctx, w, x, n_tokens, y); break;
     case LinearPath::PanelGemm: linear_panel_gemm(ctx, w, x, n_tokens, y); break;
   }
@@ -253,17 +281,16 @@ void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const floa
   bool any_half = false;
   for (size_t i = 0; i < n_jobs; ++i) any_half = any_half || half_activations(ctx, *jobs[i].w);
   const uint16_t* xh = any_half ? round_into_scratch(ctx, x, n_tokens, jobs[0].w->layout.cols) : nullptr;
-  // Token blocks of <= kMaxFusedTokens as in linear_fused: a task's rows stay in cache between them.
+  // Token blocks of fused_block() as in linear_fused: a task's rows stay in cache between them.
+  const size_t block = fused_block(ctx);
   ctx.pool.run(n_tasks, threads_for(work, ctx.n_threads), [&](int64_t i, int) {
     const LinearGroupTask& t = tasks[size_t(i)];
-    const uint64_t rows = t.job->w->layout.rows, cols = t.job->w->layout.cols;
-    const bool q8 = int8_activations(ctx, *t.job->w), hx = xh && half_activations(ctx, *t.job->w);
-    for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
-      const size_t nt = std::min(kMaxFusedTokens, n_tokens - t0);
-      float* y = t.job->y + t0 * rows;
-      if (q8) k.dot_rows_q8(*t.job->w, t.r0, t.r1, qx.token(t0), nt, y, rows);
-      else if (hx) k.dot_rows_hx(*t.job->w, t.r0, t.r1, xh + t0 * cols, cols, nt, y, rows);
-      else k.dot_rows(*t.job->w, t.r0, t.r1, x + t0 * cols, cols, nt, y, rows);
+    const uint64_t rows = t.job->w->layout.rows;
+    if (int8_activations(ctx, *t.job->w)) {
+      for (size_t t0 = 0; t0 < n_tokens; t0 += block)
+        k.dot_rows_q8(*t.job->w, t.r0, t.r1, qx.token(t0), std::min(block, n_tokens - t0), t.job->y + t0 * rows, rows);
+    } else {
+      dot_rows_blocks(ctx, *t.job->w, t.r0, t.r1, x, half_activations(ctx, *t.job->w) ? xh : nullptr, n_tokens, t.job->y);
     }
     if (const float* b = t.job->bias)
       for (size_t tok = 0; tok < n_tokens; ++tok)
