@@ -13,6 +13,10 @@ void add_placement_options(cxxopts::Options& options) {
     ("exact", "CPU: multiply every weight by the f32 activations exactly (default: int8/int4 weights take "
               "activations quantized to int8 per 32 values, dense f16/bf16 ones and bitmap ones over 4096 "
               "columns wide activations rounded to f16; bench/ACCURACY.md has the cost)")
+    ("no-batch-invariance", "CPU: the fast path for prompts and batches: long prompts through a GEMM and blocked "
+                            "attention, up to 8 tokens per weight decode (default: each sequence computed exactly "
+                            "as alone, so its greedy ids do not depend on the batch, the prompt's chunking or "
+                            "--threads; docs/serve.md has the cost)")
     ("kv-dtype", "KV cache storage: f32, or f16 (half the memory; CPU device only; attention widens the "
                  "cached values back to f32)", cxxopts::value<std::string>()->default_value("f32"))
     ("device", "cpu, cuda or auto (cuda when this build and machine have it)",
@@ -44,7 +48,8 @@ void check_placement_options(const cxxopts::ParseResult& args) {
 
 Compute open_compute(const cxxopts::ParseResult& args) {
   Compute c;
-  c.backend = make_backend(args["device"].as<std::string>(), threads_option(args), args.count("exact") > 0);
+  c.backend = make_backend(args["device"].as<std::string>(), threads_option(args), args.count("exact") > 0,
+                           args.count("no-batch-invariance") == 0);
   if (args.count("gpu-mem") && !is_cuda_device(*c.backend))
     throw Error("--gpu-mem needs the CUDA device, but this run uses " + c.backend->name());
   c.kv_dtype = parse_kv_dtype(args["kv-dtype"].as<std::string>());

@@ -1,5 +1,5 @@
 // The placement and compute options endor-infer and endor-serve share (--device, --threads, --exact,
-// --kv-dtype, --gpu-mem, --cpu-mem, --prefetch, --disk-io): their declaration, their checks, the
+// --no-batch-invariance, --kv-dtype, --gpu-mem, --cpu-mem, --prefetch, --disk-io): their declaration, their checks, the
 // backend they open and the tiered placement (runtime/offload) they make.
 #pragma once
 
@@ -23,7 +23,7 @@ void add_placement_options(cxxopts::Options& options);
 // known, --prefetch in [1, 64], the memory sizes parse. Throws UsageError (endor/cli_common.h).
 void check_placement_options(const cxxopts::ParseResult& args);
 
-// The backend of --device/--threads/--exact and the KV dtype of --kv-dtype, checked against each
+// The backend of --device/--threads/--exact/--no-batch-invariance and the KV dtype of --kv-dtype, checked against each
 // other (--gpu-mem needs CUDA, f16 KV needs a backend that has it, cufile must be available).
 // Throws endor::Error.
 struct Compute {

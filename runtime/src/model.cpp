@@ -96,10 +96,11 @@ std::vector<std::string> available_devices() {
   return devices;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, bool exact) {
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, bool exact, bool batch_invariant) {
   cpu::Options cpu_options;
   cpu_options.n_threads = n_threads;
   cpu_options.exact = exact;
+  cpu_options.batch_invariant = batch_invariant;
   if (device == "cpu") return make_cpu_backend(cpu_options);
 #ifdef ENDOR_RUNTIME_CUDA
   if (device == "cuda" || device == "auto") {

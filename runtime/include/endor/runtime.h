@@ -34,7 +34,12 @@ namespace endor {
 // cpu::Options::exact). The CUDA backend ignores it: its fused kernels (up to 8 tokens) multiply f32
 // activations, its decode-then-GEMM path rounds them to the weight's 16-bit type. Throws when
 // the device is unknown or absent.
-std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, bool exact = false);
+// batch_invariant (CPU; cpu::Options::batch_invariant): each row computed as it is alone, so a
+// sequence's results do not depend on what is batched with it, on its prompt's chunking or on
+// n_threads. endor-infer and endor-serve turn it on (their --no-batch-invariance off); off here, the
+// fast path, for the packer's calibration and other library callers that run one sequence.
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, bool exact = false,
+                                      bool batch_invariant = false);
 // Devices make_backend can open here: {"cpu"}, plus "cuda" when built with CUDA and a device exists.
 std::vector<std::string> available_devices();
 
