@@ -87,10 +87,12 @@ def save_checkpoint(spec: ModelSpec, model, folder: Path) -> None:
         to_hub_style_config(folder)
 
 
-def load_f32(folder: Path, dtype: torch.dtype):
-    """Loads like a user would (native dtype), then converts to float32 for the references."""
+def load_f32(folder: Path, dtype: torch.dtype, moe: bool = False):
+    """Loads like a user would (native dtype), then converts to float32 for the references. MoE
+    models run their experts eagerly (a loop over experts, index_add_ in expert order)."""
+    extra = {"experts_implementation": "eager"} if moe else {}
     model, info = AutoModelForCausalLM.from_pretrained(
-        str(folder), dtype=dtype, attn_implementation="eager", output_loading_info=True)
+        str(folder), dtype=dtype, attn_implementation="eager", output_loading_info=True, **extra)
     for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
         assert not info.get(key), f"{folder.name}: {key} {info.get(key)}"
     return model.float().eval()
@@ -137,7 +139,8 @@ def config_summary(model) -> dict:
             "num_key_value_heads", "head_dim", "intermediate_size", "ffn_dim", "word_embed_proj_dim",
             "do_layer_norm_before", "max_position_embeddings", "rms_norm_eps", "sliding_window",
             "use_sliding_window", "tie_word_embeddings", "bos_token_id", "eos_token_id",
-            "pad_token_id", "hidden_act", "activation_function", "attention_bias"]
+            "pad_token_id", "hidden_act", "activation_function", "attention_bias", "num_experts",
+            "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob"]
     summary = {"architecture": type(model).__name__}
     for k in keys:
         if hasattr(c, k):
@@ -195,6 +198,8 @@ def to_json(obj, indent: str = "") -> str:
 def make_model(spec: ModelSpec, tokenizer, out_dir: Path) -> dict:
     torch.manual_seed(spec.seed)
     spec.config._attn_implementation = "eager"
+    if spec.extra.get("moe"):
+        spec.config._experts_implementation = "eager"
     model = spec.model_cls(copy.deepcopy(spec.config)).eval()
     randomize_parameters(model, spec.seed)
 
@@ -219,7 +224,7 @@ def make_model(spec: ModelSpec, tokenizer, out_dir: Path) -> dict:
     with torch.no_grad():
         for p in expected.parameters():
             p.copy_(p.to(spec.dtype).float())
-    loaded = load_f32(tmp, spec.dtype)
+    loaded = load_f32(tmp, spec.dtype, bool(spec.extra.get("moe")))
     exp_sd, got_sd = expected.state_dict(), loaded.state_dict()
     assert exp_sd.keys() == got_sd.keys()
     for k in exp_sd:

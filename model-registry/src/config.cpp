@@ -1,4 +1,5 @@
-// config.json -> ModelConfig for OPT and the Llama family (Llama 1/2/3, Mistral, Qwen2, Qwen3), with
+// config.json -> ModelConfig for OPT and the Llama family (Llama 1/2/3, Mistral, Qwen2, Qwen3, Qwen3-MoE,
+// Mixtral), with
 // the defaults transformers' config classes apply when a key is absent. The one config.json parser:
 // endor-pack and the runtime both call parse_model_config.
 #include <cmath>
@@ -84,6 +85,8 @@ constexpr KnownFamily kFamilies[] = {
     {"mistral", "MistralForCausalLM", "MistralModel"},
     {"qwen2", "Qwen2ForCausalLM", "Qwen2Model"},
     {"qwen3", "Qwen3ForCausalLM", "Qwen3Model"},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeModel"},
+    {"mixtral", "MixtralForCausalLM", "MixtralModel"},
 };
 
 std::string family_list(bool classes) {
@@ -200,6 +203,35 @@ void parse_opt(const ConfigReader& r, ModelConfig& c) {
   if (act != "relu") r.fail("activation_function \"" + act + "\" is not supported (only relu)");
 }
 
+// Qwen3-MoE and Mixtral: the experts of every block. A Qwen3-MoE config whose blocks are not all
+// MoE (decoder_sparse_step > 1, or mlp_only_layers) is refused: Endor's blocks share one layout.
+void parse_moe(const ConfigReader& r, ModelConfig& c) {
+  const bool qwen3_moe = c.model_type == "qwen3_moe";
+  if (!qwen3_moe && c.model_type != "mixtral") return;
+  const char* experts_key = qwen3_moe && r.has("num_experts") ? "num_experts" : "num_local_experts";
+  c.n_experts = r.count(experts_key);
+  c.top_k = r.count("num_experts_per_tok");
+  if (c.top_k > c.n_experts)
+    r.fail("num_experts_per_tok " + std::to_string(c.top_k) + " is more than " + experts_key + " " +
+           std::to_string(c.n_experts));
+  if (qwen3_moe) {
+    c.moe_intermediate = r.count("moe_intermediate_size");
+    c.norm_topk_prob = r.flag_or("norm_topk_prob", false);  // Qwen3MoeConfig's default
+    if (r.count_or("decoder_sparse_step", 1) != 1)
+      r.fail("decoder_sparse_step " + std::to_string(r.count("decoder_sparse_step")) +
+             " mixes dense and MoE blocks, which is not supported (only 1: every block MoE)");
+    if (r.has("mlp_only_layers")) {
+      const nlohmann::json& dense = r.cfg["mlp_only_layers"];
+      if (!dense.is_array()) r.fail("\"mlp_only_layers\" must be a list of layer indices");
+      if (!dense.empty())
+        r.fail("mlp_only_layers " + dense.dump() + " mixes dense and MoE blocks, which is not supported (only [])");
+    }
+  } else {
+    c.moe_intermediate = c.intermediate;  // Mixtral's experts are intermediate_size wide
+    c.norm_topk_prob = true;              // MixtralTopKRouter always renormalizes
+  }
+}
+
 void parse_llama(const ConfigReader& r, ModelConfig& c) {
   c.arch = Architecture::Llama;
   c.hidden = r.count("hidden_size");
@@ -209,6 +241,7 @@ void parse_llama(const ConfigReader& r, ModelConfig& c) {
   c.n_kv_heads = r.count_or("num_key_value_heads", c.n_heads);
   if (c.n_heads % c.n_kv_heads != 0)
     r.fail("num_attention_heads must be a multiple of num_key_value_heads");
+  const bool qwen3 = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
   if (c.model_type == "qwen3") {
     c.head_dim = r.count_or("head_dim", 128);  // Qwen3Config's default, not hidden / heads
   } else {
@@ -232,14 +265,16 @@ void parse_llama(const ConfigReader& r, ModelConfig& c) {
   } else {
     c.qkv_bias = c.o_bias = r.flag_or("attention_bias", false);
   }
-  c.qk_norm = c.model_type == "qwen3";  // Qwen3Attention: q_norm/k_norm over each head's head_dim
+  c.qk_norm = qwen3;  // Qwen3(Moe)Attention: q_norm/k_norm over each head's head_dim
   c.mlp_bias = r.flag_or("mlp_bias", false);
   c.inv_freq = rope_inv_freq(r, c.head_dim, c);
 
   // Sliding windows: Mistral applies sliding_window to every layer; Qwen2 and Qwen3 per layer_types
   // (or, in older files, use_sliding_window and layers >= max_window_layers).
   c.sliding_window.assign(c.n_layers, 0);
-  if (c.model_type == "mistral") {
+  if (c.model_type == "qwen3_moe" && r.flag_or("use_sliding_window", false))
+    r.fail("use_sliding_window true is not supported for qwen3_moe");
+  if (c.model_type == "mistral" || c.model_type == "mixtral") {
     const uint32_t w = r.count_or("sliding_window", 0);
     c.sliding_window.assign(c.n_layers, w);
   } else if (c.model_type == "qwen2" || c.model_type == "qwen3") {
@@ -262,6 +297,7 @@ void parse_llama(const ConfigReader& r, ModelConfig& c) {
       for (uint32_t i = first; i < c.n_layers; ++i) c.sliding_window[i] = w;
     }
   }
+  parse_moe(r, c);
 }
 
 }  // namespace

@@ -17,19 +17,20 @@ using Group = TensorRole::Group;
 // One module of a family's table: where it lives, its name relative to that place, its shapes.
 struct ModuleRow {
   Module module;
-  const char* name;              // relative to the model prefix (embed/head) or the block prefix
+  std::string name;              // relative to the model prefix (embed/head) or the block prefix
   std::vector<uint64_t> weight;  // shape of ".weight"; empty: the module has none
   bool weight_required;
   std::vector<uint64_t> bias;    // shape of ".bias"; empty: the family lists none
   bool bias_required;
   const char* gguf;              // llama.cpp's part name; nullptr: none
   bool gguf_bias;                // the bias has a llama.cpp name too
+  int32_t expert = -1;           // an MoE expert's Gate/Up/Down: its index
 };
 
 struct FamilyTable {
   std::string model_prefix;      // "model." or "model.decoder."
   std::vector<ModuleRow> embed, block, head;
-  std::vector<Module> linears;   // block Linears, in execution order
+  std::vector<Module> linears;   // block Linears, in execution order (an MoE block: every expert's, expert by expert)
 };
 
 FamilyTable opt_table(const ModelConfig& c) {
@@ -57,6 +58,27 @@ FamilyTable opt_table(const ModelConfig& c) {
   return t;
 }
 
+// An MoE block's MLP: the router, then each expert's gate, up and down (transformers' names:
+// Qwen3-MoE "mlp.gate" and "mlp.experts.E.{gate,up,down}_proj", Mixtral "block_sparse_moe.gate" and
+// "block_sparse_moe.experts.E.{w1,w3,w2}"). llama.cpp stacks the experts (ffn_*_exps), which has no
+// per-expert name here: GGUF MoE files are not read or written.
+void add_experts(const ModelConfig& c, FamilyTable& t) {
+  const uint64_t H = c.hidden, E = c.n_experts, I = c.moe_intermediate;
+  const bool mixtral = c.model_type == "mixtral";
+  const std::string base = mixtral ? "block_sparse_moe." : "mlp.";
+  t.block.push_back({Module::Router, base + "gate", {E, H}, true, {}, false, nullptr, false});
+  const char* gate = mixtral ? "w1" : "gate_proj";
+  const char* up = mixtral ? "w3" : "up_proj";
+  const char* down = mixtral ? "w2" : "down_proj";
+  for (uint32_t e = 0; e < c.n_experts; ++e) {
+    const std::string prefix = base + "experts." + std::to_string(e) + ".";
+    const int32_t x = int32_t(e);
+    t.block.push_back({Module::Gate, prefix + gate, {I, H}, true, {}, false, nullptr, false, x});
+    t.block.push_back({Module::Up, prefix + up, {I, H}, true, {}, false, nullptr, false, x});
+    t.block.push_back({Module::Down, prefix + down, {H, I}, true, {}, false, nullptr, false, x});
+  }
+}
+
 // Llama, Mistral, Qwen2 and Qwen3. Biases the config does not promise are listed as optional
 // (shape-checked when a checkpoint has them); only Qwen2's q/k/v biases have llama.cpp names.
 FamilyTable llama_table(const ModelConfig& c) {
@@ -76,12 +98,17 @@ FamilyTable llama_table(const ModelConfig& c) {
   }
   t.block.push_back({Module::O, "self_attn.o_proj", {H, q}, true, {H}, c.o_bias, "attn_output", false});
   t.block.push_back({Module::MlpNorm, "post_attention_layernorm", {H}, true, {}, false, "ffn_norm", false});
-  t.block.push_back({Module::Gate, "mlp.gate_proj", {I, H}, true, {I}, c.mlp_bias, "ffn_gate", false});
-  t.block.push_back({Module::Up, "mlp.up_proj", {I, H}, true, {I}, c.mlp_bias, "ffn_up", false});
-  t.block.push_back({Module::Down, "mlp.down_proj", {H, I}, true, {H}, c.mlp_bias, "ffn_down", false});
+  t.linears = {Module::Q, Module::K, Module::V, Module::O};
+  if (c.moe()) {
+    add_experts(c, t);
+  } else {
+    t.block.push_back({Module::Gate, "mlp.gate_proj", {I, H}, true, {I}, c.mlp_bias, "ffn_gate", false});
+    t.block.push_back({Module::Up, "mlp.up_proj", {I, H}, true, {I}, c.mlp_bias, "ffn_up", false});
+    t.block.push_back({Module::Down, "mlp.down_proj", {H, I}, true, {H}, c.mlp_bias, "ffn_down", false});
+    t.linears.insert(t.linears.end(), {Module::Gate, Module::Up, Module::Down});
+  }
   t.head = {{Module::FinalNorm, "norm", {H}, true, {}, false, "output_norm", false},
             {Module::LmHead, "lm_head", {V, H}, !c.tie_word_embeddings, {}, false, "output", false}};
-  t.linears = {Module::Q, Module::K, Module::V, Module::O, Module::Gate, Module::Up, Module::Down};
   return t;
 }
 
@@ -96,7 +123,9 @@ TensorRole classify_tensor(const std::string& name, const std::vector<uint64_t>&
     const std::string digits = m[2].str();
     r.layer = digits.size() > 9 ? UINT32_MAX : uint32_t(std::stoul(digits));
     const bool weight = name.size() >= 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-    r.prunable = weight && shape.size() == 2;
+    static const std::regex kRouter(R"(\.(mlp|block_sparse_moe)\.gate\.weight$)");
+    r.router = weight && std::regex_search(name, kRouter);
+    r.prunable = weight && shape.size() == 2 && !r.router;
     return r;
   }
   const bool tokens = name.find("embed_tokens.") != std::string::npos;
@@ -125,13 +154,13 @@ bool is_rotary_buffer(const std::string& name) {
 ModelTensors::ModelTensors(const ModelConfig& config) : config_(config) {
   const FamilyTable t = config.arch == Architecture::Opt ? opt_table(config) : llama_table(config);
   uint32_t rank = 0;
-  std::map<Module, uint32_t> rank_of;
+  std::map<std::pair<Module, int32_t>, uint32_t> rank_of;  // (module, expert)
   for (const auto* rows : {&t.embed, &t.block, &t.head})
-    for (const ModuleRow& row : *rows) rank_of[row.module] = rank++;
+    for (const ModuleRow& row : *rows) rank_of[{row.module, row.expert}] = rank++;
   // One module's bias, then its weight: the (group, layer, rank, name) order endor-pack writes.
   auto add_module = [&](const ModuleRow& row, Group group, uint32_t layer, const std::string& prefix,
                         const std::string& gguf_prefix) {
-    const std::string base = row.module == Module::LmHead ? std::string(row.name) : prefix + row.name;
+    const std::string base = row.module == Module::LmHead ? row.name : prefix + row.name;
     auto add = [&](bool bias, const std::vector<uint64_t>& shape, bool required, bool gguf) {
       TensorSpec s;
       s.name = base + (bias ? ".bias" : ".weight");
@@ -140,12 +169,13 @@ ModelTensors::ModelTensors(const ModelConfig& config) : config_(config) {
       s.bias = bias;
       s.group = group;
       s.layer = layer;
-      s.rank = rank_of[row.module];
+      s.expert = row.expert;
+      s.rank = rank_of[{row.module, row.expert}];
       s.required = required;
-      s.linear = !bias && group == Group::Layer && shape.size() == 2;
+      s.linear = !bias && group == Group::Layer && shape.size() == 2 && row.module != Module::Router;
       if (row.gguf && gguf) s.gguf_name = gguf_prefix + row.gguf + (bias ? ".bias" : ".weight");
       by_name_[s.name] = specs_.size();
-      by_module_[{s.module, s.layer, s.bias}] = specs_.size();
+      by_module_[{s.module, s.layer, s.expert, s.bias}] = specs_.size();
       if (!s.gguf_name.empty()) by_gguf_[s.gguf_name] = specs_.size();
       specs_.push_back(std::move(s));
     };
@@ -159,7 +189,9 @@ ModelTensors::ModelTensors(const ModelConfig& config) : config_(config) {
   for (const ModuleRow& row : t.head) add_module(row, Group::Head, 0, t.model_prefix, "");
   for (Module m : t.linears)
     for (const ModuleRow& row : t.block)
-      if (row.module == m) linears_.push_back({row.name, m, row.weight[0], row.weight[1]});
+      if (row.module == m) linears_.push_back({row.name, m, -1, row.weight[0], row.weight[1]});
+  for (const ModuleRow& row : t.block)  // an MoE block's experts, in execution order
+    if (row.expert >= 0) linears_.push_back({row.name, row.module, row.expert, row.weight[0], row.weight[1]});
 }
 
 std::string ModelTensors::block_prefix(uint32_t layer) const {
@@ -176,12 +208,13 @@ const TensorSpec* ModelTensors::find_gguf(const std::string& name) const {
   return it == by_gguf_.end() ? nullptr : &specs_[it->second];
 }
 
-const TensorSpec& ModelTensors::get(Module module, uint32_t layer, bool bias) const {
+const TensorSpec& ModelTensors::get(Module module, uint32_t layer, bool bias, int32_t expert) const {
   const bool block = module >= Module::AttnNorm && module < Module::FinalNorm;
-  const auto it = by_module_.find({module, block ? layer : 0, bias});
+  const auto it = by_module_.find({module, block ? layer : 0, expert, bias});
   if (it != by_module_.end()) return specs_[it->second];
   throw Error("model registry: a " + config_.model_type + " model has no such tensor (module " +
-              std::to_string(int(module)) + (bias ? " bias" : " weight") + ", block " + std::to_string(layer) + ")");
+              std::to_string(int(module)) + (bias ? " bias" : " weight") + ", block " + std::to_string(layer) +
+              (expert >= 0 ? ", expert " + std::to_string(expert) : std::string()) + ")");
 }
 
 bool ModelTensors::has(Module module) const {

@@ -332,6 +332,11 @@ int run_pack(const char* cmd, int argc, char** argv) {
     if (s.source_grid_tensors)
       std::fprintf(stderr, "note: %llu tensors keep the GGUF's own Q4_0/Q4_1/Q4_K/Q8_0 codes and scales (not re-rounded)\n",
                    (unsigned long long)s.source_grid_tensors);
+    if (s.experts_under)
+      std::fprintf(stderr, "note: %llu experts under %llu calibration tokens (of %llu): %s instead of %s (docs/moe.md)\n",
+                   (unsigned long long)s.experts_under, (unsigned long long)s.min_expert_tokens,
+                   (unsigned long long)s.experts, o.prune.method == "gptq" ? "rounded to nearest" : "pruned by magnitude",
+                   o.prune.method.c_str());
     std::printf("wrote %s: %s, %.1f%% of the %s source; %llu tensors (%llu %s) in %.1f s\n", out.c_str(),
                 format_bytes(s.file_bytes).c_str(), s.source_bytes ? 100.0 * double(s.file_bytes) / double(s.source_bytes) : 0.0,
                 format_bytes(s.source_bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.pruned_tensors,

@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "detail.h"
@@ -474,6 +475,9 @@ struct BlockCalibrator {
   SpilledTensors& spilled;
   const uint64_t S, L;
   PhaseSeconds seconds;
+  std::map<std::string, uint64_t> tokens;  // the current block's Linears: calibration tokens seen
+  uint64_t experts = 0, experts_under = 0;  // MoE experts calibrated, and those under co.min_expert_tokens
+  std::set<std::string> counted;  // the current block's experts already counted
 
   void calibrate(uint32_t l) {
     const std::map<std::string, TensorTreatment> treatments = block_treatments(l);
@@ -517,9 +521,13 @@ struct BlockCalibrator {
   // The dense pass: every window through block l, its Linears' inputs into their statistics.
   LinearInputStats gather_statistics(uint32_t l, const std::map<std::string, TensorTreatment>& treatments) {
     LinearInputStats stats(o.prune.method == "wanda");
+    tokens.clear();
+    counted.clear();
     const Model::LinearInputHook hook = [&](uint32_t, const std::string& linear, const float* x, size_t n,
                                             size_t in) {
-      if (treatments.count(linear)) stats.add(linear, x, n, in);
+      if (!treatments.count(linear)) return;
+      stats.add(linear, x, n, in);
+      tokens[linear] += n;
     };
     const auto t = Clock::now();
     for (uint64_t s = 0; s < S; ++s) {  // one window per call
@@ -529,6 +537,35 @@ struct BlockCalibrator {
     stats.flush();
     seconds.stats += seconds_since(t);
     return stats;
+  }
+
+  // An MoE expert's Linear ("mlp.experts.3.up_proj") routed under co.min_expert_tokens tokens in
+  // all windows; counts each expert (its gate, the first of its Linears seen) once.
+  bool few_expert_tokens(const std::string& linear) {
+    const size_t at = linear.find("experts.");
+    if (at == std::string::npos) return false;
+    const auto it = tokens.find(linear);
+    const bool few = it == tokens.end() || it->second < co.min_expert_tokens;
+    const std::string expert = linear.substr(0, linear.find('.', at + 8));
+    if (counted.insert(expert).second) {
+      experts += 1;
+      experts_under += few;
+    }
+    return few;
+  }
+
+  // The fallback of an expert with too few tokens: magnitude pruning as `endor-pack prune --method
+  // magnitude` does it (row, matrix or N:M; none for gptq), then pack's encoding (--quant rounds to nearest).
+  EncodedTensor magnitude_linear(float* w, uint64_t rows, uint64_t cols, const pruning::SparsityTarget& target,
+                                 const TensorTreatment& tr) const {
+    const PruneSpec& spec = o.prune;
+    if (spec.structured()) {
+      magnitude_prune_n_m(w, rows, cols, spec.n, spec.m);
+    } else if (target.ratio > 0.0) {
+      if (spec.scope == PruneScope::Matrix) magnitude_prune_matrix(w, rows, cols, target.ratio);
+      else magnitude_prune_rows(w, rows, cols, target.ratio);
+    }
+    return encode_for_pack(w, {rows, cols}, tr.value_type, stored_group_size(tr.value_type, o), tr.int4_params);
   }
 
   // Prunes (and encodes) each treated Linear of block l and lends it to the model; returns the
@@ -559,8 +596,12 @@ struct BlockCalibrator {
       p.name = name;
       p.original = view->info;
       const auto t = Clock::now();
-      p.enc = prune_linear(w.data(), rows, cols, stats.wanda(linear), stats.hessian(linear), target, spec, o,
-                           tr->second);
+      if (few_expert_tokens(linear)) {
+        p.enc = magnitude_linear(w.data(), rows, cols, target, tr->second);
+      } else {
+        p.enc = prune_linear(w.data(), rows, cols, stats.wanda(linear), stats.hessian(linear), target, spec, o,
+                             tr->second);
+      }
       seconds.prune += seconds_since(t);
       stats.release(linear);  // a Hessian's n_in² floats go with its last Linear
       if (co.on_pruned) co.on_pruned(name, w.data(), rows, cols);
@@ -680,6 +721,11 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     if (cb.on_progress) cb.on_progress(progress);
   }
   if (cb.on_note) cb.on_note(blocks.seconds.note(spec.method));
+  nlohmann::json provenance = calibration_provenance(co, S, L, ids);
+  if (blocks.experts > 0)
+    provenance["experts"] = {{"calibrated", blocks.experts - blocks.experts_under},
+                             {"under_min_tokens", blocks.experts_under}, {"min_tokens", co.min_expert_tokens},
+                             {"fallback", spec.method == "gptq" ? "round to nearest" : "magnitude"}};
   // Free the runtime's buffers, the temporary model and the activations before the output pass.
   acts.reset();
   model.reset();
@@ -688,7 +734,11 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   ck.reset();
 
   // 4. The output, through the normal packer path (the calibrated Linears come from `spilled`).
-  return pack_checkpoint_with_pruner(source_dir, output_path, o, &spilled, cb, calibration_provenance(co, S, L, ids));
+  PackSummary summary = pack_checkpoint_with_pruner(source_dir, output_path, o, &spilled, cb, provenance);
+  summary.experts = blocks.experts;
+  summary.experts_under = blocks.experts_under;
+  summary.min_expert_tokens = co.min_expert_tokens;
+  return summary;
 }
 
 }  // namespace endor

@@ -246,7 +246,9 @@ ValueType default_value_type(SafetensorsDType t) {
 
 TensorTreatment plan_treatment(const CheckpointTensor& t, const PackOptions& o) {
   TensorTreatment tr;
-  tr.value_type = o.dtype ? *o.dtype : default_value_type(t.dtype);
+  // An MoE router keeps the source's dtype whatever --dtype says: its logits pick the experts, and
+  // a rounded router can send a token to other experts (docs/moe.md).
+  tr.value_type = o.dtype && !t.role.router ? *o.dtype : default_value_type(t.dtype);
   bool in_scope = t.role.prunable;
   if (in_scope && !o.skip_regex.empty()) in_scope = !std::regex_search(t.name, std::regex(o.skip_regex));
   tr.prune = in_scope && o.prune.active();

@@ -1,7 +1,10 @@
 // Llama-family forward pass (modeling_llama.py): Llama 1/2/3, Mistral, Qwen2 and Qwen3 differ only by
 // config (GQA, head_dim, RoPE scaling, sliding windows, q/k/v/o/MLP biases, Qwen3's per-head q/k
-// RMSNorm). Tensor names and shapes come from the model registry.
+// RMSNorm); Qwen3-MoE and Mixtral replace the MLP by routed SwiGLU experts (moe_mlp). Tensor names
+// and shapes come from the model registry.
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "block_model.h"
 
@@ -19,7 +22,41 @@ struct LlamaLayer {
   float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
   float *q_norm = nullptr, *k_norm = nullptr;  // [head_dim] (Qwen3), else null
   AttentionParams attention;
+  // MoE blocks (gate/up/down above stay null): the router [E, H] and each expert's SwiGLU.
+  const Weight* router = nullptr;
+  std::vector<const Weight*> expert_gate, expert_up, expert_down;  // [E] of [I, H], [I, H], [H, I]
 };
+
+// One token's share of an expert: its row in the call and its routing weight.
+struct ExpertToken {
+  uint32_t row = 0;
+  float weight = 0.0f;
+};
+
+// Routing of n tokens from their router logits [n, E] (host), as transformers' TopKRouter does:
+// probabilities softmax(logits) in f32, the top_k largest (the lower expert first on a tie), divided
+// by their sum when `normalize`. Returns per expert its tokens in row order.
+std::vector<std::vector<ExpertToken>> route_tokens(const float* logits, size_t n, uint32_t n_experts,
+                                                   uint32_t top_k, bool normalize) {
+  std::vector<std::vector<ExpertToken>> by_expert(n_experts);
+  std::vector<float> p(n_experts);
+  std::vector<uint32_t> order(n_experts);
+  for (size_t t = 0; t < n; ++t) {
+    const float* x = logits + t * n_experts;
+    const float mx = *std::max_element(x, x + n_experts);
+    float sum = 0.0f;
+    for (uint32_t e = 0; e < n_experts; ++e) sum += p[e] = std::exp(x[e] - mx);
+    for (uint32_t e = 0; e < n_experts; ++e) p[e] /= sum;
+    std::iota(order.begin(), order.end(), 0u);
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](uint32_t a, uint32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float kept = 0.0f;
+    for (uint32_t j = 0; j < top_k; ++j) kept += p[order[j]];
+    for (uint32_t j = 0; j < top_k; ++j)
+      by_expert[order[j]].push_back({uint32_t(t), normalize ? p[order[j]] / kept : p[order[j]]});
+  }
+  return by_expert;
+}
 
 class LlamaModel final : public BlockModel {
  public:
@@ -28,13 +65,23 @@ class LlamaModel final : public BlockModel {
 
  private:
   // kKRaw: k before its per-head norm (Qwen3), [n, kv_dim].
-  enum Slot : size_t { kNormed = kFirstArchSlot, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits, kKRaw };
+  // kRouter, kExpertIn, kExpertOut: an MoE block's router logits [n, E], an expert's gathered input
+  // rows [m, H] and its output rows [m, H].
+  enum Slot : size_t {
+    kNormed = kFirstArchSlot, kQ, kAttn, kProj, kGate, kUp, kAct, kLogits, kKRaw, kRouter, kExpertIn, kExpertOut
+  };
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
   void run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) override;
   void attention_qkv(const LlamaLayer& L, BlockRows& rows, const float* h, float* q, float* attn, float* k_new,
                      float* v_new);
+  void dense_mlp(uint32_t l, const LlamaLayer& L, const BlockRows& rows, const float* h, float* out,
+                 const LinearInputHook* hook);
+  void moe_mlp(uint32_t l, const LlamaLayer& L, const float* h, size_t n, float* out, const LinearInputHook* hook);
+  void run_expert(uint32_t l, const LlamaLayer& L, uint32_t e, const float* h, const std::vector<ExpertToken>& tokens,
+                  float* out, std::vector<uint8_t>& written, const LinearInputHook* hook);
+  void load_experts(LlamaLayer& L, uint32_t layer, uint64_t& bytes);
   const float* run_head(const float* x, size_t rows) override;
-  const Weight** linear_slot(uint32_t layer, Module module) override;
+  const Weight** linear_slot(uint32_t layer, Module module, int32_t expert) override;
   size_t kv_dim() const override { return size_t(config_.n_kv_heads) * config_.head_dim; }
   const char* arch_name() const override { return "Llama"; }
 
@@ -43,6 +90,7 @@ class LlamaModel final : public BlockModel {
   float* final_norm_ = nullptr;      // [H]
   std::vector<LlamaLayer> layers_;
   RopeParams rope_;
+  std::vector<float> router_host_;  // an MoE block's router logits, downloaded for routing
 };
 
 LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, Backend& backend,
@@ -81,10 +129,14 @@ LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, B
     }
     if (c.o_bias) L.o_bias = vec(Module::O, i, true);
     L.mlp_norm = vec(Module::MlpNorm, i);
-    L.gate = matrix(Module::Gate, i);
-    L.up = matrix(Module::Up, i);
-    L.down = matrix(Module::Down, i);
-    if (c.mlp_bias) {
+    if (c.moe()) {
+      load_experts(L, i, bytes);
+    } else {
+      L.gate = matrix(Module::Gate, i);
+      L.up = matrix(Module::Up, i);
+      L.down = matrix(Module::Down, i);
+    }
+    if (c.mlp_bias && !c.moe()) {
       L.gate_bias = vec(Module::Gate, i, true);
       L.up_bias = vec(Module::Up, i, true);
       L.down_bias = vec(Module::Down, i, true);
@@ -109,21 +161,37 @@ LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, B
   rope_.attention_factor = 1.0f;
 }
 
+// An MoE block's router and experts. A token reads the router and top_k of the n_experts experts:
+// decode_bytes_per_token_ counts that share of the experts' bytes.
+void LlamaModel::load_experts(LlamaLayer& L, uint32_t layer, uint64_t& bytes) {
+  const ModelConfig& c = config_;
+  const TensorSpec& router = spec(Module::Router, layer);
+  L.router = &store_.matrix(router);
+  bytes += store_.encoded_bytes(router.name);
+  uint64_t expert_bytes = 0;
+  for (uint32_t e = 0; e < c.n_experts; ++e) {
+    const int32_t x = int32_t(e);
+    for (auto [m, into] : {std::pair{Module::Gate, &L.expert_gate}, {Module::Up, &L.expert_up}, {Module::Down, &L.expert_down}}) {
+      const TensorSpec& s = tensors_.get(m, layer, false, x);
+      into->push_back(&store_.matrix(s));
+      expert_bytes += store_.encoded_bytes(s.name);
+    }
+  }
+  bytes += expert_bytes * c.top_k / c.n_experts;
+}
+
 void LlamaModel::run_embed(const int32_t* ids, size_t n, size_t /*n_past*/, float* x) {
   backend_.embed(*embed_, ids, n, x);
 }
 
 void LlamaModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) {
   const ModelConfig& c = config_;
-  const size_t n = rows.n, H = c.hidden, I = c.intermediate;
+  const size_t n = rows.n, H = c.hidden;
   const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
   float* h = scratch_.get(kNormed, n * H);
   float* q = scratch_.get(kQ, n * q_dim);
   float* attn = scratch_.get(kAttn, n * q_dim);
   float* proj = scratch_.get(kProj, n * H);
-  float* gate = scratch_.get(kGate, n * I);
-  float* up = scratch_.get(kUp, n * I);
-  float* act = scratch_.get(kAct, n * I);
   const LlamaLayer& L = layers_[l];
   const BlockResidency resident(store_, L.group);  // streamed blocks: weights in place until scope end
   // New keys/values: the cache rows [n_past, n_past + n) (one sequence) or scratch.
@@ -141,13 +209,13 @@ void LlamaModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearI
   linear_rows(rows, *L.o, attn, L.o_bias, proj);
   backend_.add_rms_norm(x, proj, L.mlp_norm, c.norm_eps, n, H, h);  // x += o_proj; h = mlp norm of x
 
-  hook_caller_(hook, l, linear_name(Module::Gate), h, n, H);
-  hook_caller_(hook, l, linear_name(Module::Up), h, n, H);
-  const Backend::LinearTarget gate_up[] = {{L.gate, L.gate_bias, gate}, {L.up, L.up_bias, up}};
-  linear_group_rows(rows, gate_up, 2, h);
-  backend_.silu_mul(gate, up, n * I, act);
-  hook_caller_(hook, l, linear_name(Module::Down), act, n, I);
-  linear_rows(rows, *L.down, act, L.down_bias, proj);
+  if (c.moe()) {
+    // Each range of rows that shares a Linear call routes on its own: a prompt's tokens meet the
+    // same expert calls as when it runs alone.
+    for (const RowRange& r : rows.linear_calls) moe_mlp(l, L, h + r.row * H, r.n, proj + r.row * H, hook);
+  } else {
+    dense_mlp(l, L, rows, h, proj, hook);
+  }
   // Inside the forward loop the next block's input norm joins this add (one launch less a block on
   // a device); its norm weights are always resident (WeightStore::vector), streamed blocks or not.
   if (!hook && l + 1 < c.n_layers) {
@@ -155,6 +223,83 @@ void LlamaModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearI
     rows.next_input_normed = true;
   } else {
     backend_.add(x, proj, n * H);
+  }
+}
+
+// The SwiGLU MLP of block l on its normed input h [rows.n, H] -> out [rows.n, H].
+void LlamaModel::dense_mlp(uint32_t l, const LlamaLayer& L, const BlockRows& rows, const float* h, float* out,
+                           const LinearInputHook* hook) {
+  const size_t n = rows.n, H = config_.hidden, I = config_.intermediate;
+  float* gate = scratch_.get(kGate, n * I);
+  float* up = scratch_.get(kUp, n * I);
+  float* act = scratch_.get(kAct, n * I);
+  hook_caller_(hook, l, linear_name(Module::Gate), h, n, H);
+  hook_caller_(hook, l, linear_name(Module::Up), h, n, H);
+  const Backend::LinearTarget gate_up[] = {{L.gate, L.gate_bias, gate}, {L.up, L.up_bias, up}};
+  linear_group_rows(rows, gate_up, 2, h);
+  backend_.silu_mul(gate, up, n * I, act);
+  hook_caller_(hook, l, linear_name(Module::Down), act, n, I);
+  linear_rows(rows, *L.down, act, L.down_bias, out);
+}
+
+// The MoE MLP of block l on n normed rows h [n, H] -> out [n, H]: the router's logits come to the
+// host, which picks each token's experts (route_tokens); then every expert that has tokens runs once
+// on its tokens' rows (decode: only the chosen experts run; prefill: the tokens grouped by expert),
+// and each token's output row is the sum of its experts' outputs times their weights, added expert by
+// expert in expert order as transformers' index_add_. Only Backend ops (linear, copy, scale, add,
+// silu_mul), so every backend runs it as is.
+void LlamaModel::moe_mlp(uint32_t l, const LlamaLayer& L, const float* h, size_t n, float* out,
+                         const LinearInputHook* hook) {
+  const ModelConfig& c = config_;
+  float* logits = scratch_.get(kRouter, n * c.n_experts);
+  backend_.linear(*L.router, h, n, nullptr, logits);
+  router_host_.resize(n * c.n_experts);
+  backend_.download(router_host_.data(), logits, n * c.n_experts);
+  const std::vector<std::vector<ExpertToken>> routed =
+      route_tokens(router_host_.data(), n, c.n_experts, c.top_k, c.norm_topk_prob);
+  std::vector<uint8_t> written(n, 0);  // a row's first expert output is copied, later ones added
+  for (uint32_t e = 0; e < c.n_experts; ++e)
+    if (!routed[e].empty()) run_expert(l, L, e, h, routed[e], out, written, hook);
+}
+
+// Expert e on its tokens' rows of h: gathered (a run of consecutive rows in one copy), gate/up,
+// SiLU·up, down, then each output row scaled by the token's weight into out. The calibration hook
+// sees exactly the rows routed to this expert.
+void LlamaModel::run_expert(uint32_t l, const LlamaLayer& L, uint32_t e, const float* h,
+                            const std::vector<ExpertToken>& tokens, float* out, std::vector<uint8_t>& written,
+                            const LinearInputHook* hook) {
+  const size_t H = config_.hidden, I = config_.moe_intermediate, m = tokens.size();
+  float* x = scratch_.get(kExpertIn, m * H);
+  float* gate = scratch_.get(kGate, m * I);
+  float* up = scratch_.get(kUp, m * I);
+  float* act = scratch_.get(kAct, m * I);
+  float* y = scratch_.get(kExpertOut, m * H);
+  for (size_t j = 0; j < m;) {
+    size_t run = 1;
+    while (j + run < m && tokens[j + run].row == tokens[j].row + run) ++run;
+    backend_.copy(x + j * H, h + size_t(tokens[j].row) * H, run * H);
+    j += run;
+  }
+  const int32_t x_id = int32_t(e);
+  if (hook) {
+    hook_caller_(hook, l, linear_name(Module::Gate, x_id), x, m, H);
+    hook_caller_(hook, l, linear_name(Module::Up, x_id), x, m, H);
+  }
+  const Backend::LinearTarget gate_up[] = {{L.expert_gate[e], nullptr, gate}, {L.expert_up[e], nullptr, up}};
+  backend_.linear_group(gate_up, 2, x, m);
+  backend_.silu_mul(gate, up, m * I, act);
+  if (hook) hook_caller_(hook, l, linear_name(Module::Down, x_id), act, m, I);
+  backend_.linear(*L.expert_down[e], act, m, nullptr, y);
+  for (size_t j = 0; j < m; ++j) {
+    float* row = y + j * H;
+    float* dst = out + size_t(tokens[j].row) * H;
+    backend_.scale(row, tokens[j].weight, H);
+    if (written[tokens[j].row]) {
+      backend_.add(dst, row, H);
+    } else {
+      backend_.copy(dst, row, H);
+      written[tokens[j].row] = 1;
+    }
   }
 }
 
@@ -184,8 +329,14 @@ const float* LlamaModel::run_head(const float* x, size_t rows) {
   return out;
 }
 
-const Weight** LlamaModel::linear_slot(uint32_t layer, Module module) {
+const Weight** LlamaModel::linear_slot(uint32_t layer, Module module, int32_t expert) {
   LlamaLayer& L = layers_[layer];
+  if (expert >= 0 && uint32_t(expert) < L.expert_gate.size()) {
+    if (module == Module::Gate) return &L.expert_gate[size_t(expert)];
+    if (module == Module::Up) return &L.expert_up[size_t(expert)];
+    if (module == Module::Down) return &L.expert_down[size_t(expert)];
+  }
+  if (expert >= 0) throw Error(store_.path() + ": a Llama block has no such expert Linear");
   switch (module) {
     case Module::Q: return &L.q;
     case Module::K: return &L.k;

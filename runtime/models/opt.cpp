@@ -33,7 +33,7 @@ class OptModel final : public BlockModel {
   void run_embed(const int32_t* ids, size_t n, size_t n_past, float* x) override;
   void run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInputHook* hook) override;
   const float* run_head(const float* cur, size_t rows) override;
-  const Weight** linear_slot(uint32_t layer, Module module) override;
+  const Weight** linear_slot(uint32_t layer, Module module, int32_t expert) override;
   size_t kv_dim() const override { return config_.hidden; }
   const char* arch_name() const override { return "OPT"; }
 
@@ -205,7 +205,7 @@ const float* OptModel::run_head(const float* cur, size_t rows) {
   return out;
 }
 
-const Weight** OptModel::linear_slot(uint32_t layer, Module module) {
+const Weight** OptModel::linear_slot(uint32_t layer, Module module, int32_t /*expert: OPT has none*/) {
   OptLayer& L = layers_[layer];
   switch (module) {
     case Module::Q: return &L.q;

@@ -6,9 +6,9 @@ BlockModel::BlockModel(const ModelConfig& config, const ContainerReader& contain
                        WeightProvider* provider)
     : Model(config, backend), tensors_(config_), store_(container, backend, provider), scratch_(backend) {}
 
-const char* BlockModel::linear_name(Module module) const {
+const char* BlockModel::linear_name(Module module, int32_t expert) const {
   for (const BlockLinear& l : tensors_.block_linears())
-    if (l.module == module) return l.name.c_str();
+    if (l.module == module && l.expert == expert) return l.name.c_str();
   throw Error(store_.path() + ": a " + config_.model_type + " block has no such Linear");
 }
 
@@ -219,7 +219,7 @@ void BlockModel::replace_block_weight(uint32_t layer, const std::string& linear,
     if (linear != l.name) continue;
     const std::string what = store_.path() + ": replacement for " + tensors_.block_prefix(layer) + linear;
     replaced_.push_back(prepare_replacement(backend_, view, l.rows, l.cols, what));
-    *linear_slot(layer, l.module) = replaced_.back().get();
+    *linear_slot(layer, l.module, l.expert) = replaced_.back().get();
     return;
   }
   throw Error(store_.path() + ": no Linear \"" + linear + "\" in a block of this " + arch_name() + " model");

@@ -80,13 +80,15 @@ class BlockModel : public Model {
   // x [rows, hidden] (backend) -> logits [rows, vocab] (backend memory, a scratch slot valid until
   // the next call). x may be any scratch buffer.
   virtual const float* run_head(const float* x, size_t rows) = 0;
-  // Where the model keeps Linear `module` of block `layer` (one of tensors_.block_linears()).
-  virtual const Weight** linear_slot(uint32_t layer, Module module) = 0;
+  // Where the model keeps Linear `module` of block `layer` (one of tensors_.block_linears(); of
+  // expert `expert` for an MoE block's experts, else -1).
+  virtual const Weight** linear_slot(uint32_t layer, Module module, int32_t expert) = 0;
   virtual size_t kv_dim() const = 0;          // width of one key/value row
   virtual const char* arch_name() const = 0;  // "Llama", "OPT" (error messages)
 
-  // The registry's name of a block Linear ("self_attn.q_proj"): what the calibration hook reports.
-  const char* linear_name(Module module) const;
+  // The registry's name of a block Linear ("self_attn.q_proj", "mlp.experts.3.up_proj"): what the
+  // calibration hook reports.
+  const char* linear_name(Module module, int32_t expert = -1) const;
   // The registry's spec of a tensor (block `layer` for block tensors): its canonical name and shape.
   const TensorSpec& spec(Module module, uint32_t layer = 0, bool bias = false) const {
     return tensors_.get(module, layer, bias);

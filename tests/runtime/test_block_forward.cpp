@@ -49,16 +49,38 @@ void check_blocks_match_forward(Model& m) {
   std::vector<float> hidden(n * c.hidden);
   m.embed(ids.data(), n, hidden.data());
   std::vector<std::string> seen;
-  for (uint32_t l = 0; l < c.n_layers; ++l)
+  for (uint32_t l = 0; l < c.n_layers; ++l) {
+    size_t expert_rows = 0;  // an MoE block: the rows its experts' gates see, n·top_k in all
     m.forward_block(l, hidden.data(), n, [&](uint32_t layer, const std::string& name, const float* x,
                                              size_t rows, size_t in) {
       CHECK(layer == l);
-      CHECK(rows == n);
       CHECK(x != nullptr);
-      CHECK((in == c.hidden || in == c.intermediate || in == size_t(c.n_heads) * c.head_dim));
+      const bool expert = name.find(".experts.") != std::string::npos;
+          if (expert) {  // only the tokens routed to it
+        CHECK(rows >= 1);
+        CHECK(rows <= n);
+        if (name.find("gate_proj") != std::string::npos || name.find(".w1") != std::string::npos) expert_rows += rows;
+      } else {
+        CHECK(rows == n);
+      }
+      CHECK((in == c.hidden || in == c.intermediate || in == c.moe_intermediate ||
+             in == size_t(c.n_heads) * c.head_dim));
       if (l == 0) seen.push_back(name);
     });
-  CHECK(seen == m.block_linear_names());
+    if (c.moe()) CHECK(expert_rows == n * c.top_k);
+  }
+  if (c.moe()) {  // the experts that received tokens, in block_linear_names' order
+    const std::vector<std::string> all = m.block_linear_names();
+    size_t at = 0;
+    for (const std::string& name : seen) {
+      while (at < all.size() && all[at] != name) ++at;
+      INFO(name, " is out of order or unknown");
+      CHECK(at < all.size());
+    }
+    CHECK(seen.size() > 4 + 3);  // q, k, v, o and more than one expert
+  } else {
+    CHECK(seen == m.block_linear_names());
+  }
   std::vector<float> got;
   m.head(hidden.data(), n, got);
   REQUIRE(got.size() == want.size());
@@ -70,9 +92,10 @@ void check_blocks_match_forward(Model& m) {
 
 }  // namespace
 
-TEST_CASE("embed + forward_block over all layers + head == forward (Llama and OPT fixtures)") {
+TEST_CASE("embed + forward_block over all layers + head == forward (Llama, MoE and OPT fixtures)") {
   TempDir dir;
-  for (const char* model : {"llama-tiny", "qwen2-tiny", "qwen3-tiny", "opt-tiny", "opt-postln-proj"}) {
+  for (const char* model :
+       {"llama-tiny", "qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny", "mixtral-tiny", "opt-tiny", "opt-postln-proj"}) {
     CAPTURE(model);
     Loaded l = load(pack_fixture(dir, model));
     check_blocks_match_forward(*l.model);

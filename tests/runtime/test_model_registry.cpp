@@ -50,7 +50,7 @@ TEST_CASE("registry: the family needs architectures[0] and model_type to agree")
   std::string e = error_of(c);
   CHECK(e.find("m/config.json: architectures[0] names a llama model but model_type is 'qwen2'") == 0);
   c["model_type"] = "gpt2";
-  CHECK(error_of(c).find("unsupported architecture 'gpt2' (model_type; supported: opt, llama, mistral, qwen2, qwen3)") !=
+  CHECK(error_of(c).find("unsupported architecture 'gpt2' (model_type; supported: opt, llama, mistral, qwen2, qwen3, qwen3_moe, mixtral)") !=
         std::string::npos);
   c = llama_config();
   c["architectures"] = {"GPT2LMHeadModel"};
@@ -212,4 +212,116 @@ TEST_CASE("registry: Qwen3 has per-head q/k norms, its own head_dim and llama.cp
   q["sliding_window"] = 8;
   q["max_window_layers"] = 1;
   CHECK(parse_model_config(q, "m").sliding_window == std::vector<uint32_t>{0, 8});
+}
+
+namespace {
+json qwen3_moe_config() {
+  json q = llama_config();
+  q["architectures"] = {"Qwen3MoeForCausalLM"};
+  q["model_type"] = "qwen3_moe";
+  q["num_experts"] = 5;
+  q["num_experts_per_tok"] = 3;
+  q["moe_intermediate_size"] = 40;
+  q["norm_topk_prob"] = true;
+  q["decoder_sparse_step"] = 1;
+  q["mlp_only_layers"] = json::array();
+  return q;
+}
+}  // namespace
+
+TEST_CASE("registry: Qwen3-MoE lists a router and every expert's gate/up/down as block Linears") {
+  const ModelConfig c = parse_model_config(qwen3_moe_config(), "m");
+  CHECK(c.moe());
+  CHECK(c.n_experts == 5);
+  CHECK(c.top_k == 3);
+  CHECK(c.moe_intermediate == 40);
+  CHECK(c.norm_topk_prob);
+  CHECK(c.qk_norm);
+  CHECK(c.head_dim == 16);  // Qwen3MoeAttention: hidden / heads when head_dim is absent
+  const ModelTensors t(c);
+  const TensorSpec& router = t.get(Module::Router, 1);
+  CHECK(router.name == "model.layers.1.mlp.gate.weight");
+  CHECK(router.shape == std::vector<uint64_t>{5, 64});
+  CHECK(router.required);
+  CHECK_FALSE(router.linear);  // never pruned
+  CHECK(router.gguf_name.empty());
+  const TensorSpec& up3 = t.get(Module::Up, 1, false, 3);
+  CHECK(up3.name == "model.layers.1.mlp.experts.3.up_proj.weight");
+  CHECK(up3.shape == std::vector<uint64_t>{40, 64});
+  CHECK(up3.expert == 3);
+  CHECK(up3.linear);
+  CHECK(t.get(Module::Down, 0, false, 4).shape == std::vector<uint64_t>{64, 40});
+  CHECK(t.find("model.layers.0.mlp.gate_proj.weight") == nullptr);  // no dense MLP
+  CHECK_THROWS_AS(t.get(Module::Gate, 0), Error);
+  // Execution order: attention, the router, then expert by expert (gate, up, down).
+  CHECK(t.get(Module::O, 0).rank < router.rank);
+  CHECK(router.rank < t.get(Module::Gate, 0, false, 0).rank);
+  CHECK(t.get(Module::Down, 0, false, 0).rank < t.get(Module::Gate, 0, false, 1).rank);
+  CHECK(t.get(Module::Down, 0, false, 3).rank < t.get(Module::Gate, 0, false, 4).rank);
+  // Block Linears: q, k, v, o, then 5 x (gate, up, down); the router is not one.
+  const std::vector<BlockLinear>& lin = t.block_linears();
+  REQUIRE(lin.size() == 4 + 15);
+  CHECK(lin[4].name == "mlp.experts.0.gate_proj");
+  CHECK(lin[4].expert == 0);
+  CHECK(lin[18].name == "mlp.experts.4.down_proj");
+  CHECK(lin[18].rows == 64);
+  CHECK(lin[18].cols == 40);
+  CHECK_FALSE(gguf_family(c));  // GGUF MoE: not read or written yet
+  // The router is neither prunable nor quantized by name either (checkpoint tensors are classified by name).
+  const TensorRole role = classify_tensor("model.layers.0.mlp.gate.weight", {5, 64});
+  CHECK(role.router);
+  CHECK_FALSE(role.prunable);
+  CHECK(classify_tensor("model.layers.0.mlp.experts.2.gate_proj.weight", {40, 64}).prunable);
+  CHECK_FALSE(classify_tensor("model.layers.0.mlp.gate_proj.weight", {40, 64}).router);
+  CHECK(classify_tensor("model.layers.0.block_sparse_moe.gate.weight", {8, 64}).router);
+}
+
+TEST_CASE("registry: Qwen3-MoE configs the runtime cannot run are refused in one line") {
+  json q = qwen3_moe_config();
+  q.erase("num_experts");
+  q["num_local_experts"] = 5;  // transformers 5 writes this name
+  CHECK(parse_model_config(q, "m").n_experts == 5);
+  q["num_experts_per_tok"] = 6;
+  CHECK(error_of(q) == "m/config.json: num_experts_per_tok 6 is more than num_local_experts 5");
+  q = qwen3_moe_config();
+  q["decoder_sparse_step"] = 2;
+  CHECK(error_of(q).find("m/config.json: decoder_sparse_step 2 mixes dense and MoE blocks") == 0);
+  q = qwen3_moe_config();
+  q["mlp_only_layers"] = {0};
+  CHECK(error_of(q).find("m/config.json: mlp_only_layers [0] mixes dense and MoE blocks") == 0);
+  q = qwen3_moe_config();
+  q.erase("moe_intermediate_size");
+  CHECK(error_of(q) == "m/config.json: missing \"moe_intermediate_size\"");
+  q = qwen3_moe_config();
+  q.erase("norm_topk_prob");
+  CHECK_FALSE(parse_model_config(q, "m").norm_topk_prob);  // Qwen3MoeConfig's default
+  q["use_sliding_window"] = true;
+  CHECK(error_of(q).find("use_sliding_window true is not supported for qwen3_moe") != std::string::npos);
+}
+
+TEST_CASE("registry: Mixtral's block_sparse_moe experts w1/w3/w2, always renormalized top-k") {
+  json m = llama_config();
+  m["architectures"] = {"MixtralForCausalLM"};
+  m["model_type"] = "mixtral";
+  m["num_local_experts"] = 4;
+  m["num_experts_per_tok"] = 2;
+  m["sliding_window"] = 16;
+  const ModelConfig c = parse_model_config(m, "m");
+  CHECK(c.n_experts == 4);
+  CHECK(c.top_k == 2);
+  CHECK(c.moe_intermediate == 128);  // intermediate_size is each expert's
+  CHECK(c.norm_topk_prob);
+  CHECK_FALSE(c.qk_norm);
+  CHECK(c.sliding_window == std::vector<uint32_t>{16, 16});  // as Mistral: every layer
+  const ModelTensors t(c);
+  CHECK(t.get(Module::Router, 0).name == "model.layers.0.block_sparse_moe.gate.weight");
+  CHECK(t.get(Module::Gate, 1, false, 2).name == "model.layers.1.block_sparse_moe.experts.2.w1.weight");
+  CHECK(t.get(Module::Up, 1, false, 2).name == "model.layers.1.block_sparse_moe.experts.2.w3.weight");
+  CHECK(t.get(Module::Down, 1, false, 2).name == "model.layers.1.block_sparse_moe.experts.2.w2.weight");
+  CHECK(t.get(Module::Down, 1, false, 2).shape == std::vector<uint64_t>{64, 128});
+  CHECK(t.block_linears().size() == 4 + 12);
+  m["num_experts_per_tok"] = 5;
+  CHECK(error_of(m) == "m/config.json: num_experts_per_tok 5 is more than num_local_experts 4");
+  m["num_experts_per_tok"] = 0;
+  CHECK(error_of(m).find("\"num_experts_per_tok\" must be an integer in [1, 16777216]") != std::string::npos);
 }

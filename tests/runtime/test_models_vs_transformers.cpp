@@ -155,6 +155,8 @@ TEST_CASE("llama3-rope: Llama-3 rope_scaling, hub-style config") { check_fixture
 TEST_CASE("mistral-tiny: sliding window 4") { check_fixture("mistral-tiny"); }
 TEST_CASE("qwen2-tiny: q/k/v biases, tied") { check_fixture("qwen2-tiny"); }
 TEST_CASE("qwen3-tiny: per-head q/k RMSNorm, head_dim 24 != 64/4, untied") { check_fixture("qwen3-tiny"); }
+TEST_CASE("qwen3-moe-tiny: 5 experts, top-3, unnormalized top-k, f32 router") { check_fixture("qwen3-moe-tiny"); }
+TEST_CASE("mixtral-tiny: 4 experts, top-2 renormalized, w1/w2/w3 experts") { check_fixture("mixtral-tiny"); }
 TEST_CASE("llama-sharded: a checkpoint in several shards") { check_fixture("llama-sharded"); }
 
 TEST_CASE("perplexity over ids equals the value from transformers' logits") {

@@ -3,8 +3,9 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          OPTConfig, OPTForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, OPTConfig, OPTForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 VOCAB = 512
 MAX_POS = 128
@@ -102,6 +103,21 @@ SPECS = [
               _llama_family(Qwen3Config, num_key_value_heads=2, head_dim=24, intermediate_size=96,
                             rope_theta=1000000.0, use_sliding_window=False),
               torch.float32, "llama3", seed=612),
+    ModelSpec("qwen3-moe-tiny", "Qwen3-MoE: 5 experts (odd), top-3 routing, norm_topk_prob false, "
+              "moe_intermediate 40 (a partial int4 group in down_proj), router mlp.gate [5, 64] kept "
+              "float32 in every variant, q/k norms, head_dim 24, GQA 4/2; float32 checkpoint",
+              Qwen3MoeForCausalLM,
+              _llama_family(Qwen3MoeConfig, num_key_value_heads=2, head_dim=24, intermediate_size=96,
+                            moe_intermediate_size=40, num_experts=5, num_experts_per_tok=3,
+                            norm_topk_prob=False, rope_theta=1000000.0, use_sliding_window=False),
+              torch.float32, "llama3", seed=701, extra={"moe": True}),
+    ModelSpec("mixtral-tiny", "Mixtral: 4 experts, top-2 routing (renormalized), experts "
+              "block_sparse_moe.experts.E.w1/w2/w3 of intermediate 48, router block_sparse_moe.gate "
+              "kept float32 in every variant, GQA 4/2; float32 checkpoint",
+              MixtralForCausalLM,
+              _llama_family(MixtralConfig, num_key_value_heads=2, intermediate_size=48,
+                            num_local_experts=4, num_experts_per_tok=2, rope_theta=1000000.0),
+              torch.float32, "llama3", seed=811, extra={"moe": True}),
     ModelSpec("llama-sharded", "llama-tiny layout saved in several shards "
               "(model-0000k-of-0000n.safetensors + model.safetensors.index.json); float16",
               LlamaForCausalLM, _llama_family(LlamaConfig), torch.float16, "llama3", seed=516,

@@ -34,6 +34,12 @@ int4 (after pruning; per (row r, group of G = 32 consecutive input columns [32g,
   Pruned entries stay exactly 0 (they are not quantized).
 
 Every tensor that is not a pruned Linear weight is rounded with f16() in all mag50_* variants.
+
+Mixture-of-experts models (Qwen3-MoE, Mixtral): transformers holds the experts of a block stacked,
+experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I]; each expert's [2I, H] and [H, I] is
+pruned and quantized as the Linears above (row by row, so gate and up alike). The router
+(mlp.gate.weight, [E, H]) is never pruned, quantized or rounded: it stays float32 in every variant,
+as endor-pack keeps it in the source dtype.
 """
 import numpy as np
 import torch
@@ -128,12 +134,39 @@ def quantize_int4_groups(w: np.ndarray, group: int = INT4_GROUP) -> np.ndarray:
 
 
 def prunable_linear_weights(model) -> list:
-    """Names of the 2-D Linear weights inside decoder blocks (".layers.<i>."), in module order."""
+    """Names of the 2-D Linear weights inside decoder blocks (".layers.<i>."), in module order, and
+    of MoE blocks' stacked expert weights (3-D, one Linear per expert)."""
     names = []
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and ".layers." in name:
             names.append(name + ".weight")
+    for name, p in model.named_parameters():
+        if p.dim() == 3 and ".experts." in name:
+            names.append(name)
     return names
+
+
+def is_router(name: str) -> bool:
+    return name.endswith("mlp.gate.weight") or name.endswith("block_sparse_moe.gate.weight")
+
+
+def variant_of_linear(w: np.ndarray, variant: str, name: str) -> np.ndarray:
+    """One 2-D Linear weight pruned and quantized as `variant` says."""
+    new = prune_magnitude_rows(w)
+    zeros = (new == 0).sum(axis=1)
+    n_prune = int(w.shape[1] * SPARSITY)
+    assert (zeros == n_prune).all(), (name, zeros.min(), zeros.max(), n_prune)
+    if variant == "mag50_f16":
+        new = round_f16(new)
+    elif variant == "mag50_int8":
+        new = quantize_int8_rows(new)
+    elif variant == "mag50_int4":
+        new = quantize_int4_groups(new)
+    else:
+        raise ValueError(variant)
+    # Pruned entries must still be exactly zero after quantization.
+    assert np.isfinite(new).all() and np.all(new[prune_mask(w)] == 0), name
+    return new
 
 
 def apply_variant(model, variant: str) -> dict:
@@ -144,28 +177,19 @@ def apply_variant(model, variant: str) -> dict:
         # named_parameters() yields a tied tensor once, so lm_head follows the embedding.
         for name, p in model.named_parameters():
             w = p.detach().cpu().numpy().astype(np.float32, copy=True)
-            if variant == "orig":
+            if variant == "orig" or is_router(name):
                 continue
             if variant == "f16":
                 new = round_f16(w)
             elif variant == "bf16":
                 new = round_bf16(w)
+            elif name in pruned and w.ndim == 3:  # stacked experts: each expert a Linear
+                new = np.stack([variant_of_linear(w[e], variant, f"{name}[{e}]") for e in range(w.shape[0])])
+                stats[name] = {"zeros_per_row": int(w.shape[2] * SPARSITY), "in": int(w.shape[2]),
+                               "experts": int(w.shape[0])}
             elif name in pruned:
-                new = prune_magnitude_rows(w)
-                zeros = (new == 0).sum(axis=1)
-                n_prune = int(w.shape[1] * SPARSITY)
-                assert (zeros == n_prune).all(), (name, zeros.min(), zeros.max(), n_prune)
-                if variant == "mag50_f16":
-                    new = round_f16(new)
-                elif variant == "mag50_int8":
-                    new = quantize_int8_rows(new)
-                elif variant == "mag50_int4":
-                    new = quantize_int4_groups(new)
-                else:
-                    raise ValueError(variant)
-                # Pruned entries must still be exactly zero after quantization.
-                assert np.isfinite(new).all() and np.all(new[prune_mask(w)] == 0), name
-                stats[name] = {"zeros_per_row": n_prune, "in": int(w.shape[1])}
+                new = variant_of_linear(w, variant, name)
+                stats[name] = {"zeros_per_row": int(w.shape[1] * SPARSITY), "in": int(w.shape[1])}
             else:
                 new = round_f16(w)
             p.copy_(torch.from_numpy(new))

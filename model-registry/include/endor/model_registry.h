@@ -21,13 +21,14 @@
 namespace endor {
 
 // ---- configuration ------------------------------------------------------------------------------
-// The forward pass a family runs: OPT, or the Llama block (Llama 1/2/3, Mistral, Qwen2, Qwen3).
+// The forward pass a family runs: OPT, or the Llama block (Llama 1/2/3, Mistral, Qwen2, Qwen3, and
+// with a mixture-of-experts MLP Qwen3-MoE and Mixtral).
 enum class Architecture : uint8_t { Opt, Llama };
 using ModelFamily = Architecture;  // the packer's older name for it
 
 struct ModelConfig {
   Architecture arch = Architecture::Llama;
-  std::string model_type;                  // "opt", "llama", "mistral", "qwen2", "qwen3"
+  std::string model_type;                  // "opt", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"
   uint32_t hidden = 0;                     // hidden_size
   uint32_t n_layers = 0;
   uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
@@ -56,6 +57,16 @@ struct ModelConfig {
   std::string rope_type = "default";       // "default", "linear", "llama3"
   double rope_factor = 1.0;                // the scaling factor (1 for "default")
   std::vector<uint32_t> sliding_window;    // [n_layers]; 0 = full attention in that layer
+
+  // Mixture of experts (Qwen3-MoE, Mixtral): every block's MLP is n_experts SwiGLU experts of
+  // moe_intermediate rows behind a router [n_experts, hidden]; each token runs the top_k experts of
+  // softmax(router · h), weighted by their probabilities (renormalized to sum 1 when norm_topk_prob;
+  // Mixtral always). n_experts 0: a dense MLP.
+  uint32_t n_experts = 0;                  // num_experts (Qwen3-MoE) / num_local_experts
+  uint32_t top_k = 0;                      // num_experts_per_tok
+  uint32_t moe_intermediate = 0;           // moe_intermediate_size (Qwen3-MoE) / intermediate_size (Mixtral)
+  bool norm_topk_prob = false;
+  bool moe() const { return n_experts > 0; }
 };
 
 // Parses config.json. The family comes from architectures[0] and model_type; when both are given
@@ -74,9 +85,11 @@ struct TensorRole {
   bool prunable = false;    // a 2-D ".weight" inside a decoder block (a Linear)
   bool embedding = false;   // a token or position embedding table (a lookup, not a Linear)
   bool head_matrix = false; // the 2-D token embedding or lm_head weight: what --quant-head quantizes
+  bool router = false;      // an MoE block's router ("mlp.gate", "block_sparse_moe.gate"): never pruned or quantized
 };
 // From the canonical name alone (any family: "layers.N." marks a block; token/position
-// embeddings and OPT's project_in are the embed group; everything else the head group).
+// embeddings and OPT's project_in are the embed group; everything else the head group). An MoE
+// router's weight is not prunable (the routing decides which experts run; it stays as stored).
 TensorRole classify_tensor(const std::string& canonical_name, const std::vector<uint64_t>& shape);
 // A checkpoint's spelling -> the canonical name with the "model." prefix: "decoder.x" ->
 // "model.decoder.x" (OPT), "layers.0.x" -> "model.layers.0.x" (Llama family); others unchanged.
@@ -90,6 +103,7 @@ enum class Module : uint8_t {
   TokenEmbed, PositionEmbed, ProjectIn,                 // embed group
   AttnNorm, Q, K, V, QNorm, KNorm, O, MlpNorm,          // a decoder block, in execution order
   Gate, Up, Down, Fc1, Fc2,
+  Router,                                               // an MoE block's router; its experts are Gate/Up/Down
   FinalNorm, ProjectOut, LmHead,                        // head group
 };
 
@@ -100,6 +114,7 @@ struct TensorSpec {
   bool bias = false;              // the module's ".bias" (else its ".weight")
   TensorRole::Group group = TensorRole::Group::Head;
   uint32_t layer = 0;             // Group::Layer only
+  int32_t expert = -1;            // an MoE expert's Gate/Up/Down: its index; else -1
   uint32_t rank = 0;              // the module's position in its group's execution order
   bool required = false;          // a checkpoint without it is refused
   bool linear = false;            // a decoder block's Linear weight: what endor-pack prunes
@@ -108,8 +123,9 @@ struct TensorSpec {
 
 // A block Linear as the runtime's block API names it (Model::LinearInputHook, replace_block_weight).
 struct BlockLinear {
-  std::string name;               // "self_attn.q_proj", "mlp.down_proj", "fc1"
+  std::string name;               // "self_attn.q_proj", "mlp.down_proj", "fc1", "mlp.experts.3.gate_proj"
   Module module = Module::Q;
+  int32_t expert = -1;            // an MoE expert's index (Gate/Up/Down), else -1
   uint64_t rows = 0, cols = 0;    // [out, in]
 };
 
@@ -125,13 +141,15 @@ class ModelTensors {
   // nullptr when the family has no tensor of that name.
   const TensorSpec* find(const std::string& canonical_name) const;
   const TensorSpec* find_gguf(const std::string& gguf_name) const;
-  // The tensor of `module` (in block `layer`); throws when the family has none.
-  const TensorSpec& get(Module module, uint32_t layer = 0, bool bias = false) const;
+  // The tensor of `module` (in block `layer`; of expert `expert` for an MoE block's Gate/Up/Down);
+  // throws when the family has none.
+  const TensorSpec& get(Module module, uint32_t layer = 0, bool bias = false, int32_t expert = -1) const;
   bool has(Module module) const;
   // Order key inside a group: the spec's rank, and for a name the family does not list, the
   // rank of its module when the name is "<module>.<anything>", else after every known one.
   uint32_t rank_in_group(const std::string& canonical_name) const;
-  // The Linears of one decoder block, in execution order (the same for every block).
+  // The Linears of one decoder block, in execution order (the same for every block). An MoE block
+  // lists each expert's gate, up and down (expert 0 first); its router is not one of them.
   const std::vector<BlockLinear>& block_linears() const { return linears_; }
   // "model.layers.3." / "model.decoder.layers.3.": the prefix of block `layer`'s tensors.
   std::string block_prefix(uint32_t layer) const;
@@ -141,7 +159,7 @@ class ModelTensors {
   std::vector<TensorSpec> specs_;
   std::vector<BlockLinear> linears_;
   std::map<std::string, size_t> by_name_, by_gguf_;
-  std::map<std::tuple<Module, uint32_t, bool>, size_t> by_module_;  // (module, layer, bias)
+  std::map<std::tuple<Module, uint32_t, int32_t, bool>, size_t> by_module_;  // (module, layer, expert, bias)
 };
 
 // ---- llama.cpp (GGUF) ---------------------------------------------------------------------------

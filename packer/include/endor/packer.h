@@ -304,6 +304,9 @@ struct PackSummary {
   uint64_t source_grid_tensors = 0;  // tensors that kept a GGUF's Q4_0/Q4_1/Q4_K/Q8_0 grid (gguf_exact_int4/int8g)
   uint64_t source_bytes = 0, file_bytes = 0;
   std::vector<std::string> dropped;
+  // Calibrated packs of an MoE model: the experts (block x expert) the method calibrated, and those
+  // that received under min_expert_tokens calibration tokens and were pruned by magnitude instead.
+  uint64_t experts = 0, experts_under = 0, min_expert_tokens = 0;
 };
 
 // What the packer does to one tensor under the options.
@@ -363,6 +366,9 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
 // The defaults of `endor-pack prune` without --calib (bench/ACCURACY.md, "The default prune").
 inline constexpr uint64_t kSelfCalibSamples = 128;
 inline constexpr uint64_t kSelfCalibSeqLen = 128;
+// An MoE expert routed fewer calibration tokens than this is pruned by magnitude, not by the
+// calibrated method (statistics of so few tokens describe them, not the expert's inputs: docs/moe.md).
+inline constexpr uint64_t kMinExpertTokens = 128;
 // Self-generation's batch: 128 sequences a step multiply 128 tokens, which takes every Linear to
 // the GEMM path (the exact backend's row-decode serves 9 to 63 tokens, and its fused kernels
 // re-read each weight per 8 tokens); on SmolLM2 that wrote the text in 2/3 of the CPU time of
@@ -393,6 +399,7 @@ struct CalibrationOptions {
   // Sequences generated together; 0 = as many as kSelfCalibMaxBatch and the f16 KV caches'
   // kSelfCalibKvBudget allow (KV caches: self_batch x seq_len tokens).
   uint32_t self_batch = 0;
+  uint64_t min_expert_tokens = kMinExpertTokens;  // see kMinExpertTokens
   bool self_generated() const { return text_path.empty(); }
   // Called with each calibrated Linear's f32 weights [rows, cols] as the algorithm leaves them
   // (SparseGPT with --quant: the dequantized codes it chose), before they are encoded. Optional.

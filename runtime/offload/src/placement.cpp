@@ -45,7 +45,7 @@ std::vector<GroupDemand> group_demands(const Manifest& m) {
 
 uint64_t device_fixed_bytes(const ModelConfig& c, const Manifest& m, size_t kv_capacity, size_t max_tokens,
                             bool cuda) {
-  const uint64_t H = c.hidden, I = c.intermediate, V = c.vocab;
+  const uint64_t H = c.hidden, I = std::max(c.intermediate, c.moe_intermediate), V = c.vocab;
   const uint64_t q_dim = uint64_t(c.n_heads) * c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * c.head_dim;
   const uint64_t T = std::max<uint64_t>(max_tokens, 1);
   // The f32 size whatever --kv-dtype says: the CUDA backend keeps f32 caches, and on the CPU device
@@ -53,8 +53,10 @@ uint64_t device_fixed_bytes(const ModelConfig& c, const Manifest& m, size_t kv_c
   const uint64_t kv = kv_cache_bytes(c.n_layers, std::max<uint64_t>(kv_capacity, 1), kv_dim, KvDtype::F32);
   // Scratch of both architectures (runtime/models): residual, normed, q, attention, projection,
   // three MLP-wide buffers, logits, block keys/values, Qwen3's k before its norm and OPT's
-  // word-embedding width, all f32.
-  const uint64_t per_token = 4 * H + 2 * q_dim + 3 * I + V + (c.qk_norm ? 3 : 2) * kv_dim + c.word_embed_dim;
+  // word-embedding width, an MoE block's router logits and an expert's gathered input and output rows,
+  // all f32.
+  const uint64_t moe = c.moe() ? c.n_experts + 2 * H : 0;
+  const uint64_t per_token = 4 * H + 2 * q_dim + 3 * I + V + (c.qk_norm ? 3 : 2) * kv_dim + c.word_embed_dim + moe;
   uint64_t fixed = add(kv, mul(mul(T, per_token), 4));
   if (cuda) {
     fixed = add(fixed, kWorkspaceBytes);
