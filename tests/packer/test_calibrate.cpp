@@ -480,3 +480,75 @@ TEST_CASE("self-calibration's default batch: 128 sequences at most, as many as 1
   CHECK(self_calibration_batch(c, 128, 128) == 16);
   CHECK(self_calibration_batch(c, 128, 4096) == 1);  // one sequence over the budget still runs, alone
 }
+
+TEST_CASE("MoE: wanda and sparsegpt + int4 calibrate every expert; experts under min_expert_tokens are magnitude-pruned") {
+  // Self-generated calibration (8 x 32 tokens) of the tiny Qwen3-MoE (5 experts, top-3) and Mixtral
+  // (4, top-2) fixtures. With the threshold at 0 every expert is calibrated; with it above the
+  // calibration's size every expert falls back, and its stored weight is then exactly what
+  // `prune --method magnitude` stores. The router is stored as in the checkpoint (f32, dense).
+  TempDir dir;
+  for (const char* fixture : {"qwen3-moe-tiny", "mixtral-tiny"}) {
+    CAPTURE(fixture);
+    const std::string src = std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/models/" + fixture;
+    PackOptions mag = prune_options("magnitude", 0.5);
+    mag.quant = Quantization::Int4;
+    mag.group_size = 32;
+    const std::string mag_path = dir.file("mag.endor");
+    pack_checkpoint(src, mag_path, mag);
+    auto mag_reader = ContainerReader::open(mag_path);
+    for (const char* method : {"wanda", "sparsegpt"}) {
+      CAPTURE(method);
+      PackOptions o = prune_options(method, 0.5);
+      o.quant = Quantization::Int4;
+      o.group_size = 32;
+      CalibrationOptions co;
+      co.n_samples = 8;
+      co.seq_len = 32;
+      for (const uint64_t min_tokens : {uint64_t(0), uint64_t(1) << 40}) {
+        CAPTURE(min_tokens);
+        co.min_expert_tokens = min_tokens;
+        const std::string path = dir.file("moe.endor");
+        const PackSummary s = pack_calibrated(src, path, o, co);
+        auto r = ContainerReader::open(path);
+        CHECK_NOTHROW(r->verify_all());
+        const ModelConfig c = parse_model_config(r->manifest().config, path);
+        CHECK(s.experts == uint64_t(c.n_layers) * c.n_experts);
+        CHECK(s.experts_under == (min_tokens == 0 ? 0 : s.experts));
+        CHECK(r->manifest().provenance["calibration"]["experts"]["under_min_tokens"] == s.experts_under);
+        const ModelTensors specs(c);
+        uint64_t experts_as_magnitude = 0, expert_tensors = 0;
+        for (const TensorSpec& t : specs.all()) {
+          if (t.module == Module::Router) {
+            const TensorInfo& info = *r->find_tensor(t.name)->info;
+            CHECK(info.value_type == ValueType::F32);
+            CHECK(info.encoding == Encoding::Dense);
+          }
+          if (t.expert < 0 || t.bias) continue;
+          const TensorView got = *r->find_tensor(t.name), want = *mag_reader->find_tensor(t.name);
+          CHECK(got.info->value_type == ValueType::I4);
+          std::vector<float> a(t.shape[0] * t.shape[1]), b(a.size());
+          decode_rows_f32(got, 0, t.shape[0], a.data());
+          decode_rows_f32(want, 0, t.shape[0], b.data());
+          experts_as_magnitude += a == b;
+          expert_tensors += 1;
+        }
+        CHECK(expert_tensors == 3 * s.experts);
+        if (min_tokens == 0) CHECK(experts_as_magnitude == 0);  // calibrated: not magnitude's choice
+        else CHECK(experts_as_magnitude == expert_tensors);
+        // The pack runs: finite logits and a full greedy continuation.
+        auto backend = make_backend("cpu", 1);
+        auto model = load_model(*r, *backend);
+        const std::vector<int32_t> prompt = {510, 17, 99, 230};
+        auto cache = model->make_cache(prompt.size());
+        std::vector<float> logits;
+        model->forward(prompt.data(), prompt.size(), *cache, true, logits);
+        CHECK(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
+        Sampler greedy(SamplerOptions{});
+        GenerationOptions go;
+        go.max_new_tokens = 8;
+        go.stop_at_eos = false;
+        CHECK(generate(*model, prompt, greedy, go, nullptr).size() == 8);
+      }
+    }
+  }
+}

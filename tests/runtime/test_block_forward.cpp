@@ -3,7 +3,9 @@
 // Linear's input in execution order, and replace_block_weight changes what the block computes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -142,4 +144,57 @@ TEST_CASE("replace_block_weight changes the block's output; bad names, layers an
   CHECK_THROWS_AS(m.replace_block_weight(0, "fc1", view), Error);
   CHECK_THROWS_AS(m.replace_block_weight(9, "self_attn.o_proj", view), Error);
   CHECK_THROWS_AS(m.replace_block_weight(0, "self_attn.k_proj", view), Error);  // k is [kv_dim, H]
+}
+
+TEST_CASE("MoE blocks: each expert's hook rows are exactly the tokens whose top-k router choice names it") {
+  TempDir dir;
+  for (const char* model : {"qwen3-moe-tiny", "mixtral-tiny"}) {
+    CAPTURE(model);
+    Loaded l = load(pack_fixture(dir, model));
+    Model& m = *l.model;
+    const ModelConfig& c = m.config();
+    REQUIRE(c.moe());
+    const size_t n = 9, H = c.hidden, E = c.n_experts;
+    std::vector<int32_t> ids(n);
+    for (size_t i = 0; i < n; ++i) ids[i] = int32_t((i * 37 + 11) % c.vocab);
+    std::vector<float> hidden(n * H);
+    m.embed(ids.data(), n, hidden.data());
+    for (uint32_t layer = 0; layer < c.n_layers; ++layer) {
+      // The router, decoded from the file: [E, H].
+      const ModelTensors specs(c);
+      const std::optional<TensorView> router = l.reader->find_tensor(specs.get(Module::Router, layer).name);
+      REQUIRE(router);
+      CHECK(router->info->value_type == ValueType::F32);
+      std::vector<float> wr(E * H);
+      decode_rows_f32(*router, 0, E, wr.data());
+      std::vector<std::vector<std::vector<float>>> rows_of(E);  // expert -> its gate's input rows
+      m.forward_block(layer, hidden.data(), n, [&](uint32_t, const std::string& name, const float* x, size_t rows,
+                                                   size_t in) {
+        for (uint32_t e = 0; e < E; ++e)
+          if (specs.block_prefix(layer) + name + ".weight" == specs.get(Module::Gate, layer, false, int32_t(e)).name)
+            for (size_t r = 0; r < rows; ++r) rows_of[e].emplace_back(x + r * in, x + (r + 1) * in);
+      });
+      // Every distinct row seen: its top_k experts by router logit (softmax is monotonic) are
+      // exactly the experts whose gate saw it.
+      std::vector<std::vector<float>> distinct;
+      for (const auto& rows : rows_of)
+        for (const auto& r : rows)
+          if (std::find(distinct.begin(), distinct.end(), r) == distinct.end()) distinct.push_back(r);
+      CHECK(distinct.size() == n);
+      for (const std::vector<float>& r : distinct) {
+        std::vector<std::pair<double, uint32_t>> score(E);
+        for (uint32_t e = 0; e < E; ++e) {
+          double s = 0;
+          for (size_t j = 0; j < H; ++j) s += double(wr[e * H + j]) * r[j];
+          score[e] = {-s, e};
+        }
+        std::sort(score.begin(), score.end());
+        for (uint32_t j = 0; j < E; ++j) {
+          const uint32_t e = score[j].second;
+          const bool seen = std::find(rows_of[e].begin(), rows_of[e].end(), r) != rows_of[e].end();
+          CHECK(seen == (j < c.top_k));
+        }
+      }
+    }
+  }
 }
