@@ -4,7 +4,11 @@
 # carry to the GPU machine with bench/offload/device.sh or bench/gpu/device.sh. Needs nvcc (the CUDA
 # toolkit of the machine's major version: 13 here and there) and the project's build dependencies
 # (scripts/setup.sh).
+# --pack: also writes build-gpu-pack/carry.tar.xz (~20 MB) of every binary here, for bench/gpu/device.sh and bench/offload/device.sh, which a
+# call carries beside the tree where the binaries themselves (~80 MB) do not fit.
 set -euo pipefail
+pack=0
+[[ "${1:-}" == "--pack" ]] && pack=1
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build-gpu"
 carry="$root/build-gpu-carry"
@@ -23,3 +27,9 @@ done
 mkdir -p "$carry/lib"
 cp -L "$(ldd "$build/tests/cuda/test_cuda_kernels" | awk '$1 == "libgomp.so.1" {print $3}')" "$carry/lib/"
 du -sh "$carry"
+if (( pack )); then
+  mkdir -p "$root/build-gpu-pack"
+  tar -C "$carry" -cf - runtime packer tests lib bench |
+    xz -T2 -6 > "$root/build-gpu-pack/carry.tar.xz"
+  du -sh "$root/build-gpu-pack/carry.tar.xz"
+fi

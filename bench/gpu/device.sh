@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Issue 26's GPU run, one device call (≤ 8 minutes), from the repository root on the GPU machine:
-#   run(command="bench/gpu/device.sh $OUT", carry=["build-gpu-carry/tests/cuda",
-#       "build-gpu-carry/bench/bench_fused16", "build-gpu-carry/lib"], timeout_s=540)
-# (the whole build-gpu-carry/ is ~106 MB, over the 64 MiB a call carries with the ~30 MB tree; these
-# two binaries and libgomp are ~31 MB since int8g's kernels, 2026-11-27). Prepared on the CPU machine beforehand:
-#   scripts/build_gpu_carry.sh        sm_90 binaries, stripped, into build-gpu-carry/ (test_cuda_kernels,
-#                                     bench_fused16, ...; lib/libgomp.so.1), so the lease measures
-#                                     instead of compiling
-#   bench/gpu/sol.sh                  bench/gpu/predicted.json (committed): the times SOL.md predicts
+# The one-call GPU run (issue 26's kernels and the runtime on the GPU), from the repository root on
+# the GPU machine:
+#   run(command="bench/gpu/device.sh $OUT", carry=["build-gpu-pack"], timeout_s=540)
+# build-gpu-pack/carry.tar.xz holds the stripped sm_90 binaries (scripts/build_gpu_carry.sh --pack:
+# test_cuda_kernels, test_offload_cuda, endor-pack, endor-infer, bench_fused16, libgomp; ~15 MB
+# compressed, where the binaries themselves are ~80 MB and a call carries 64 MiB with the ~31 MB
+# tree). An unpacked build-gpu-carry/ (carried by parts) works too. Prepared on the CPU machine:
+#   scripts/build_gpu_carry.sh --pack  the binaries, so the lease measures instead of compiling
+#   bench/gpu/sol.sh                   bench/gpu/predicted.json (committed): the times SOL.md predicts
 # Steps, each bounded by the deadline (ENDOR_GPU_DEADLINE, 470 s):
 #   1. test_cuda_kernels (every CUDA kernel against the CPU backend / reference, on this GPU)
-#   2. bench_fused16: the kernel table (16-byte vs previous kernels vs cuBLAS dense f16, T = 1 and 8),
-#      stopping ~170 s before the deadline (the 128256-row head is last)
-#   3. compute-sanitizer memcheck, synccheck, racecheck over the 16-byte kernels' exact case
-#   4. summary.json in the issue's shape (bench/gpu/summary.py), predictions beside measurements
+#   2. test_offload_cuda (the runtime on the CUDA backend: fixtures' logits, streaming tiers, batches)
+#   3. compute-sanitizer memcheck, synccheck, racecheck over the 16-byte kernels' exact case, and
+#      memcheck over test_offload_cuda, each bounded
+#   4. bench_fused16: the kernel table (16-byte vs previous kernels vs cuBLAS dense f16, T = 1 and 8)
+#      in the time left (the 128256-row head is last)
+#   5. summary.json in the issue's shape (bench/gpu/summary.py), predictions beside measurements
 # OUT gets: gpu.txt, tests.txt, sanitize.txt, kernels.txt, kernels.jsonl, summary.json, device.log.
 # Commit them under bench/gpu/<date>-<gpu>/.
 set -uo pipefail
@@ -28,6 +30,9 @@ left() { echo $(( deadline - $(elapsed) )); }
 time_for() { (( $(elapsed) + $1 <= deadline )); }
 note() { echo "== [$(elapsed)s] $*"; }
 
+if [[ ! -d "$root/build-gpu-carry" && -f "$root/build-gpu-pack/carry.tar.xz" ]]; then
+  mkdir -p "$root/build-gpu-carry" && tar -C "$root/build-gpu-carry" -xJf "$root/build-gpu-pack/carry.tar.xz"
+fi
 saved_ld=${LD_LIBRARY_PATH:-}
 # Only the library our binaries may miss goes on the loader path (as bench/offload/device.sh), from
 # build-gpu-carry/lib (scripts/build_gpu_carry.sh) or .device-deps when carried.
@@ -57,9 +62,11 @@ if time_for 60; then
     tail -40 | tee "$out/tests.txt"
 fi
 
-note "bench_fused16 (its deadline: $(( $(left) - 170 )) s)"
-timeout --signal=KILL $(( $(left) > 200 ? $(left) - 140 : 60 )) "$build/bench/bench_fused16" --json "$out/kernels.jsonl" \
-  --deadline $(( $(left) > 230 ? $(left) - 170 : 30 )) | tee "$out/kernels.txt"
+if [[ -x "$build/tests/offload/test_offload_cuda" ]] && time_for 60; then
+  note "test_offload_cuda"
+  (cd "$build/tests/offload" && timeout --signal=KILL 120 ./test_offload_cuda; echo "exit status $?") 2>&1 |
+    tail -40 | tee -a "$out/tests.txt"
+fi
 
 # The sanitizers instrument every access: the exact-arithmetic case of the 16-byte kernels only
 # (every form, shape class and token count of them), each tool bounded.
@@ -72,6 +79,16 @@ for tool in memcheck synccheck racecheck; do
      --error-exitcode 3 ./test_cuda_kernels '-tc=*16-byte kernels —*'; echo "$tool exit status $?") 2>&1 | tail -8 |
     tee -a "$out/sanitize.txt"
 done
+
+if [[ -x "$build/tests/offload/test_offload_cuda" ]] && time_for 150; then
+  note "compute-sanitizer --tool memcheck test_offload_cuda"
+  (cd "$build/tests/offload" && timeout --signal=KILL 90 "$san" --tool memcheck --error-exitcode 3 ./test_offload_cuda;
+   echo "offload memcheck exit status $?") 2>&1 | tail -8 | tee -a "$out/sanitize.txt"
+fi
+
+note "bench_fused16 (its deadline: $(( $(left) > 110 ? $(left) - 90 : 20 )) s)"
+timeout --signal=KILL $(( $(left) > 60 ? $(left) - 20 : 40 )) "$build/bench/bench_fused16" --json "$out/kernels.jsonl" \
+  --deadline $(( $(left) > 110 ? $(left) - 90 : 20 )) | tee "$out/kernels.txt"
 
 note "summary.json"
 if [[ -s "$out/kernels.jsonl" ]]; then

@@ -15,6 +15,7 @@
 #   sanitize compute-sanitizer (memcheck, racecheck, synccheck) over the CUDA test binaries
 #   kernels  tests, then sanitize
 #   table    the table of everything measured so far
+#   timing   prepare, hostram and disk (all without the tests and sanitizers)
 #   all      build, tests, prepare, hostram, disk, sanitize, in that order (the cheapest evidence
 #            first: a short lease still checks the kernels), stopping when the deadline nears
 # A phase first runs what it depends on when its outputs are missing (a fresh machine). Everything
@@ -34,7 +35,7 @@ if [[ -z "$phase" || -z "$out" ]]; then
   sed -n '2,24p' "$0" >&2
   exit 2
 fi
-case "$phase" in prepare|hostram|disk|tests|sanitize|kernels|table|all) ;; *) echo "error: unknown phase '$phase'" >&2; exit 2 ;; esac
+case "$phase" in prepare|hostram|disk|tests|sanitize|kernels|table|timing|all) ;; *) echo "error: unknown phase '$phase'" >&2; exit 2 ;; esac
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here="$root/bench/offload"
@@ -292,6 +293,7 @@ case "$phase" in
   sanitize) do_sanitize ;;
   kernels) do_tests; do_sanitize ;;
   table) ;;
+  timing) do_build; do_prepare && { do_case hostram; do_case disk; } ;;
   all) do_build; do_tests; do_prepare && { do_case hostram; do_case disk; }; do_sanitize ;;
 esac
 do_table
