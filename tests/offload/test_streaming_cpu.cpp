@@ -205,7 +205,8 @@ TEST_CASE("cpu streaming: mixed tiers, fixed ids through generate(), and calibra
 
 TEST_CASE("cpu streaming: every fixture architecture packed with disk tiers gives the resident logits") {
   TempDir dir;
-  for (const char* fixture : {"opt-tiny", "opt-postln-proj", "llama-tiny", "llama-gqa-bf16", "qwen2-tiny", "qwen3-tiny", "mistral-tiny"}) {
+  for (const char* fixture : {"opt-tiny", "opt-postln-proj", "llama-tiny", "llama-gqa-bf16", "qwen2-tiny", "qwen3-tiny",
+                              "mistral-tiny", "qwen3-moe-tiny", "mixtral-tiny"}) {
     CAPTURE(fixture);
     const std::string resident = dir.file(std::string(fixture) + ".endor");
     const std::string on_disk = dir.file(std::string(fixture) + "-disk.endor");

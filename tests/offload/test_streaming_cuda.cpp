@@ -179,6 +179,54 @@ GPU_TEST_CASE("offload cuda: every fixture architecture, f16 and int4 at 50 %, s
   }
 }
 
+GPU_TEST_CASE("offload cuda: MoE fixtures give transformers' logits (1e-4 relative) and greedy ids; streamed equals resident") {
+  // Qwen3-MoE (5 experts, top-3) and Mixtral (4, top-2) in f32 on the CUDA backend: the router's
+  // logits come to the host, the experts run on the device (Backend linear/copy/scale/add/silu_mul).
+  // Every Linear on the fused f32 kernels: the logits differ from transformers' in summation order only.
+  REQUIRE_GPU();
+  TempDir dir;
+  for (const char* fixture : {"qwen3-moe-tiny", "mixtral-tiny"}) {
+    CAPTURE(fixture);
+    const std::string fx = test::fixture_dir(fixture);
+    const std::string out = dir.file(std::string(fixture) + ".endor");
+    REQUIRE(test::run_command(test::endor_pack() + " convert --dtype f32 " + fx + " -o " + out + " >/dev/null 2>&1") == 0);
+    auto c = ContainerReader::open(out);
+    const nlohmann::json ref = test::read_json(fx + "/reference.json");
+    cuda::Options fused_only;
+    fused_only.linear_path = cuda::LinearPath::Fused;
+    auto gpu = make_cuda_backend(fused_only);
+    auto model = load_model(*c, *gpu);
+    for (size_t i = 0; i < ref["prompts"].size(); ++i) {
+      const std::vector<int32_t> ids = ref["prompts"][i]["ids"].get<std::vector<int32_t>>();
+      const test::NpyMatrix want = test::read_npy_f32(fx + "/logits_orig_p" + std::to_string(i) + ".npy");
+      auto cache = model->make_cache(ids.size());
+      std::vector<float> got;
+      model->forward(ids.data(), ids.size(), *cache, true, got);
+      REQUIRE(got.size() == want.data.size());
+      double worst = 0, scale = 0;
+      for (size_t k = 0; k < got.size(); ++k) {
+        worst = std::max(worst, std::abs(double(got[k]) - double(want.data[k])));
+        scale = std::max(scale, std::abs(double(want.data[k])));
+      }
+      INFO("prompt ", i, ": max |dlogit| ", worst, " of max |logit| ", scale);
+      CHECK(worst <= 1e-4 * std::max(1.0, scale));
+    }
+    const std::vector<int32_t> greedy_ref = ref["greedy"]["new_tokens"].get<std::vector<int32_t>>();
+    Sampler greedy(SamplerOptions{});
+    GenerationOptions go;
+    go.max_new_tokens = greedy_ref.size();
+    go.stop_at_eos = false;
+    CHECK(generate(*model, ref["prompts"][0]["ids"].get<std::vector<int32_t>>(), greedy, go, nullptr) == greedy_ref);
+    // The default backend, blocks streamed from host RAM or disk: the resident logits bit for bit.
+    const std::vector<int32_t> prompt = prompt_ids(11, 512);
+    const std::vector<float> resident = resident_logits(*c, prompt, 4);
+    for (Tier tier : {Tier::Cpu, Tier::Disk}) {
+      const Placement p = placement_with(*c, true, 1, [tier](const std::string&) { return tier; });
+      CHECK(bit_equal(streamed_logits(*c, p, 1, prompt, 4).logits, resident));
+    }
+  }
+}
+
 GPU_TEST_CASE("offload cuda: generate() samples on the device: the host sampler's ids; greedy gives the CPU's") {
   REQUIRE_GPU();
   TempDir dir;
