@@ -50,10 +50,10 @@ json Manifest::to_json() const {
               {"size", t.size},
               {"shape", t.shape},
               {"encoding", to_string(t.encoding)},
-              {"dtype", dtype_string(t.value_type, t.int4_params)},
+              {"dtype", to_string(t.dtype())},
               {"nnz", t.nnz},
               {"source_dtype", t.source_dtype}};
-    if (t.value_type == ValueType::I4 || t.value_type == ValueType::I8G) j["group_size"] = t.group_size;
+    if (is_grouped(t.dtype())) j["group_size"] = t.group_size;
     tensors_json.push_back(std::move(j));
   }
   for (const FileInfo& f : files)
@@ -259,9 +259,9 @@ void parse_tensor_form(const ManifestParser& p, const json& t, const std::string
   const std::string& dtype = p.string(p.member(t, key, "dtype"), key + ".dtype");
   if (auto e = parse_encoding(encoding)) info.encoding = *e;
   else p.fail(what + ": unsupported encoding '" + encoding + "' (this build reads dense, bitmap)");
-  if (auto v = parse_dtype(dtype)) {
-    info.value_type = v->value_type;
-    info.int4_params = v->int4_params;
+  if (auto d = parse_dtype(dtype)) {
+    info.value_type = value_type_of(*d);
+    info.int4_params = int4_params_of(*d);
   } else {
     p.fail(what + ": unsupported dtype '" + dtype + "' (this build reads f16, bf16, f32, int8, int4, int4k, int8g)");
   }

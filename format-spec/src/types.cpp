@@ -54,13 +54,22 @@ std::optional<Tier> parse_tier(std::string_view s) {
   return std::nullopt;
 }
 
-const char* dtype_string(ValueType t, Int4Params params) {
-  return t == ValueType::I4 && params == Int4Params::Coded6 ? "int4k" : to_string(t);
+const char* to_string(Dtype d) {
+  switch (d) {
+    case Dtype::F16: return "f16";
+    case Dtype::BF16: return "bf16";
+    case Dtype::F32: return "f32";
+    case Dtype::Int8: return "int8";
+    case Dtype::Int8g: return "int8g";
+    case Dtype::Int4: return "int4";
+    case Dtype::Int4k: return "int4k";
+  }
+  return "?";
 }
 
-std::optional<DtypeSpelling> parse_dtype(std::string_view s) {
-  if (s == "int4k") return DtypeSpelling{ValueType::I4, Int4Params::Coded6};
-  if (auto v = parse_value_type(s)) return DtypeSpelling{*v, Int4Params::F16};
+std::optional<Dtype> parse_dtype(std::string_view s) {
+  for (Dtype d : kAllDtypes)
+    if (s == to_string(d)) return d;
   return std::nullopt;
 }
 

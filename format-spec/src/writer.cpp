@@ -146,8 +146,8 @@ void ContainerWriter::commit(const nlohmann::json& config, const nlohmann::json&
   // 1.2: dtype "int8g").
   uint16_t minor = 0;
   for (const TensorInfo& t : manifest_.tensors) {
-    if (t.int4_params == Int4Params::Coded6) minor = std::max<uint16_t>(minor, 1);
-    if (t.value_type == ValueType::I8G) minor = std::max<uint16_t>(minor, 2);
+    if (t.dtype() == Dtype::Int4k) minor = std::max<uint16_t>(minor, 1);
+    if (t.dtype() == Dtype::Int8g) minor = std::max<uint16_t>(minor, 2);
   }
   manifest_.version_minor = minor;
 

@@ -129,7 +129,7 @@ CompareRow measure(const TensorInfo& info, const TensorView& v, const CompareOpt
   row.name = info.name;
   row.linear = classify_tensor(info.name, info.shape).prunable;
   row.encoding = to_string(info.encoding);
-  row.value_type = dtype_string(info.value_type, info.int4_params);
+  row.value_type = to_string(info.dtype());
   row.numel = info.numel();
   row.endor_bytes = v.layout.total_bytes;
   const std::vector<uint8_t> dense = dense_blob(v, info, o.n_threads);

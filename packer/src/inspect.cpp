@@ -65,7 +65,7 @@ nlohmann::json inspect_container(const ContainerReader& reader, bool verify) {
                          {"tier", to_string(g.tier)},
                          {"shape", t.shape},
                          {"encoding", to_string(t.encoding)},
-                         {"value_type", dtype_string(t.value_type, t.int4_params)},
+                         {"value_type", to_string(t.dtype())},
                          {"group_size", t.group_size},
                          {"source_dtype", t.source_dtype},
                          {"numel", numel},

@@ -42,7 +42,7 @@ json tensor_json(const TensorSpec& t, const std::vector<float>& input, const Enc
   std::vector<float> decoded(e.layout.rows * e.layout.cols);
   decode_rows_f32(view, 0, e.layout.rows, decoded.data());
   json j = {{"name", t.name},      {"shape", t.shape},
-            {"encoding", to_string(e.layout.encoding)}, {"dtype", dtype_string(e.layout.value_type, e.layout.int4_params)},
+            {"encoding", to_string(e.layout.encoding)}, {"dtype", to_string(e.layout.dtype())},
             {"group_size", e.layout.group_size}, {"nnz", e.layout.nnz},
             {"size", e.bytes.size()}};
   // nlohmann prints doubles with round-trip precision; every f32 is exactly a double.

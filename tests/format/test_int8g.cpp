@@ -32,7 +32,7 @@ TEST_CASE("int8g layout: int8 values, then one f16 scale per (row, group); no mi
   CHECK_THROWS_AS(compute_layout({4, 4}, Encoding::Dense, ValueType::I8G, 0, 16), Error);
   CHECK_THROWS_AS(compute_layout({4, 4}, Encoding::Dense, ValueType::I8G, 4, 16, Int4Params::Coded6), Error);
   CHECK(std::string(to_string(ValueType::I8G)) == "int8g");
-  CHECK(parse_dtype("int8g")->value_type == ValueType::I8G);
+  CHECK(parse_dtype("int8g") == Dtype::Int8g);
   CHECK(value_bits(ValueType::I8G) == 8);
 }
 

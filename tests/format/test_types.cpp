@@ -101,6 +101,40 @@ TEST_CASE("bf16 <-> f32: all bit patterns round trip, ties go to even") {
   CHECK(f32_to_bf16(-0.0f) == 0x8000);
 }
 
+TEST_CASE("Dtype: every manifest dtype, its spelling, and the layout's (value type, int4 params) both ways") {
+  const char* spellings[] = {"f16", "bf16", "f32", "int8", "int8g", "int4", "int4k"};
+  size_t i = 0;
+  for (Dtype d : kAllDtypes) {
+    CAPTURE(spellings[i]);
+    CHECK(std::string(to_string(d)) == spellings[i++]);
+    CHECK(parse_dtype(to_string(d)) == d);
+    CHECK(dtype_of(value_type_of(d), int4_params_of(d)) == d);
+    CHECK(value_bits(d) == value_bits(value_type_of(d)));
+    CHECK(is_float(d) != is_quantized(d));
+    // The layout takes a group size exactly for the grouped dtypes, and Coded6 only for int4k.
+    const uint32_t g = is_grouped(d) ? 4 : 0;
+    CHECK(compute_layout({2, 8}, Encoding::Dense, value_type_of(d), g, 16, int4_params_of(d)).dtype() == d);
+    if (!is_grouped(d)) CHECK_THROWS_AS(compute_layout({2, 8}, Encoding::Dense, value_type_of(d), 4, 16), Error);
+  }
+  CHECK(i == 7);
+  for (ValueType v : {ValueType::F16, ValueType::BF16, ValueType::F32, ValueType::I8, ValueType::I4, ValueType::I8G})
+    CHECK(std::string(to_string(dtype_of(v))) == to_string(v));  // int4k aside, the two spellings agree
+  CHECK(dtype_of(ValueType::I4, Int4Params::Coded6) == Dtype::Int4k);
+  CHECK(dtype_of(ValueType::I8G, Int4Params::Coded6) == Dtype::Int8g);  // params read for I4 only
+  CHECK(is_grouped(Dtype::Int4k));
+  CHECK(is_grouped(Dtype::Int8g));
+  CHECK_FALSE(is_grouped(Dtype::Int8));
+  CHECK(is_int4(Dtype::Int4k));
+  CHECK_FALSE(parse_dtype("INT4").has_value());
+  CHECK_FALSE(parse_dtype("int4k ").has_value());
+  CHECK_FALSE(parse_dtype("").has_value());
+  const EncodeOptions o = EncodeOptions::of(Dtype::Int4k, Encoding::Dense, 32);
+  CHECK(o.value_type == ValueType::I4);
+  CHECK(o.int4_params == Int4Params::Coded6);
+  CHECK(o.group_size == 32);
+  CHECK(EncodeOptions::of(Dtype::Int8, Encoding::Dense, 32).group_size == kDefaultGroupSize);
+}
+
 TEST_CASE("enum spellings round trip and unknown spellings are rejected") {
   for (ValueType t : {ValueType::F16, ValueType::BF16, ValueType::F32, ValueType::I8, ValueType::I4})
     CHECK(parse_value_type(to_string(t)) == t);

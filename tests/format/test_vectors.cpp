@@ -38,7 +38,7 @@ TEST_CASE("committed test vectors decode to their expected values and re-encode 
       REQUIRE(view.has_value());
       CHECK(view->info->shape == t["shape"].get<std::vector<uint64_t>>());
       CHECK(to_string(view->layout.encoding) == t["encoding"]);
-      CHECK(dtype_string(view->layout.value_type, view->layout.int4_params) == t["dtype"]);
+      CHECK(to_string(view->layout.dtype()) == t["dtype"]);
       CHECK(view->layout.nnz == t["nnz"]);
       CHECK(view->layout.total_bytes == t["size"]);
 

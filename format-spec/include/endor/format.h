@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "endor/dtype.h"
+
 namespace endor {
 
 class Error : public std::runtime_error {
@@ -39,17 +41,9 @@ inline constexpr int kMaxManifestDepth = 64;        // nesting of JSON arrays/ob
 inline constexpr uint32_t kDefaultGroupSize = 128;  // int4 group of consecutive input columns
 inline constexpr size_t kMaxRank = 8;               // tensor shapes have 1..kMaxRank dimensions
 
-// I8G (dtype "int8g", format 1.2, SPEC.md §6.8): int8 codes with one f16 scale per (row, group of
-// group_size columns), decoded q·S; at groups of 32 this is llama.cpp's Q8_0 grid (8.5 bits a weight).
-enum class ValueType : uint8_t { F16, BF16, F32, I8, I4, I8G };
+// ValueType, Int4Params and Dtype (the manifest's dtypes): endor/dtype.h.
 enum class Encoding : uint8_t { Dense, Bitmap };
 enum class Tier : uint8_t { Gpu, Cpu, Disk };
-// How an int4 tensor stores its per-(row, group) scale S and min M (SPEC.md §6.7):
-//   F16    dtype "int4":  S and M as f16, one pair per (row, group);
-//   Coded6 dtype "int4k": 6-bit codes under f16 super-block scales, 8 consecutive (row, group)
-//          parameters (row-major) to a super-block: S = d·sc, M = −dmin·mc, 12 bits a group
-//          instead of 32 (at groups of 32: 4.5 bits a weight instead of 5).
-enum class Int4Params : uint8_t { F16, Coded6 };
 inline constexpr uint32_t kInt4kSuperGroups = 8;  // parameters per int4k super-block
 inline constexpr uint32_t kInt4kCodeBytes = 12;   // 16 six-bit codes of one super-block
 inline constexpr uint32_t kInt4kCodeMax = 63;
@@ -63,13 +57,6 @@ std::optional<Encoding> parse_encoding(std::string_view);
 std::optional<Tier> parse_tier(std::string_view);
 // Bits one stored value occupies (16, 16, 32, 8, 4, 8).
 uint32_t value_bits(ValueType);
-// The manifest's dtype string of a value type ("int4k" for int4 with Coded6 parameters), and back.
-const char* dtype_string(ValueType, Int4Params);
-struct DtypeSpelling {
-  ValueType value_type;
-  Int4Params int4_params;
-};
-std::optional<DtypeSpelling> parse_dtype(std::string_view);
 
 // ---- scalar conversions (round to nearest even; NaN preserved) ------------------------------
 float f16_to_f32(uint16_t h);
@@ -119,6 +106,7 @@ struct TensorLayout {
   uint64_t mins_offset = 0, mins_bytes = 0;
   uint64_t n_super = 0;                          // int4k: ceil(rows·groups_per_row / 8)
   uint64_t total_bytes = 0;
+  Dtype dtype() const { return dtype_of(value_type, int4_params); }
 };
 // Throws endor::Error on overflow or inconsistent arguments (e.g. nnz > numel, group_size 0 for
 // int4 or != 0 otherwise, bitmap with nnz >= 2^32, shape rank outside 1..kMaxRank, a 0 dim).
@@ -139,6 +127,7 @@ struct TensorInfo {
   uint64_t offset = 0;           // absolute file offset, multiple of kTensorAlignment
   uint64_t size = 0;             // == compute_layout(...).total_bytes
   uint64_t numel() const;
+  Dtype dtype() const { return dtype_of(value_type, int4_params); }  // the manifest's "dtype"
 };
 
 struct FileInfo {                // an auxiliary file carried verbatim (tokenizer.json, ...)
@@ -211,6 +200,11 @@ struct EncodeOptions {
   ValueType value_type = ValueType::F16;
   uint32_t group_size = kDefaultGroupSize;  // int4 and int8g only
   Int4Params int4_params = Int4Params::F16;  // int4 only (Coded6: SPEC.md §7.4's grid)
+  // The options that store dtype d: its value type and int4 parameters, group_size kept for the
+  // grouped dtypes (is_grouped) and kDefaultGroupSize otherwise (where it is not read).
+  static EncodeOptions of(Dtype d, Encoding e, uint32_t group_size) {
+    return {e, value_type_of(d), is_grouped(d) ? group_size : kDefaultGroupSize, int4_params_of(d)};
+  }
 };
 
 struct EncodedTensor {
