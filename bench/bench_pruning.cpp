@@ -16,6 +16,8 @@
 #include "endor/pruning.h"
 
 using namespace endor::pruning;
+using endor::Dtype;
+using endor::Quantization;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -100,8 +102,8 @@ int main(int argc, char** argv) {
     const Row rows[] = {
         {"sparsegpt_prune 50%", SparsityTarget::unstructured(0.5), {}},
         {"sparsegpt_prune 2:4", SparsityTarget::n_of_m(2, 4), {}},
-        {"sparsegpt_prune 50% + int8", SparsityTarget::unstructured(0.5), {QuantScheme::Int8Row, 0}},
-        {"sparsegpt_prune 50% + int4 g128", SparsityTarget::unstructured(0.5), {QuantScheme::Int4Group, 128}},
+        {"sparsegpt_prune 50% + int8", SparsityTarget::unstructured(0.5), {Dtype::Int8, 0}},
+        {"sparsegpt_prune 50% + int4 g128", SparsityTarget::unstructured(0.5), {Dtype::Int4, 128}},
     };
     // (4/3)·n³ for chol -> inverse -> chol, n_out·n_in² for the lazy sgemm updates, n_out·n_in·128
     // for the in-block column updates (multiply-add = 2 flops).

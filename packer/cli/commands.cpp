@@ -95,13 +95,10 @@ ValueType parse_dtype_option(const cxxopts::ParseResult& r) {
   throw UsageError("--dtype must be f16, bf16 or f32, got '" + d + "'");
 }
 
-// One spelling of the quantization schemes on the command line (--quant, --quant-head).
+// --quant, --quant-head: "none" or a quantized dtype, spelled as the manifest spells it (parse_dtype).
 Quantization parse_quantization(const std::string& v, const char* flag) {
-  if (v == "none") return Quantization::None;
-  if (v == "int8") return Quantization::Int8;
-  if (v == "int4") return Quantization::Int4;
-  if (v == "int4k") return Quantization::Int4k;
-  if (v == "int8g") return Quantization::Int8g;
+  if (v == "none") return std::nullopt;
+  if (const std::optional<Dtype> d = parse_dtype(v); d && is_quantized(*d)) return d;
   throw UsageError(std::string("--") + flag + " must be none, int8, int8g, int4 or int4k, got '" + v + "'");
 }
 
@@ -157,17 +154,17 @@ void parse_sparsity_options(const cxxopts::ParseResult& r, PruneSpec& p, bool re
 void parse_quant_options(const cxxopts::ParseResult& r, PackOptions& o) {
   const PruneSpec& p = o.prune;
   o.quant = parse_quantization(r["quant"].as<std::string>(), "quant");
-  if (p.method == "gptq" && o.quant == Quantization::None)
+  if (p.method == "gptq" && !o.quant)
     throw UsageError("--method gptq needs --quant int8, int8g, int4 or int4k");
   o.quant_head = parse_quantization(r["quant-head"].as<std::string>(), "quant-head");
   // Groups of 32 for int4k and int8g (Q4_K's and Q8_0's), 128 for int4, whichever of --quant and
   // --quant-head asks (--quant first).
-  const auto wants_32 = [](Quantization q) { return q == Quantization::Int4k || q == Quantization::Int8g; };
-  const bool k_grid = wants_32(o.quant) || (o.quant != Quantization::Int4 && wants_32(o.quant_head));
+  const auto wants_32 = [](const Quantization& q) { return q == Dtype::Int4k || q == Dtype::Int8g; };
+  const bool k_grid = wants_32(o.quant) || (o.quant != Dtype::Int4 && wants_32(o.quant_head));
   o.group_size = r.count("group-size") ? r["group-size"].as<uint32_t>() : (k_grid ? 32 : kDefaultGroupSize);
   if (o.group_size == 0) throw UsageError("--group-size must be at least 1");
   if (r.count("int8")) {
-    if (o.quant == Quantization::None) throw UsageError("--int8 chooses int8 for some Linears of --quant; give --quant");
+    if (!o.quant) throw UsageError("--int8 chooses int8 for some Linears of --quant; give --quant");
     o.int8_regex = r["int8"].as<std::string>();
     try {
       std::regex re(o.int8_regex);

@@ -156,15 +156,15 @@ void drop_group_pages(const ContainerReader& r, uint32_t g) {
   ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: failure is harmless
 }
 
-// The value type of a Linear whose kept weights SparseGPT moved to make up for the pruned ones
+// The dtype of a Linear whose kept weights SparseGPT moved to make up for the pruned ones
 // (stored unquantized): bf16 keeps 8 significant bits of those updates, f16 11 at the same size, so
 // such a Linear is stored f16 when every value fits f16's range, unless --dtype asked for a type.
 // End to end on SmolLM2 the difference is within the calibration's run-to-run spread (NOTES.md).
-ValueType updated_value_type(ValueType planned, const float* w, uint64_t n, const PackOptions& o) {
-  if (planned != ValueType::BF16 || o.dtype) return planned;
+Dtype updated_dtype(Dtype planned, const float* w, uint64_t n, const PackOptions& o) {
+  if (planned != Dtype::BF16 || o.dtype) return planned;
   float amax = 0.0f;
   for (uint64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(w[i]));
-  return amax <= 65504.0f ? ValueType::F16 : planned;
+  return amax <= 65504.0f ? Dtype::F16 : planned;
 }
 
 // A Linear pruned by the method (w [rows, cols] is left as the algorithm leaves it) and encoded
@@ -175,32 +175,25 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
                            const pruning::HessianAccumulator* hessian, const pruning::SparsityTarget& target,
                            const PruneSpec& spec, const PackOptions& o, const TensorTreatment& tr) {
   const std::vector<uint64_t> shape{rows, cols};
-  const uint32_t group_size = stored_group_size(tr.value_type, o);
+  const uint32_t group_size = stored_group_size(tr.dtype, o);
   if (wanda) {
     pruning::wanda_prune(w, rows, cols, wanda->scaler_row().data(), target);
-    return encode_for_pack(w, shape, tr.value_type, group_size, tr.int4_params);
+    return encode_for_pack(w, shape, tr.dtype, group_size);
   }
   pruning::SparseGptOptions so;
   so.target = target;
   so.act_order = o.act_order;
   so.quant.mse_clip = o.mse_clip;
   if (spec.structured() && so.block_size % spec.m != 0) so.block_size = spec.m * std::max<size_t>(1, 128 / spec.m);
-  if (tr.value_type == ValueType::I8) so.quant.scheme = pruning::QuantScheme::Int8Row;
-  if (tr.value_type == ValueType::I8G) {
-    so.quant.scheme = pruning::QuantScheme::Int8Group;
-    so.quant.group_size = group_size;
-  }
-  if (tr.value_type == ValueType::I4) {
-    so.quant.scheme = tr.int4_params == Int4Params::Coded6 ? pruning::QuantScheme::Int4Coded : pruning::QuantScheme::Int4Group;
-    so.quant.group_size = group_size;
-  }
+  if (is_quantized(tr.dtype)) so.quant.dtype = tr.dtype;  // the pruning quantizers are the container's dtypes
+  if (is_grouped(tr.dtype)) so.quant.group_size = group_size;
   // Pruning with int4: two passes over the same Hessian. SparseGPT prunes (no quantization), then
   // the same OBS sweep quantizes the kept weights with the mask fixed and every group's range over
   // its kept weights only (joint SparseGPT chooses a group's range before its pruning decisions,
   // so the range also spans the weights about to become 0). Twice the sweeps; the file's layout
   // is the same.
   std::vector<uint8_t> first_mask;
-  if (tr.value_type == ValueType::I4 && target.ratio + double(target.n) > 0.0 && o.prune.method == "sparsegpt") {
+  if (is_int4(tr.dtype) && target.ratio + double(target.n) > 0.0 && o.prune.method == "sparsegpt") {
     pruning::SparseGptOptions prune_only = so;
     prune_only.quant = {};
     prune_only.act_order = false;
@@ -208,27 +201,26 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
     so.fixed_mask = first_mask.data();
   }
   const pruning::SparseGptResult res = pruning::sparsegpt_prune(w, rows, cols, hessian->hessian().data(), so);
-  if (res.scheme == pruning::QuantScheme::None)
-    return encode_for_pack(w, shape, updated_value_type(tr.value_type, w, rows * cols, o), group_size);
+  if (!res.dtype) return encode_for_pack(w, shape, updated_dtype(tr.dtype, w, rows * cols, o), group_size);
 
   std::vector<uint8_t> present(res.mask.size());
   uint64_t nnz = 0;
   for (size_t i = 0; i < present.size(); ++i) nnz += present[i] = res.mask[i] == 0;
   QuantizedValues q;
-  q.value_type = tr.value_type;
+  q.value_type = value_type_of(*res.dtype);
+  q.int4_params = int4_params_of(*res.dtype);
   q.present = present.data();
-  if (res.scheme == pruning::QuantScheme::Int8Row) {
+  if (res.dtype == Dtype::Int8) {
     q.int8_codes = res.int8_codes.data();
     q.row_scales = res.row_scales.data();
-  } else if (res.scheme == pruning::QuantScheme::Int8Group) {
+  } else if (res.dtype == Dtype::Int8g) {
     q.group_size = res.group_size;
     q.int8_codes = res.int8_codes.data();
     q.group_scales = res.group_scales_f16.data();
   } else {
     q.group_size = res.group_size;
     q.int4_codes = res.int4_codes.data();
-    if (res.scheme == pruning::QuantScheme::Int4Coded) {
-      q.int4_params = Int4Params::Coded6;
+    if (res.dtype == Dtype::Int4k) {
       q.super_scales = res.super_scales_f16.data();
       q.param_codes = res.param_codes.data();
     } else {
@@ -237,7 +229,7 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
     }
   }
   // Without pruning (gptq) every element is present: dense, whatever the checkpoint's own zeros.
-  const Encoding enc = nnz == present.size() ? Encoding::Dense : choose_encoding(shape, tr.value_type, group_size, nnz);
+  const Encoding enc = nnz == present.size() ? Encoding::Dense : choose_encoding(shape, tr.dtype, group_size, nnz);
   if (enc == Encoding::Dense) q.present = nullptr;
   return encode_quantized(shape, enc, q);
 }
@@ -398,7 +390,7 @@ void check_calibration_request(const PackOptions& o, const CalibrationOptions& c
     throw Error("calibrated pruning needs --method wanda, sparsegpt or gptq, got '" + spec.method + "'");
   if (gptq && (spec.structured() || spec.sparsity > 0.0))
     throw Error("--method gptq quantizes without pruning; for pruning with GPTQ's error feedback use --method sparsegpt");
-  if (gptq && o.quant == Quantization::None) throw Error("--method gptq needs --quant int8, int8g, int4 or int4k");
+  if (gptq && !o.quant) throw Error("--method gptq needs --quant int8, int8g, int4 or int4k");
   if (!spec.active()) throw Error("calibrated pruning needs --sparsity S > 0 or --pattern N:M");
   if (spec.structured() && (spec.n == 0 || spec.n >= spec.m))
     throw Error("N:M pattern needs 0 < N < M");
@@ -565,7 +557,7 @@ struct BlockCalibrator {
       if (spec.scope == PruneScope::Matrix) magnitude_prune_matrix(w, rows, cols, target.ratio);
       else magnitude_prune_rows(w, rows, cols, target.ratio);
     }
-    return encode_for_pack(w, {rows, cols}, tr.value_type, stored_group_size(tr.value_type, o), tr.int4_params);
+    return encode_for_pack(w, {rows, cols}, tr.dtype, stored_group_size(tr.dtype, o));
   }
 
   // Prunes (and encodes) each treated Linear of block l and lends it to the model; returns the

@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "detail.h"
+#include "endor/expert_groups.h"
 #include "endor/gguf.h"
 #include "endor/packer.h"
 #include "endor/tokenizer.h"
@@ -173,10 +174,15 @@ std::string compact_json(const std::string& text) {
   }
 }
 
-std::string group_name(const TensorRole& r) {
+// An MoE expert's gate, up and down form a group of their own, after the block's group (attention,
+// norms, router), so a runtime places and reads each expert alone (SPEC.md §4.2).
+std::string group_name(const TensorRole& r, const std::string& canonical_name) {
   switch (r.group) {
     case TensorRole::Group::Embed: return "embed";
-    case TensorRole::Group::Layer: return "layers." + std::to_string(r.layer);
+    case TensorRole::Group::Layer: {
+      const int64_t expert = expert_of_tensor(canonical_name);
+      return expert >= 0 ? expert_group_name(r.layer, uint32_t(expert)) : block_group_name(r.layer);
+    }
     case TensorRole::Group::Head: return "head";
   }
   return "head";
@@ -223,17 +229,6 @@ void check_output_is_not_input(const std::string& output, const Checkpoint& ck) 
 using packer_detail::check_output_is_not_input;
 using packer_detail::validate_options;
 
-const char* to_string(Quantization q) {
-  switch (q) {
-    case Quantization::None: return "none";
-    case Quantization::Int8: return "int8";
-    case Quantization::Int4: return "int4";
-    case Quantization::Int4k: return "int4k";
-    case Quantization::Int8g: return "int8g";
-  }
-  return "?";
-}
-
 ValueType default_value_type(SafetensorsDType t) {
   switch (t) {
     case SafetensorsDType::F16: return ValueType::F16;
@@ -248,30 +243,27 @@ TensorTreatment plan_treatment(const CheckpointTensor& t, const PackOptions& o) 
   TensorTreatment tr;
   // An MoE router keeps the source's dtype whatever --dtype says: its logits pick the experts, and
   // a rounded router can send a token to other experts (docs/moe.md).
-  tr.value_type = o.dtype && !t.role.router ? *o.dtype : default_value_type(t.dtype);
+  tr.dtype = dtype_of(o.dtype && !t.role.router ? *o.dtype : default_value_type(t.dtype));
   bool in_scope = t.role.prunable;
   if (in_scope && !o.skip_regex.empty()) in_scope = !std::regex_search(t.name, std::regex(o.skip_regex));
   tr.prune = in_scope && o.prune.active();
-  tr.quantize = in_scope && o.quant != Quantization::None;
-  auto set_quant = [&](Quantization q) {
-    tr.value_type = q == Quantization::Int8 ? ValueType::I8 : q == Quantization::Int8g ? ValueType::I8G : ValueType::I4;
-    tr.int4_params = q == Quantization::Int4k ? Int4Params::Coded6 : Int4Params::F16;
-  };
+  tr.quantize = in_scope && o.quant.has_value();
   if (tr.quantize) {
     const bool to_int8 = !o.int8_regex.empty() && std::regex_search(t.name, std::regex(o.int8_regex));
-    set_quant(to_int8 ? Quantization::Int8 : o.quant);
+    tr.dtype = to_int8 ? Dtype::Int8 : *o.quant;
   }
   // The token embedding or the lm_head (not OPT's position embedding): TensorRole::head_matrix.
-  if (o.quant_head != Quantization::None && t.role.head_matrix) {
+  if (o.quant_head && t.role.head_matrix) {
     tr.prune = false;
     tr.quantize = true;
-    set_quant(o.quant_head);
+    tr.dtype = *o.quant_head;
   }
   return tr;
 }
 
-Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType vt, uint32_t group_size, uint64_t nnz) {
-  const uint32_t gs = vt == ValueType::I4 || vt == ValueType::I8G ? group_size : 0;
+Encoding choose_encoding(const std::vector<uint64_t>& shape, Dtype dt, uint32_t group_size, uint64_t nnz) {
+  const uint32_t gs = is_grouped(dt) ? group_size : 0;
+  const ValueType vt = value_type_of(dt);
   const TensorLayout dense = compute_layout(shape, Encoding::Dense, vt, gs, [&] {
     uint64_t n = 1;
     for (uint64_t d : shape) n *= d;
@@ -284,51 +276,43 @@ Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType vt, uint3
   // < 1 % zeros was not pruned (a checkpoint's own zeros: 0.06 % in SmolLM2's decoder): stored
   // dense it is smaller (4 bits a weight against 5) and multiplies faster (no expand), its zeros
   // quantized like every other weight (to the zero code: exactly 0).
-  if (vt == ValueType::I4) return 100 * (dense.nnz - nnz) < dense.nnz ? Encoding::Dense : Encoding::Bitmap;
+  if (is_int4(dt)) return 100 * (dense.nnz - nnz) < dense.nnz ? Encoding::Dense : Encoding::Bitmap;
   const TensorLayout bitmap = compute_layout(shape, Encoding::Bitmap, vt, gs, nnz);
   return bitmap.total_bytes < dense.total_bytes ? Encoding::Bitmap : Encoding::Dense;
 }
 
-EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, ValueType vt, uint32_t group_size,
-                              Int4Params int4_params) {
+EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, Dtype dt, uint32_t group_size) {
   uint64_t numel = 1;
   for (uint64_t d : shape) numel *= d;
   uint64_t nnz = 0;
 #pragma omp parallel for reduction(+ : nnz) schedule(static) if (numel >= kParallelMin)
   for (int64_t i = 0; i < int64_t(numel); ++i) nnz += w[size_t(i)] != 0.0f;
-  EncodeOptions eo;
-  eo.encoding = choose_encoding(shape, vt, group_size, nnz);
-  eo.value_type = vt;
-  eo.group_size = vt == ValueType::I4 || vt == ValueType::I8G ? group_size : kDefaultGroupSize;
-  eo.int4_params = vt == ValueType::I4 ? int4_params : Int4Params::F16;
-  return encode_tensor(w, shape, eo);
+  return encode_tensor(w, shape, EncodeOptions::of(dt, choose_encoding(shape, dt, group_size, nnz), group_size));
 }
-
-static bool is_float_type(ValueType v) { return v == ValueType::F16 || v == ValueType::BF16 || v == ValueType::F32; }
 
 PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, const TensorTreatment& tr,
                               Pruner* pruner, const PackOptions& o) {
   PreparedTensor p;
   p.info.name = t.name;
   p.info.shape = t.shape;
-  p.info.value_type = tr.value_type;
-  p.info.group_size = stored_group_size(tr.value_type, o);
-  p.info.int4_params = tr.value_type == ValueType::I4 ? tr.int4_params : Int4Params::F16;
+  p.info.value_type = value_type_of(tr.dtype);
+  p.info.group_size = stored_group_size(tr.dtype, o);
+  p.info.int4_params = int4_params_of(tr.dtype);
   p.info.source_dtype = t.source_type;
   const std::string where = ck.dir() + ": tensor '" + t.source_name + "'";
   try {
     if (!tr.prune && !tr.quantize) {
       const uint64_t nnz = count_nonzero(ck, t);
-      if (choose_encoding(t.shape, tr.value_type, 0, nnz) == Encoding::Dense) {
+      if (choose_encoding(t.shape, tr.dtype, 0, nnz) == Encoding::Dense) {
         p.info.encoding = Encoding::Dense;
         p.info.nnz = t.numel();
-        if (same_bits(t, tr.value_type)) {
+        if (same_bits(t, p.info.value_type)) {
           p.data = ck.bytes(t);  // borrowed from the mapping: no copy
         } else {
-          p.owned = convert_dense(ck, t, tr.value_type);
+          p.owned = convert_dense(ck, t, p.info.value_type);
           p.data = p.owned.data();
         }
-        p.n_bytes = t.numel() * (value_bits(tr.value_type) / 8);
+        p.n_bytes = t.numel() * (value_bits(tr.dtype) / 8);
         return p;
       }
     }
@@ -337,19 +321,19 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
     if (encoded) {
       const TensorLayout& L = encoded->layout;
       // A float tensor may come back in another float type (the calibration driver stores
-      // SparseGPT's updated weights f16 rather than bf16: calibrate.cpp, updated_value_type).
-      if (is_float_type(L.value_type) && is_float_type(tr.value_type)) p.info.value_type = L.value_type;
+      // SparseGPT's updated weights f16 rather than bf16: calibrate.cpp, updated_dtype).
+      if (is_float(L.dtype()) && is_float(tr.dtype)) p.info.value_type = L.value_type;
       if (L.rows * L.cols != t.numel() || L.rows != t.rows() || L.value_type != p.info.value_type ||
           L.group_size != p.info.group_size || L.int4_params != p.info.int4_params ||
           encoded->bytes.size() != L.total_bytes)
         throw Error(std::string("the precomputed encoding does not match the tensor (") + to_string(L.value_type) +
                     " " + std::to_string(L.rows) + "x" + std::to_string(L.cols) + ", expected " +
-                    to_string(tr.value_type) + " " + std::to_string(t.rows()) + "x" + std::to_string(t.cols()) + ")");
-    } else if (!tr.prune && tr.value_type == ValueType::I4 && t.gguf &&
+                    to_string(value_type_of(tr.dtype)) + " " + std::to_string(t.rows()) + "x" + std::to_string(t.cols()) + ")");
+    } else if (!tr.prune && is_int4(tr.dtype) && t.gguf &&
                (encoded = gguf_exact_int4(t.gguf->info->type, ck.bytes(t), t.rows(), t.cols(), t.gguf->permute_heads,
                                           p.info.int4_params, p.info.group_size))) {
       p.kept_source_grid = true;  // the GGUF's own Q4_0/Q4_1/Q4_K codes: nothing rounded twice
-    } else if (!tr.prune && tr.value_type == ValueType::I8G && t.gguf &&
+    } else if (!tr.prune && tr.dtype == Dtype::Int8g && t.gguf &&
                (encoded = gguf_exact_int8g(t.gguf->info->type, ck.bytes(t), t.rows(), t.cols(), t.gguf->permute_heads,
                                            p.info.group_size))) {
       p.kept_source_grid = true;  // the GGUF's own Q8_0 codes
@@ -360,7 +344,7 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
         if (!pruner) throw Error("no pruner given");
         pruner->prune(t.name, w.data(), t.rows(), t.cols());
       }
-      encoded = encode_for_pack(w.data(), t.shape, tr.value_type, p.info.group_size, p.info.int4_params);
+      encoded = encode_for_pack(w.data(), t.shape, tr.dtype, p.info.group_size);
     }
     EncodedTensor& enc = *encoded;
     p.info.encoding = enc.layout.encoding;
@@ -449,7 +433,7 @@ PackSummary pack_checkpoint_with_pruner(const std::string& source_dir, const std
 
   std::string open_group;
   for (const CheckpointTensor& t : ck->tensors()) {
-    const std::string g = group_name(t.role);
+    const std::string g = group_name(t.role, t.name);
     if (g != open_group) {
       if (!open_group.empty()) writer.end_group();
       writer.begin_group(g, Tier::Gpu);  // tiers are planned once sizes are known

@@ -159,7 +159,7 @@ TEST_CASE("wanda and sparsegpt at 50 %: sparsity as requested, verified containe
 TEST_CASE("sparsegpt 2:4 with int8: every group of 4 has 2 zeros; the same seed gives the same file") {
   TempDir dir;
   PackOptions o = prune_options("sparsegpt", 0.0, 2, 4);
-  o.quant = Quantization::Int8;
+  o.quant = Dtype::Int8;
   pack_calibrated(kSample, dir.file("a.endor"), o, small_calibration());
   pack_calibrated(kSample, dir.file("b.endor"), o, small_calibration());
   auto a = ContainerReader::open(dir.file("a.endor"));
@@ -202,7 +202,7 @@ TEST_CASE("calibration errors: one clear message, no output, no leftovers") {
   CHECK_THROWS_WITH_AS(pack_calibrated(kSample, out, prune_options("sparsegpt", 0.5), short_text),
                        doctest::Contains("tokens"), Error);
   PackOptions bad_group = prune_options("sparsegpt", 0.5);
-  bad_group.quant = Quantization::Int4;
+  bad_group.quant = Dtype::Int4;
   bad_group.group_size = 0;
   CHECK_THROWS_WITH_AS(pack_calibrated(kSample, out, bad_group, small_calibration()),
                        doctest::Contains("--group-size"), Error);
@@ -224,8 +224,8 @@ TEST_CASE("sparsegpt with int8/int4: the container decodes to exactly SparseGPT'
     Quantization quant;
     uint32_t n, m;
   };
-  for (const Variant& v : {Variant{Quantization::Int8, 0, 0}, Variant{Quantization::Int4, 0, 0},
-                           Variant{Quantization::Int8, 2, 4}, Variant{Quantization::Int4, 2, 4}}) {
+  for (const Variant& v : {Variant{Dtype::Int8, 0, 0}, Variant{Dtype::Int4, 0, 0},
+                           Variant{Dtype::Int8, 2, 4}, Variant{Dtype::Int4, 2, 4}}) {
     CAPTURE(std::string(to_string(v.quant)));
     CAPTURE(v.m);
     PackOptions o = prune_options("sparsegpt", v.m ? 0.0 : 0.5, v.n, v.m);
@@ -244,14 +244,14 @@ TEST_CASE("sparsegpt with int8/int4: the container decodes to exactly SparseGPT'
     for (const auto& [name, expected] : algorithm) {
       const std::optional<TensorView> view = r->find_tensor(name);
       REQUIRE(view);
-      CHECK(view->info->value_type == (v.quant == Quantization::Int8 ? ValueType::I8 : ValueType::I4));
+      CHECK(view->info->value_type == (v.quant == Dtype::Int8 ? ValueType::I8 : ValueType::I4));
       const uint64_t rows = view->info->shape[0], cols = view->info->shape[1];
       std::vector<float> got(rows * cols);
       decode_rows_f32(*view, 0, rows, got.data());
       differing += std::memcmp(got.data(), expected.data(), 4 * got.size()) != 0;
       checked += 1;
       // What the encoder would store if it chose the parameters itself (the old path).
-      const EncodedTensor again = encode_for_pack(expected.data(), view->info->shape, view->info->value_type,
+      const EncodedTensor again = encode_for_pack(expected.data(), view->info->shape, view->info->dtype(),
                                                   view->info->group_size);
       std::vector<float> redecoded(rows * cols);
       TensorInfo info = *view->info;
@@ -262,7 +262,7 @@ TEST_CASE("sparsegpt with int8/int4: the container decodes to exactly SparseGPT'
     CHECK(differing == 0);
     MESSAGE(std::string(to_string(v.quant)) << (v.m ? " 2:4" : " 50%") << ": re-encoding SparseGPT's weights with the encoder's own "
                                << "parameters would change " << reencoded_differ << " of 42 tensors");
-    if (v.quant == Quantization::Int4) CHECK(reencoded_differ > 0);  // why the explicit path exists
+    if (v.quant == Dtype::Int4) CHECK(reencoded_differ > 0);  // why the explicit path exists
   }
 }
 
@@ -276,7 +276,7 @@ TEST_CASE("wanda with int4: quantized after pruning; block 0 has wanda's own zer
   calib.n_samples = 4;
   calib.seq_len = 32;
   PackOptions plain = prune_options("wanda", 0.5), q4 = plain;
-  q4.quant = Quantization::Int4;
+  q4.quant = Dtype::Int4;
   pack_calibrated(kSample, dir.file("w.endor"), plain, calib);
   pack_calibrated(kSample, dir.file("w4.endor"), q4, calib);
   auto a = ContainerReader::open(dir.file("w.endor"));
@@ -491,7 +491,7 @@ TEST_CASE("MoE: wanda and sparsegpt + int4 calibrate every expert; experts under
     CAPTURE(fixture);
     const std::string src = std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/models/" + fixture;
     PackOptions mag = prune_options("magnitude", 0.5);
-    mag.quant = Quantization::Int4;
+    mag.quant = Dtype::Int4;
     mag.group_size = 32;
     const std::string mag_path = dir.file("mag.endor");
     pack_checkpoint(src, mag_path, mag);
@@ -499,7 +499,7 @@ TEST_CASE("MoE: wanda and sparsegpt + int4 calibrate every expert; experts under
     for (const char* method : {"wanda", "sparsegpt"}) {
       CAPTURE(method);
       PackOptions o = prune_options(method, 0.5);
-      o.quant = Quantization::Int4;
+      o.quant = Dtype::Int4;
       o.group_size = 32;
       CalibrationOptions co;
       co.n_samples = 8;

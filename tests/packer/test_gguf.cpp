@@ -100,9 +100,9 @@ TEST_CASE("gguf: the tiny llama equals transformers' GGUF loader bit for bit (de
   CHECK(!find("model.layers.0.self_attn.q_proj.weight").direct);
   CHECK(find("model.layers.0.self_attn.o_proj.weight").direct);  // F16, not permuted: borrowed
   PackOptions o;
-  CHECK(plan_treatment(find("model.embed_tokens.weight"), o).value_type == ValueType::F16);
-  CHECK(plan_treatment(find("model.layers.0.mlp.gate_proj.weight"), o).value_type == ValueType::BF16);
-  CHECK(plan_treatment(find("model.norm.weight"), o).value_type == ValueType::F32);
+  CHECK(plan_treatment(find("model.embed_tokens.weight"), o).dtype == Dtype::F16);
+  CHECK(plan_treatment(find("model.layers.0.mlp.gate_proj.weight"), o).dtype == Dtype::BF16);
+  CHECK(plan_treatment(find("model.norm.weight"), o).dtype == Dtype::F32);
 
   // Packed in f32 and bf16 the stored blobs are identical too.
   for (ValueType vt : {ValueType::F32, ValueType::BF16}) {
@@ -568,7 +568,7 @@ TEST_CASE("gguf: packing a Q4_K / Q4_0 / Q4_1 tensor to int4k / int4 at groups o
     std::string file;
     Quantization quant;
   };
-  for (const Source& s : {Source{"gguf/llama-mix.gguf", Quantization::Int4k}, Source{"gguf/tiny-llama.gguf", Quantization::Int4}}) {
+  for (const Source& s : {Source{"gguf/llama-mix.gguf", Dtype::Int4k}, Source{"gguf/tiny-llama.gguf", Dtype::Int4}}) {
     CAPTURE(s.file);
     TempDir dir;
     PackOptions o;
@@ -580,8 +580,8 @@ TEST_CASE("gguf: packing a Q4_K / Q4_0 / Q4_1 tensor to int4k / int4 at groups o
     const auto reader = ContainerReader::open(dir.path + "/q.endor");
     uint64_t kept = 0;
     for (const CheckpointTensor& t : ck->tensors()) {
-      const bool grid = (s.quant == Quantization::Int4k && t.source_type == "Q4_K") ||
-                        (s.quant == Quantization::Int4 && (t.source_type == "Q4_0" || t.source_type == "Q4_1"));
+      const bool grid = (s.quant == Dtype::Int4k && t.source_type == "Q4_K") ||
+                        (s.quant == Dtype::Int4 && (t.source_type == "Q4_0" || t.source_type == "Q4_1"));
       if (!grid || !t.role.prunable) continue;
       CAPTURE(t.name);
       ++kept;
@@ -728,7 +728,7 @@ TEST_CASE("gguf: packing the tiny llama's Q8_0 tensors to int8g keeps the file's
   TempDir dir;
   PackOptions o;
   o.command = "prune";
-  o.quant = Quantization::Int8g;
+  o.quant = Dtype::Int8g;
   o.group_size = 32;
   const PackSummary sum = pack_checkpoint(fixture("gguf/tiny-llama.gguf"), dir.path + "/q.endor", o);
   const auto ck = Checkpoint::open(fixture("gguf/tiny-llama.gguf"));

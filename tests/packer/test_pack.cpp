@@ -243,9 +243,9 @@ TEST_CASE("prune 50% per row matches the fixtures' reference variants bit for bi
       CAPTURE(variant_s);
       PackOptions o = prune_options(0.5);
       o.dtype = ValueType::F16;
-      if (std::string(variant) == "mag50_int8") o.quant = Quantization::Int8;
+      if (std::string(variant) == "mag50_int8") o.quant = Dtype::Int8;
       if (std::string(variant) == "mag50_int4") {
-        o.quant = Quantization::Int4;
+        o.quant = Dtype::Int4;
         o.group_size = 32;
       }
       const std::string out = dir + "/" + variant + ".endor";
@@ -270,7 +270,7 @@ TEST_CASE("prune 50% per row matches the fixtures' reference variants bit for bi
 TEST_CASE("--quant-head: the embedding and lm_head quantized within one step of their grid, never pruned") {
   // llama-tiny: untied head; qwen2-tiny: tied (one matrix); opt-tiny: its position embedding stays.
   for (const char* name : {"llama-tiny", "qwen2-tiny", "opt-tiny"})
-    for (Quantization qh : {Quantization::Int8, Quantization::Int4}) {
+    for (Quantization qh : {Dtype::Int8, Dtype::Int4}) {
       const std::string name_s = name;
       CAPTURE(name_s);
       CAPTURE(to_string(qh));
@@ -297,7 +297,7 @@ TEST_CASE("--quant-head: the embedding and lm_head quantized within one step of 
           continue;
         }
         ++heads;
-        CHECK(t.value_type == (qh == Quantization::Int8 ? ValueType::I8 : ValueType::I4));
+        CHECK(t.value_type == (qh == Dtype::Int8 ? ValueType::I8 : ValueType::I4));
         CHECK(t.encoding == Encoding::Dense);  // not pruned
         const std::vector<float> w = decode(*rp, t.name), wq = decode(*rq, t.name);
         REQUIRE(w.size() == wq.size());
@@ -306,7 +306,7 @@ TEST_CASE("--quant-head: the embedding and lm_head quantized within one step of 
         // grid, (max(mx, 0) − min(mn, 0))/15 rounded up to 7 bits (int4_grid). Tolerances from the grids.
         size_t bad = 0;
         for (uint64_t r = 0; r < rows; ++r) {
-          const uint64_t gs = qh == Quantization::Int8 ? cols : 32;
+          const uint64_t gs = qh == Dtype::Int8 ? cols : 32;
           for (uint64_t g0 = 0; g0 < cols; g0 += gs) {
             const uint64_t g1 = std::min(cols, g0 + gs);
             float mn = w[r * cols + g0], mx = mn, amax = 0;
@@ -315,7 +315,7 @@ TEST_CASE("--quant-head: the embedding and lm_head quantized within one step of 
               mx = std::max(mx, w[r * cols + c]);
               amax = std::max(amax, std::fabs(w[r * cols + c]));
             }
-            const float tol = qh == Quantization::Int8 ? amax / 127.0f * 0.501f + 1e-7f : (std::max(mx, 0.0f) - std::min(mn, 0.0f)) / 15.0f * 1.02f + 1e-6f;
+            const float tol = qh == Dtype::Int8 ? amax / 127.0f * 0.501f + 1e-7f : (std::max(mx, 0.0f) - std::min(mn, 0.0f)) / 15.0f * 1.02f + 1e-6f;
             for (uint64_t c = g0; c < g1; ++c) bad += !(std::fabs(wq[r * cols + c] - w[r * cols + c]) <= tol);
           }
         }
@@ -369,7 +369,7 @@ TEST_CASE("convert keeps values: same dtype bit-identical, f32 -> f16 rounded to
 TEST_CASE("container carries config verbatim, generation config, tokenizer files, provenance") {
   const std::string dir = make_temp_dir("meta");
   PackOptions o = prune_options(0.5);
-  o.quant = Quantization::Int4;
+  o.quant = Dtype::Int4;
   o.group_size = 64;
   o.skip_regex = "mlp\\.down";
   pack_checkpoint(fixture("qwen2-tiny"), dir + "/q.endor", o);
@@ -421,16 +421,16 @@ TEST_CASE("container carries config verbatim, generation config, tokenizer files
 TEST_CASE("choose_encoding: int4 keeps a pruned tensor's zeros in a bitmap, stores an unpruned one dense") {
   const std::vector<uint64_t> shape{64, 256};
   const uint64_t n = 64 * 256;
-  CHECK(choose_encoding(shape, ValueType::I4, 128, n) == Encoding::Dense);
-  CHECK(choose_encoding(shape, ValueType::I4, 128, n - 10) == Encoding::Dense);        // a checkpoint's own zeros
-  CHECK(choose_encoding(shape, ValueType::I4, 128, n - n / 100 + 1) == Encoding::Dense);  // just under 1 %
-  CHECK(choose_encoding(shape, ValueType::I4, 128, n - n / 100 - 1) == Encoding::Bitmap);  // just over 1 %
-  CHECK(choose_encoding(shape, ValueType::I4, 128, n / 2) == Encoding::Bitmap);
-  CHECK(choose_encoding(shape, ValueType::I4, 128, 0) == Encoding::Bitmap);
+  CHECK(choose_encoding(shape, Dtype::Int4, 128, n) == Encoding::Dense);
+  CHECK(choose_encoding(shape, Dtype::Int4, 128, n - 10) == Encoding::Dense);        // a checkpoint's own zeros
+  CHECK(choose_encoding(shape, Dtype::Int4, 128, n - n / 100 + 1) == Encoding::Dense);  // just under 1 %
+  CHECK(choose_encoding(shape, Dtype::Int4, 128, n - n / 100 - 1) == Encoding::Bitmap);  // just over 1 %
+  CHECK(choose_encoding(shape, Dtype::Int4, 128, n / 2) == Encoding::Bitmap);
+  CHECK(choose_encoding(shape, Dtype::Int4, 128, 0) == Encoding::Bitmap);
   // int8 and the float types: the smaller encoding (a bitmap costs 1 bit a column).
-  CHECK(choose_encoding(shape, ValueType::I8, 0, n - 10) == Encoding::Dense);
-  CHECK(choose_encoding(shape, ValueType::I8, 0, n / 2) == Encoding::Bitmap);
-  CHECK(choose_encoding(shape, ValueType::F16, 0, n / 2) == Encoding::Bitmap);
+  CHECK(choose_encoding(shape, Dtype::Int8, 0, n - 10) == Encoding::Dense);
+  CHECK(choose_encoding(shape, Dtype::Int8, 0, n / 2) == Encoding::Bitmap);
+  CHECK(choose_encoding(shape, Dtype::F16, 0, n / 2) == Encoding::Bitmap);
 }
 
 TEST_CASE("size formula: f16/bf16 at 50% is 9/16 of the pruned Linears plus the rest, within 2%") {
@@ -593,7 +593,7 @@ TEST_CASE("failures leave no output and no temporary file; the input is untouche
   const std::string before = read_bytes(dir + "/bad/model.safetensors");
   ::mkdir((dir + "/out").c_str(), 0755);
   PackOptions o = prune_options(0.5);
-  o.quant = Quantization::Int4;
+  o.quant = Dtype::Int4;
   std::map<std::string, int> registered;  // path -> registrations minus releases
   std::vector<std::string> order;
   PackCallbacks cb;

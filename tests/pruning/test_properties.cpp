@@ -17,6 +17,8 @@
 #include "endor/pruning.h"
 
 using namespace endor::pruning;
+using endor::Dtype;
+using endor::Quantization;
 
 namespace {
 
@@ -265,15 +267,15 @@ TEST_CASE("SparseGPT zeroes dead inputs (H_jj == 0)") {
 TEST_CASE("SparseGPT + quantization: every kept weight is exactly its stored code's value") {
   const Layer l = make_layer(20, 200, 256, 6);
   const std::vector<float> h = hessian_of(l);
-  struct Case { SparsityTarget t; QuantScheme q; uint32_t group; size_t block; };
+  struct Case { SparsityTarget t; Dtype q; uint32_t group; size_t block; };
   const Case cases[] = {
-      {SparsityTarget::unstructured(0.5), QuantScheme::Int8Row, 0, 128},
-      {SparsityTarget::n_of_m(2, 4), QuantScheme::Int8Row, 0, 64},
-      {SparsityTarget::unstructured(0.5), QuantScheme::Int4Group, 64, 128},   // partial last group
-      {SparsityTarget::n_of_m(2, 4), QuantScheme::Int4Group, 48, 32},         // groups straddle blocks
-      {SparsityTarget::unstructured(0.6), QuantScheme::Int4Group, 128, 128},
-      {SparsityTarget::unstructured(0.5), QuantScheme::Int8Group, 32, 128},   // int8g: Q8_0's groups
-      {SparsityTarget::n_of_m(2, 4), QuantScheme::Int8Group, 48, 32},         // groups straddle blocks
+      {SparsityTarget::unstructured(0.5), Dtype::Int8, 0, 128},
+      {SparsityTarget::n_of_m(2, 4), Dtype::Int8, 0, 64},
+      {SparsityTarget::unstructured(0.5), Dtype::Int4, 64, 128},   // partial last group
+      {SparsityTarget::n_of_m(2, 4), Dtype::Int4, 48, 32},         // groups straddle blocks
+      {SparsityTarget::unstructured(0.6), Dtype::Int4, 128, 128},
+      {SparsityTarget::unstructured(0.5), Dtype::Int8g, 32, 128},   // int8g: Q8_0's groups
+      {SparsityTarget::n_of_m(2, 4), Dtype::Int8g, 48, 32},         // groups straddle blocks
   };
   for (const Case& c : cases) {
     CAPTURE(int(c.q));
@@ -284,9 +286,9 @@ TEST_CASE("SparseGPT + quantization: every kept weight is exactly its stored cod
     opt.block_size = c.block;
     opt.quant = {c.q, c.group};
     const SparseGptResult res = sparsegpt_prune(w.data(), l.n_out, l.n_in, h.data(), opt);
-    CHECK(res.scheme == c.q);
+    CHECK(res.dtype == c.q);
     size_t mismatches = 0, nonzero_pruned = 0, bad_codes = 0;
-    if (c.q == QuantScheme::Int8Row) {
+    if (c.q == Dtype::Int8) {
       REQUIRE(res.row_scales.size() == l.n_out);
       REQUIRE(res.int8_codes.size() == w.size());
       for (size_t r = 0; r < l.n_out; ++r) CHECK(res.row_scales[r] == int8_row_scale(&l.w[r * l.n_in], l.n_in));
@@ -296,7 +298,7 @@ TEST_CASE("SparseGPT + quantization: every kept weight is exactly its stored cod
         if (res.mask[i]) nonzero_pruned += !is_positive_zero(w[i]);
         else mismatches += w[i] != int8_value(code, res.row_scales[i / l.n_in]);
       }
-    } else if (c.q == QuantScheme::Int8Group) {
+    } else if (c.q == Dtype::Int8g) {
       const size_t gpr = (l.n_in + c.group - 1) / c.group;
       REQUIRE(res.group_size == c.group);
       REQUIRE(res.group_scales_f16.size() == l.n_out * gpr);
@@ -339,11 +341,11 @@ TEST_CASE("SparseGPT + quantization: every kept weight is exactly its stored cod
     for (size_t i = 0; i < w.size(); ++i) present[i] = !res.mask[i];
     endor::QuantizedValues qv;
     qv.present = present.data();
-    if (c.q == QuantScheme::Int8Row) {
+    if (c.q == Dtype::Int8) {
       qv.value_type = endor::ValueType::I8;
       qv.int8_codes = res.int8_codes.data();
       qv.row_scales = res.row_scales.data();
-    } else if (c.q == QuantScheme::Int8Group) {
+    } else if (c.q == Dtype::Int8g) {
       qv.value_type = endor::ValueType::I8G;
       qv.group_size = res.group_size;
       qv.int8_codes = res.int8_codes.data();
@@ -410,7 +412,7 @@ TEST_CASE("bad arguments throw endor::Error with one line and leave W untouched"
   opt.target = SparsityTarget::n_of_m(2, 4);
   throws_unchanged([&](float* w) { sparsegpt_prune(w, 4, 16, h.data(), opt); }, "block_size");
   opt = SparseGptOptions{};
-  opt.quant = {QuantScheme::Int4Group, 0};
+  opt.quant = {Dtype::Int4, 0};
   throws_unchanged([&](float* w) { sparsegpt_prune(w, 4, 16, h.data(), opt); }, "group_size");
   opt = SparseGptOptions{};
   opt.percdamp = -1.0f;
@@ -438,7 +440,7 @@ TEST_CASE("bad arguments throw endor::Error with one line and leave W untouched"
 
 namespace {
 
-SparseGptOptions gptq_options(QuantScheme q, uint32_t group, bool act_order, bool mse_clip = false, size_t block = 128) {
+SparseGptOptions gptq_options(Dtype q, uint32_t group, bool act_order, bool mse_clip = false, size_t block = 128) {
   SparseGptOptions opt;
   opt.target = SparsityTarget::unstructured(0.0);
   opt.block_size = block;
@@ -465,7 +467,7 @@ Rtn round_to_nearest(const std::vector<float>& w, size_t n_out, size_t n_in, con
   Rtn out;
   out.codes.resize(w.size());
   out.values.resize(w.size());
-  if (q.scheme == QuantScheme::Int8Row) {
+  if (q.dtype == Dtype::Int8) {
     for (size_t r = 0; r < n_out; ++r) {
       const float s = int8_row_scale(&w[r * n_in], n_in);
       for (size_t c = 0; c < n_in; ++c) {
@@ -476,7 +478,7 @@ Rtn round_to_nearest(const std::vector<float>& w, size_t n_out, size_t n_in, con
     }
     return out;
   }
-  if (q.scheme == QuantScheme::Int8Group) {  // SPEC.md §7.5 on the group's absmax
+  if (q.dtype == Dtype::Int8g) {  // SPEC.md §7.5 on the group's absmax
     const size_t gpr = (n_in + q.group_size - 1) / q.group_size;
     for (size_t r = 0; r < n_out; ++r)
       for (size_t g = 0; g < gpr; ++g) {
@@ -503,7 +505,7 @@ Rtn round_to_nearest(const std::vector<float>& w, size_t n_out, size_t n_in, con
 }
 
 int result_code(const SparseGptResult& res, size_t i) {
-  return res.scheme == QuantScheme::Int8Row || res.scheme == QuantScheme::Int8Group ? res.int8_codes[i]
+  return res.dtype == Dtype::Int8 || res.dtype == Dtype::Int8g ? res.int8_codes[i]
                                                                                        : res.int4_codes[i];
 }
 
@@ -518,11 +520,11 @@ std::vector<float> stored_and_decoded(const SparseGptResult& res, size_t n_out, 
   }
   endor::QuantizedValues qv;
   qv.present = pruned ? present.data() : nullptr;
-  if (res.scheme == QuantScheme::Int8Row) {
+  if (res.dtype == Dtype::Int8) {
     qv.value_type = endor::ValueType::I8;
     qv.int8_codes = res.int8_codes.data();
     qv.row_scales = res.row_scales.data();
-  } else if (res.scheme == QuantScheme::Int8Group) {
+  } else if (res.dtype == Dtype::Int8g) {
     qv.value_type = endor::ValueType::I8G;
     qv.group_size = res.group_size;
     qv.int8_codes = res.int8_codes.data();
@@ -531,7 +533,7 @@ std::vector<float> stored_and_decoded(const SparseGptResult& res, size_t n_out, 
     qv.value_type = endor::ValueType::I4;
     qv.group_size = res.group_size;
     qv.int4_codes = res.int4_codes.data();
-    if (res.scheme == QuantScheme::Int4Coded) {
+    if (res.dtype == Dtype::Int4k) {
       qv.int4_params = endor::Int4Params::Coded6;
       qv.super_scales = res.super_scales_f16.data();
       qv.param_codes = res.param_codes.data();
@@ -573,11 +575,11 @@ TEST_CASE("GPTQ with a diagonal H is round-to-nearest on the static parameters")
     eye[j * l.n_in + j] = 1.0f;
     diag[j * l.n_in + j] = j == 5 ? 0.0f : uni(rng);  // input 5 dead: its column is zeroed first
   }
-  struct Case { QuantScheme q; uint32_t group; bool mse; };
-  const Case cases[] = {{QuantScheme::Int8Row, 0, false}, {QuantScheme::Int4Group, 32, false},
-                        {QuantScheme::Int4Group, 40, true}, {QuantScheme::Int4Coded, 32, false},
-                        {QuantScheme::Int4Coded, 64, true}, {QuantScheme::Int8Group, 32, false},
-                        {QuantScheme::Int8Group, 40, false}};
+  struct Case { Dtype q; uint32_t group; bool mse; };
+  const Case cases[] = {{Dtype::Int8, 0, false}, {Dtype::Int4, 32, false},
+                        {Dtype::Int4, 40, true}, {Dtype::Int4k, 32, false},
+                        {Dtype::Int4k, 64, true}, {Dtype::Int8g, 32, false},
+                        {Dtype::Int8g, 40, false}};
   for (const auto* h : {&eye, &diag}) {
     const bool dead = h == &diag;
     std::vector<float> w_in = l.w;
@@ -595,12 +597,12 @@ TEST_CASE("GPTQ with a diagonal H is round-to-nearest on the static parameters")
         std::vector<float> w = l.w;
         const SparseGptResult res = sparsegpt_prune(w.data(), l.n_out, l.n_in, h->data(), opt);
         // int8 scales come from the input W (before dead inputs are zeroed), as gptq.py's.
-        const Rtn rtn = round_to_nearest(c.q == QuantScheme::Int8Row ? l.w : w_in, l.n_out, l.n_in, opt.quant,
+        const Rtn rtn = round_to_nearest(c.q == Dtype::Int8 ? l.w : w_in, l.n_out, l.n_in, opt.quant,
                                          col_weight.data());
         size_t code_mismatches = 0, value_mismatches = 0;
         for (size_t i = 0; i < w.size(); ++i) {
           const bool dead_col = dead && i % l.n_in == 5;
-          if (c.q == QuantScheme::Int8Row && dead_col) {  // 0 on the input-W scale: code 0, value 0
+          if (c.q == Dtype::Int8 && dead_col) {  // 0 on the input-W scale: code 0, value 0
             code_mismatches += result_code(res, i) != 0;
             value_mismatches += w[i] != 0.0f;
             continue;
@@ -610,11 +612,11 @@ TEST_CASE("GPTQ with a diagonal H is round-to-nearest on the static parameters")
         }
         CHECK(code_mismatches == 0);
         CHECK(value_mismatches == 0);
-        if (c.q == QuantScheme::Int4Group) {
+        if (c.q == Dtype::Int4) {
           CHECK(res.group_scales_f16 == rtn.params.scales_f16);
           CHECK(res.group_mins_f16 == rtn.params.mins_f16);
         }
-        if (c.q == QuantScheme::Int4Coded) {
+        if (c.q == Dtype::Int4k) {
           CHECK(res.super_scales_f16 == rtn.params.super_scales_f16);
           CHECK(res.param_codes == rtn.params.param_codes);
         }
@@ -626,11 +628,11 @@ TEST_CASE("GPTQ's reconstruction error on correlated inputs is below round-to-ne
   const Layer l = make_layer(64, 128, 512, 13);
   const std::vector<float> h = hessian_of(l);
   const std::vector<float> col_weight = diagonal_of(h, l.n_in);
-  struct Case { QuantScheme q; uint32_t group; bool mse; };
-  const Case cases[] = {{QuantScheme::Int8Row, 0, false},   {QuantScheme::Int4Group, 32, false},
-                        {QuantScheme::Int4Group, 64, true}, {QuantScheme::Int4Coded, 32, false},
-                        {QuantScheme::Int4Coded, 64, false}, {QuantScheme::Int4Coded, 32, true},
-                        {QuantScheme::Int8Group, 32, false}};
+  struct Case { Dtype q; uint32_t group; bool mse; };
+  const Case cases[] = {{Dtype::Int8, 0, false},   {Dtype::Int4, 32, false},
+                        {Dtype::Int4, 64, true}, {Dtype::Int4k, 32, false},
+                        {Dtype::Int4k, 64, false}, {Dtype::Int4k, 32, true},
+                        {Dtype::Int8g, 32, false}};
   for (const Case& c : cases) {
     CAPTURE(int(c.q));
     CAPTURE(c.group);
@@ -673,7 +675,7 @@ TEST_CASE("GPTQ act-order returns codes in the original column order (permutatio
     for (size_t j = 0; j < n_in; ++j) w_perm[r * n_in + j] = l.w[r * n_in + sigma[j]];
   for (size_t i = 0; i < n_in; ++i)
     for (size_t j = 0; j < n_in; ++j) h_perm[i * n_in + j] = h[sigma[i] * n_in + sigma[j]];
-  for (QuantScheme q : {QuantScheme::Int8Row, QuantScheme::Int4Group, QuantScheme::Int4Coded}) {
+  for (Dtype q : {Dtype::Int8, Dtype::Int4, Dtype::Int4k}) {
     CAPTURE(int(q));
     const SparseGptOptions opt = gptq_options(q, uint32_t(G), true, false, 32);
     std::vector<float> w = l.w, wp = w_perm;
@@ -689,13 +691,13 @@ TEST_CASE("GPTQ act-order returns codes in the original column order (permutatio
     CHECK(code_mismatches == 0);
     CHECK(value_mismatches == 0);
     CHECK(moved > 0);  // σ really moved codes: the comparison above is not vacuous
-    if (q == QuantScheme::Int4Group)
+    if (q == Dtype::Int4)
       for (size_t r = 0; r < l.n_out; ++r)
         for (size_t g = 0; g < 8; ++g) {
           CHECK(resp.group_scales_f16[r * 8 + g] == res.group_scales_f16[r * 8 + groups[g]]);
           CHECK(resp.group_mins_f16[r * 8 + g] == res.group_mins_f16[r * 8 + groups[g]]);
         }
-    if (q == QuantScheme::Int4Coded) {
+    if (q == Dtype::Int4k) {
       CHECK(resp.super_scales_f16 == res.super_scales_f16);
       for (size_t r = 0; r < l.n_out; ++r)
         for (size_t g = 0; g < 8; ++g)
@@ -724,12 +726,12 @@ TEST_CASE("GPTQ/SparseGPT with int4k: every weight is exactly its stored code's 
     CAPTURE(c.group);
     CAPTURE(c.act);
     CAPTURE(c.mse);
-    SparseGptOptions opt = gptq_options(QuantScheme::Int4Coded, c.group, c.act, c.mse, c.block);
+    SparseGptOptions opt = gptq_options(Dtype::Int4k, c.group, c.act, c.mse, c.block);
     opt.target = c.t;
     std::vector<float> w = l.w;
     const SparseGptResult res = sparsegpt_prune(w.data(), l.n_out, l.n_in, h.data(), opt);
     const size_t gpr = (l.n_in + c.group - 1) / c.group, n_params = l.n_out * gpr;
-    REQUIRE(res.scheme == QuantScheme::Int4Coded);
+    REQUIRE(res.dtype == Dtype::Int4k);
     REQUIRE(res.group_size == c.group);
     REQUIRE(res.int4_codes.size() == w.size());
     REQUIRE(res.param_codes.size() == 2 * n_params);
@@ -749,7 +751,7 @@ TEST_CASE("GPTQ/SparseGPT with int4k: every weight is exactly its stored code's 
     CHECK(mismatches == 0);
   }
   // The zero-code int4 and int8 results of act-order GPTQ decode to w as well.
-  for (QuantScheme q : {QuantScheme::Int4Group, QuantScheme::Int8Row}) {
+  for (Dtype q : {Dtype::Int4, Dtype::Int8}) {
     CAPTURE(int(q));
     std::vector<float> w = l.w;
     const SparseGptResult res = sparsegpt_prune(w.data(), l.n_out, l.n_in, h.data(), gptq_options(q, 64, true, true, 64));
@@ -774,7 +776,7 @@ TEST_CASE("choose_int4_params: mse_clip never gives a larger weighted error than
   for (size_t j = 0; j < n_in; ++j) wt[j] = j % 29 == 3 ? 0.0f : std::exp(normal(rng));
   const std::vector<float> ones(n_in, 1.0f);
   const float* const col_weights[] = {wt.data(), nullptr};
-  for (QuantScheme q : {QuantScheme::Int4Group, QuantScheme::Int4Coded})
+  for (Dtype q : {Dtype::Int4, Dtype::Int4k})
     for (uint32_t g : {32u, 64u, 100u})
       for (const float* cw : col_weights) {
         CAPTURE(int(q));
@@ -807,7 +809,7 @@ TEST_CASE("choose_int4_params: mse_clip never gives a larger weighted error than
         MESSAGE("scheme " << int(q) << " group " << g << std::string(cw ? " weighted" : "") << ": Σ error full range "
                           << e_full << ", mse_clip " << e_mse << "; groups worse " << worse_groups << "/" << n_params
                           << " (at most +" << 100 * worst_excess << " %), super-blocks of 8 worse " << worse_supers);
-        if (q == QuantScheme::Int4Group) CHECK(worse_groups == 0);
+        if (q == Dtype::Int4) CHECK(worse_groups == 0);
         CHECK(e_mse < e_full);
       }
 }
@@ -815,7 +817,7 @@ TEST_CASE("choose_int4_params: mse_clip never gives a larger weighted error than
 TEST_CASE("SparseGPT with a fixed mask: that mask, kept weights on static ranges over the kept weights only") {
   const Layer l = make_layer(32, 128, 384, 21);
   const std::vector<float> h = hessian_of(l);
-  for (QuantScheme q : {QuantScheme::Int4Group, QuantScheme::Int4Coded}) {
+  for (Dtype q : {Dtype::Int4, Dtype::Int4k}) {
     CAPTURE(int(q));
     // The pruning-only pass, then the quantizing pass on its mask.
     std::vector<float> w = l.w;
@@ -849,7 +851,7 @@ TEST_CASE("SparseGPT with a fixed mask: that mask, kept weights on static ranges
           continue;
         }
         float s, m;
-        if (q == QuantScheme::Int4Coded) {
+        if (q == Dtype::Int4k) {
           const size_t p = r * gpr + j / 32, b0 = p / 8;
           s = endor::f16_to_f32(res.super_scales_f16[2 * b0]) * float(res.param_codes[2 * p]);
           m = -(endor::f16_to_f32(res.super_scales_f16[2 * b0 + 1]) * float(res.param_codes[2 * p + 1]));

@@ -13,6 +13,8 @@
 #include "fixtures.h"
 
 using namespace endor::pruning;
+using endor::Dtype;
+using endor::Quantization;
 using nlohmann::json;
 
 namespace {
@@ -55,9 +57,9 @@ SparseGptOptions options_of(const json& c) {
   opt.block_size = c.value("block_size", 128);
   opt.percdamp = c.value("percdamp", 0.01f);
   const std::string q = c.value("quant", "none");
-  if (q == "int8") opt.quant.scheme = QuantScheme::Int8Row;
+  if (q == "int8") opt.quant.dtype = Dtype::Int8;
   if (q == "int4") {
-    opt.quant.scheme = QuantScheme::Int4Group;
+    opt.quant.dtype = Dtype::Int4;
     opt.quant.group_size = c["group_size"];
   }
   return opt;
@@ -106,7 +108,7 @@ Comparison compare(const json& c, size_t n_out, size_t n_in, const std::vector<f
   const SparseGptOptions opt = options_of(c);
   const size_t bs = opt.block_size, g = opt.quant.group_size;
   const size_t groups_per_row = (n_in + g - 1) / g;
-  const bool int8 = opt.quant.scheme == QuantScheme::Int8Row, int4 = opt.quant.scheme == QuantScheme::Int4Group;
+  const bool int8 = opt.quant.dtype == Dtype::Int8, int4 = opt.quant.dtype == Dtype::Int4;
   Comparison out;
   for (size_t r = 0; r < n_out; ++r) {
     size_t diverge = n_in;
@@ -261,7 +263,7 @@ TEST_CASE("SparseGPT matches fasterprune given the reference Hessian") {
     CHECK(cmp.diverged_rows <= l.n_out / 10);
     CHECK(cmp.max_abs_diff <= tol);
     MESSAGE(name << ": max|dW| " << cmp.max_abs_diff << " (tol " << tol << "), diverged rows " << cmp.diverged_rows);
-    if (opt.quant.scheme == QuantScheme::Int8Row) CHECK(res.row_scales == ref.row_scales);  // same input, same ops
+    if (opt.quant.dtype == Dtype::Int8) CHECK(res.row_scales == ref.row_scales);  // same input, same ops
     size_t pruned = 0;
     for (size_t i = 0; i < w.size(); ++i) pruned += res.mask[i];
     if (!opt.target.is_n_of_m()) {  // at least int(numel·p) per block, as the reference's `<= thresh`
@@ -311,14 +313,14 @@ SparseGptOptions gptq_options_of(const json& c) {
   opt.act_order = c.value("act_order", false);
   opt.static_groups = true;  // the fixtures are fasterquant(static_groups=True)
   const std::string q = c["quant"];
-  opt.quant.scheme = q == "int8" ? QuantScheme::Int8Row : q == "int4" ? QuantScheme::Int4Group : QuantScheme::Int4Coded;
+  opt.quant.dtype = q == "int8" ? Dtype::Int8 : q == "int4" ? Dtype::Int4 : Dtype::Int4k;
   if (q != "int8") opt.quant.group_size = c["group_size"];
   return opt;
 }
 
 struct GptqReference {  // one fasterquant fixture case
   size_t rows = 0, n_in = 0, group = 0, groups_per_row = 0;
-  QuantScheme scheme = QuantScheme::None;
+  Quantization scheme = std::nullopt;
   std::vector<float> prequant, row_scales, hinv_diag;
   std::vector<int32_t> perm;  // processing order: perm[k] = original column of the k-th column quantized
   std::vector<uint8_t> int4_codes, param_codes;
@@ -326,13 +328,13 @@ struct GptqReference {  // one fasterquant fixture case
   std::vector<uint16_t> group_scales, group_mins, super_scales;
   double loss = 0;
 
-  GptqReference(const json& c, size_t n_in_) : rows(c["rows"]), n_in(n_in_), scheme(gptq_options_of(c).quant.scheme) {
+  GptqReference(const json& c, size_t n_in_) : rows(c["rows"]), n_in(n_in_), scheme(gptq_options_of(c).quant.dtype) {
     const std::string p = "gptq_" + c["name"].get<std::string>() + "_";
     prequant = fixtures::load<float>(p + "prequant");
     hinv_diag = fixtures::load<float>(p + "hinv_diag");
     perm = fixtures::load<int32_t>(p + "perm");
     loss = fixtures::load<double>(p + "loss").at(0);
-    if (scheme == QuantScheme::Int8Row) {
+    if (scheme == Dtype::Int8) {
       row_scales = fixtures::load<float>(p + "row_scales");
       int8_codes = fixtures::load<int8_t>(p + "codes");
       return;
@@ -340,7 +342,7 @@ struct GptqReference {  // one fasterquant fixture case
     group = c["group_size"];
     groups_per_row = (n_in + group - 1) / group;
     int4_codes = fixtures::load<uint8_t>(p + "codes");
-    if (scheme == QuantScheme::Int4Group) {
+    if (scheme == Dtype::Int4) {
       group_scales = fixtures::load<uint16_t>(p + "group_scales");
       group_mins = fixtures::load<uint16_t>(p + "group_mins");
     } else {
@@ -350,18 +352,18 @@ struct GptqReference {  // one fasterquant fixture case
   }
   // The reference's decoded step and offset of element (r, col): value = code·step + offset.
   std::pair<float, float> grid(size_t r, size_t col) const {
-    if (scheme == QuantScheme::Int8Row) return {row_scales[r], 0.0f};
+    if (scheme == Dtype::Int8) return {row_scales[r], 0.0f};
     const size_t p = r * groups_per_row + col / group;
-    if (scheme == QuantScheme::Int4Group) return {endor::f16_to_f32(group_scales[p]), endor::f16_to_f32(group_mins[p])};
+    if (scheme == Dtype::Int4) return {endor::f16_to_f32(group_scales[p]), endor::f16_to_f32(group_mins[p])};
     const size_t b = p / endor::kInt4kSuperGroups;  // SPEC.md §6.7
     return {endor::f16_to_f32(super_scales[2 * b]) * float(param_codes[2 * p]),
             -(endor::f16_to_f32(super_scales[2 * b + 1]) * float(param_codes[2 * p + 1]))};
   }
-  int code(size_t i) const { return scheme == QuantScheme::Int8Row ? int8_codes[i] : int4_codes[i]; }
+  int code(size_t i) const { return scheme == Dtype::Int8 ? int8_codes[i] : int4_codes[i]; }
 };
 
 int code_of(const SparseGptResult& res, size_t i) {
-  return res.scheme == QuantScheme::Int8Row ? res.int8_codes[i] : res.int4_codes[i];
+  return res.dtype == Dtype::Int8 ? res.int8_codes[i] : res.int4_codes[i];
 }
 
 // As compare() above, with the reference's processing order: a row is compared column by column
@@ -412,15 +414,15 @@ void check_gptq_case(const json& c, const std::vector<float>& h, const std::vect
   const SparseGptOptions opt = gptq_options_of(c);
   std::vector<float> w(l.w.begin(), l.w.begin() + long(ref.rows * l.n_in));
   const SparseGptResult res = sparsegpt_prune(w.data(), ref.rows, l.n_in, h.data(), opt);
-  REQUIRE(res.scheme == opt.quant.scheme);
+  REQUIRE(res.dtype == opt.quant.dtype);
   for (uint8_t m : res.mask) REQUIRE(m == 0);  // nothing pruned
   // The static parameters come from the input W (dead inputs zeroed) by the same f32 operations.
-  if (opt.quant.scheme == QuantScheme::Int8Row) CHECK(res.row_scales == ref.row_scales);
-  if (opt.quant.scheme == QuantScheme::Int4Group) {
+  if (opt.quant.dtype == Dtype::Int8) CHECK(res.row_scales == ref.row_scales);
+  if (opt.quant.dtype == Dtype::Int4) {
     CHECK(res.group_scales_f16 == ref.group_scales);
     CHECK(res.group_mins_f16 == ref.group_mins);
   }
-  if (opt.quant.scheme == QuantScheme::Int4Coded) {
+  if (opt.quant.dtype == Dtype::Int4k) {
     CHECK(res.super_scales_f16 == ref.super_scales);
     CHECK(res.param_codes == ref.param_codes);
   }

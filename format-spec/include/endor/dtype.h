@@ -86,4 +86,12 @@ constexpr uint32_t value_bits(Dtype d) {
 const char* to_string(Dtype);
 std::optional<Dtype> parse_dtype(std::string_view);
 
+// A quantization choice, as the packer (--quant, --quant-head, PackOptions) and the pruning
+// library (QuantSpec) take it: nullopt = none (the values stay float), otherwise a quantized Dtype
+// (is_quantized: int8, int8g, int4 or int4k). Not a vocabulary of its own: the subset of Dtype that
+// holds codes, plus "none".
+using Quantization = std::optional<Dtype>;
+// "none", or the dtype's spelling (what --quant takes and the provenance records).
+inline const char* to_string(const Quantization& q) { return q ? to_string(*q) : "none"; }
+
 }  // namespace endor

@@ -247,24 +247,23 @@ std::vector<Tier> plan_tiers(const std::vector<std::string>& group_names,
 
 // ==== packing ================================================================================
 
-// Int4k: int4 whose group parameters are six-bit codes under f16 super-block scales (dtype
-// "int4k", SPEC.md §6.7): at groups of 32, 4.5 bits a weight with a float minimum.
-// Int8g: int8 codes with one f16 scale per group (dtype "int8g", SPEC.md §6.8): at groups of 32,
-// 8.5 bits a weight, llama.cpp's Q8_0 grid.
-enum class Quantization : uint8_t { None, Int8, Int4, Int4k, Int8g };
+// --quant and --quant-head are a Quantization (endor/dtype.h): none, or the container dtype the
+// tensors are stored in: Int8, Int8g (int8 codes with one f16 scale per group, SPEC.md §6.8: at
+// groups of 32, 8.5 bits a weight, llama.cpp's Q8_0 grid), Int4 or Int4k (int4 whose group
+// parameters are six-bit codes under f16 super-block scales, SPEC.md §6.7: at groups of 32, 4.5 bits
+// a weight with a float minimum).
 // The quantizations whose tensors take PackOptions::group_size.
-inline bool grouped(Quantization q) { return q == Quantization::Int4 || q == Quantization::Int4k || q == Quantization::Int8g; }
-const char* to_string(Quantization);
+inline bool grouped(const Quantization& q) { return q && is_grouped(*q); }
 
 struct PackOptions {
   std::string command = "convert";     // "convert" | "prune" (provenance)
   std::optional<ValueType> dtype;      // F16/BF16/F32; nullopt = each tensor's source dtype
   PruneSpec prune;                     // inactive = no pruning
-  Quantization quant = Quantization::None;
+  Quantization quant;                  // nullopt: none
   // The token embedding and the lm_head (tied: the one matrix) quantized too, never pruned; int4
   // takes group_size. They are the largest tensors of a small model, read whole every token as the
   // head (llama.cpp's Q4_0 files quantize them as well).
-  Quantization quant_head = Quantization::None;
+  Quantization quant_head;
   uint32_t group_size = kDefaultGroupSize;
   std::string skip_regex;              // ECMAScript; matching names are neither pruned nor quantized
   // Mixed precision: Linears whose names match (ECMAScript) are quantized int8 instead of `quant`
@@ -312,13 +311,10 @@ struct PackSummary {
 // What the packer does to one tensor under the options.
 struct TensorTreatment {
   bool prune = false, quantize = false;
-  ValueType value_type = ValueType::F16;
-  Int4Params int4_params = Int4Params::F16;  // I4 only: Coded6 for Quantization::Int4k
+  Dtype dtype = Dtype::F16;  // how it is stored: a float dtype, or the quantization's
 };
-// The group size a tensor of value type vt is stored with: o.group_size for I4 and I8G, else 0.
-inline uint32_t stored_group_size(ValueType vt, const PackOptions& o) {
-  return vt == ValueType::I4 || vt == ValueType::I8G ? o.group_size : 0;
-}
+// The group size a tensor of dtype d is stored with: o.group_size for the grouped dtypes, else 0.
+inline uint32_t stored_group_size(Dtype d, const PackOptions& o) { return is_grouped(d) ? o.group_size : 0; }
 TensorTreatment plan_treatment(const CheckpointTensor&, const PackOptions&);
 ValueType default_value_type(SafetensorsDType);   // F16/BF16/F32 as the source; F64 -> F32
 
@@ -339,13 +335,12 @@ struct PreparedTensor {
 };
 PreparedTensor prepare_tensor(const Checkpoint&, const CheckpointTensor&, const TensorTreatment&,
                               Pruner* pruner, const PackOptions&);
-// The encoding rule above, given the element count, stored values and value type.
-Encoding choose_encoding(const std::vector<uint64_t>& shape, ValueType, uint32_t group_size, uint64_t nnz);
+// The encoding rule above, given the element count, stored values and dtype.
+Encoding choose_encoding(const std::vector<uint64_t>& shape, Dtype, uint32_t group_size, uint64_t nnz);
 // A pruned/quantized f32 tensor w (row-major, `shape`) encoded as pack writes it: choose_encoding
 // over its nonzeros, then encode_tensor (parameters chosen by SPEC.md §7.1 int8, §7.5 int8g, §7.2 int4,
-// §7.4 int4k with Int4Params::Coded6). group_size: int4 and int8g (stored_group_size).
-EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, ValueType, uint32_t group_size,
-                              Int4Params = Int4Params::F16);
+// §7.4 int4k). group_size: the grouped dtypes (stored_group_size).
+EncodedTensor encode_for_pack(const float* w, const std::vector<uint64_t>& shape, Dtype, uint32_t group_size);
 
 // Validates options, reads `source_dir`, writes `output_path` atomically (temp + rename).
 PackSummary pack_checkpoint(const std::string& source_dir, const std::string& output_path,

@@ -104,7 +104,7 @@ uint8_t int4_code_on(float x, float scale, float min) {
 
 StaticInt4Params choose_int4_params(const float* w, size_t n_out, size_t n_in, const QuantSpec& spec,
                                     const float* col_weight, const uint8_t* pruned) {
-  if (spec.scheme != QuantScheme::Int4Group && spec.scheme != QuantScheme::Int4Coded)
+  if (!spec.dtype || !is_int4(*spec.dtype))
     detail::fail(kFn, "needs an int4 scheme");
   if (spec.group_size == 0) detail::fail(kFn, "int4 group_size must be positive");
   const size_t numel = detail::checked_numel(kFn, n_out, n_in, "weight");
@@ -113,13 +113,13 @@ StaticInt4Params choose_int4_params(const float* w, size_t n_out, size_t n_in, c
       detail::fail(kFn, "weight " + std::to_string(w[i]) + " at flat index " + std::to_string(i) +
                             " is not finite or past the f16 range");
   StaticInt4Params p;
-  p.scheme = spec.scheme;
+  p.dtype = *spec.dtype;
   p.group_size = spec.group_size;
   const size_t G = spec.group_size, gpr = (n_in + G - 1) / G, n_params = n_out * gpr;
   p.groups_per_row = gpr;
   p.scales.resize(n_params);
   p.mins.resize(n_params);
-  const bool coded = spec.scheme == QuantScheme::Int4Coded;
+  const bool coded = spec.dtype == Dtype::Int4k;
   if (!coded) {
     p.scales_f16.resize(n_params);
     p.mins_f16.resize(n_params);

@@ -60,8 +60,7 @@ void check_options(const SparseGptOptions& o, size_t n_in) {
     detail::fail(kFn, "N:M group size " + std::to_string(o.target.m) + " does not divide block_size " +
                           std::to_string(o.block_size));
   if (!(o.percdamp >= 0.0f && std::isfinite(o.percdamp))) detail::fail(kFn, "percdamp must be finite and >= 0");
-  if ((o.quant.scheme == QuantScheme::Int4Group || o.quant.scheme == QuantScheme::Int4Coded ||
-       o.quant.scheme == QuantScheme::Int8Group) && o.quant.group_size == 0)
+  if (o.quant.dtype && is_grouped(*o.quant.dtype) && o.quant.group_size == 0)
     detail::fail(kFn, "group_size must be positive");
 }
 
@@ -69,10 +68,16 @@ void check_options(const SparseGptOptions& o, size_t n_in) {
 
 namespace {
 
-// What one sparsegpt_prune call decided up front, shared by its steps.
+// What one sparsegpt_prune call decided up front, shared by its steps. The quantizer is the
+// options' dtype; the queries below are what the steps ask of it.
 struct Plan {
   size_t n_out = 0, n_in = 0;
-  bool int8 = false, coded = false, int4 = false, int8g = false, fixed = false;
+  Quantization quant;  // opt.quant.dtype
+  bool int8() const { return quant == Dtype::Int8; }    // one scale per row
+  bool int8g() const { return quant == Dtype::Int8g; }  // int8 codes, f16 scale per group
+  bool int4() const { return quant && is_int4(*quant); }
+  bool coded() const { return quant == Dtype::Int4k; }  // int4 parameters coded (always static)
+  bool fixed = false;
   bool statics = false;   // int4 parameters chosen from the input W (static groups)
   bool statics8 = false;  // int8g scales chosen from the input W
   bool prunes = false;
@@ -87,17 +92,15 @@ Plan make_plan(size_t n_out, size_t n_in, const SparseGptOptions& opt) {
   Plan p;
   p.n_out = n_out;
   p.n_in = n_in;
-  p.int8 = opt.quant.scheme == QuantScheme::Int8Row;
-  p.coded = opt.quant.scheme == QuantScheme::Int4Coded;
-  p.int4 = opt.quant.scheme == QuantScheme::Int4Group || p.coded;
-  p.int8g = opt.quant.scheme == QuantScheme::Int8Group;
+  p.quant = opt.quant.dtype;
   p.fixed = opt.fixed_mask != nullptr;
-  p.statics = p.int4 && (p.coded || opt.static_groups || opt.act_order || p.fixed);
+  p.statics = p.int4() && (p.coded() || opt.static_groups || opt.act_order || p.fixed);
   // int8g: static scales (from the input W) where groups are not reached in column order.
-  p.statics8 = p.int8g && (opt.static_groups || opt.act_order);
+  p.statics8 = p.int8g() && (opt.static_groups || opt.act_order);
   p.prunes = !p.fixed && (opt.target.is_n_of_m() || opt.target.ratio > 0.0);
-  p.group = p.int4 || p.int8g ? opt.quant.group_size : 0;
-  p.groups_per_row = p.int4 || p.int8g ? (n_in + p.group - 1) / p.group : 0;
+  const bool grouped = p.quant && is_grouped(*p.quant);
+  p.group = grouped ? opt.quant.group_size : 0;
+  p.groups_per_row = grouped ? (n_in + p.group - 1) / p.group : 0;
   return p;
 }
 
@@ -106,20 +109,20 @@ Plan make_plan(size_t n_out, size_t n_in, const SparseGptOptions& opt) {
 void allocate_result(SparseGptResult& res, Plan& p, const float* w) {
   const size_t numel = p.n_out * p.n_in;
   res.mask.assign(numel, 0);
-  if (p.int8g) {
+  if (p.int8g()) {
     res.group_size = uint32_t(p.group);
     res.group_scales_f16.assign(p.n_out * p.groups_per_row, 0);
     p.scales8.assign(p.n_out * p.groups_per_row, 0.0f);
     res.int8_codes.assign(numel, 0);
   }
-  if (p.int8) {
+  if (p.int8()) {
     res.row_scales.resize(p.n_out);
     for (size_t r = 0; r < p.n_out; ++r) res.row_scales[r] = int8_row_scale(w + r * p.n_in, p.n_in);
     res.int8_codes.assign(numel, 0);
   }
-  if (p.int4) {
+  if (p.int4()) {
     res.group_size = uint32_t(p.group);
-    if (!p.coded) {
+    if (!p.coded()) {
       res.group_scales_f16.assign(p.n_out * p.groups_per_row, 0);
       res.group_mins_f16.assign(p.n_out * p.groups_per_row, 0);
     }
@@ -163,7 +166,7 @@ void choose_static_params(Plan& p, SparseGptResult& res, const float* w, const f
     std::vector<float> hdiag(n_in);
     for (size_t j = 0; j < n_in; ++j) hdiag[j] = h[j * n_in + j];
     p.sp = choose_int4_params(w, p.n_out, n_in, opt.quant, hdiag.data(), opt.fixed_mask);
-    if (p.coded) {
+    if (p.coded()) {
       res.super_scales_f16 = p.sp.super_scales_f16;
       res.param_codes = p.sp.param_codes;
     } else {
@@ -230,7 +233,7 @@ double sweep_row(const Plan& p, SparseGptResult& res, std::vector<float>& scales
       }
       detail::mark_lowest_n(sc, target.m, target.n, mask + c);
     }
-    if (p.int4 && !p.statics && (c % group == 0 || i == 0)) {
+    if (p.int4() && !p.statics && (c % group == 0 || i == 0)) {
       const size_t g = c / group;
       if (c % group == 0) {
         gp = int4_group_params(row + c, std::min(group, n_in - c));
@@ -243,7 +246,7 @@ double sweep_row(const Plan& p, SparseGptResult& res, std::vector<float>& scales
         gp.min = f16_to_f32(gp.min_f16);
       }
     }
-    if (p.int8g && !p.statics8 && c % group == 0) {
+    if (p.int8g() && !p.statics8 && c % group == 0) {
       // The group's scale over its entries as they stand now, leaving out those already
       // marked pruned (this block's unstructured mask, a fixed mask, an N:M group decided).
       float amax = 0.0f;
@@ -257,12 +260,12 @@ double sweep_row(const Plan& p, SparseGptResult& res, std::vector<float>& scales
     const size_t oc = p.perm[c];  // the original column
     float q = 0.0f;
     if (!mask[c]) {
-      if (p.int8g) {
+      if (p.int8g()) {
         const float sc = scales8[r * groups_per_row + oc / group];
         const int8_t code = int8g_code(x, sc);
         res.int8_codes[r * n_in + oc] = code;
         q = int8_value(code, sc);
-      } else if (p.int8) {
+      } else if (p.int8()) {
         const int8_t code = int8_code(x, res.row_scales[r]);
         res.int8_codes[r * n_in + oc] = code;
         q = int8_value(code, res.row_scales[r]);
@@ -271,7 +274,7 @@ double sweep_row(const Plan& p, SparseGptResult& res, std::vector<float>& scales
         const uint8_t code = int4_code_on(x, p.sp.scales[k], p.sp.mins[k]);
         res.int4_codes[r * n_in + oc] = code;
         q = float(code) * p.sp.scales[k] + p.sp.mins[k];  // as SPEC.md §6.6 decodes it
-      } else if (p.int4) {
+      } else if (p.int4()) {
         const uint8_t code = int4_code(x, gp);
         res.int4_codes[r * n_in + c] = code;
         q = int4_value(code, gp);
@@ -301,7 +304,7 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
   detail::check_finite(kFn, h, n_in * n_in, "Hessian");
 
   SparseGptResult res;
-  res.scheme = opt.quant.scheme;
+  res.dtype = opt.quant.dtype;
   Plan p = make_plan(n_out, n_in, opt);
   allocate_result(res, p, w);
   factor_hessian(p, w, h, opt);

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "endor/dtype.h"
+
 namespace endor::pruning {
 
 // How much to prune: an unstructured fraction, or N of every M consecutive input columns.
@@ -107,33 +109,36 @@ Int4GroupParams int4_group_params(const float* x, size_t n);
 uint8_t int4_code(float x, const Int4GroupParams&);
 float int4_value(uint8_t code, const Int4GroupParams&);  // code·scale + min
 
-// Int4Coded: int4 whose group parameters are int4k's six-bit codes under f16 super-block scales
-// (SPEC.md §6.7): a float minimum (no zero code), chosen for every group before any column is
-// quantized (GPTQ's static groups: a super-block spans 8 groups, which may lie in later columns).
-// Int8Group: int8 codes with an f16 scale per group (dtype int8g, SPEC.md §6.8), each group's scale
-// from its entries (not yet pruned) as they stand when the loop reaches the group (GPTQ's
-// non-static groups), or from the input W with act_order.
-enum class QuantScheme : uint8_t { None, Int8Row, Int4Group, Int4Coded, Int8Group };
+// The quantizers are the container's dtypes (endor/dtype.h), as the packer names them:
+//   Int8   int8 codes, one scale per row (above);
+//   Int4   int4 codes on int4_grid's zero-code grid per (row, group) (above);
+//   Int4k  int4 whose group parameters are six-bit codes under f16 super-block scales (SPEC.md
+//          §6.7): a float minimum (no zero code), chosen for every group before any column is
+//          quantized (GPTQ's static groups: a super-block spans 8 groups, which may lie in later
+//          columns);
+//   Int8g  int8 codes with an f16 scale per group (SPEC.md §6.8), each group's scale from its
+//          entries (not yet pruned) as they stand when the loop reaches the group (GPTQ's
+//          non-static groups), or from the input W with act_order.
 struct QuantSpec {
-  QuantScheme scheme = QuantScheme::None;
-  uint32_t group_size = 128;  // Int4Group/Int4Coded/Int8Group: consecutive input columns per group
-  // Int4Group/Int4Coded: choose each group's range by a search that minimises its (column-weighted)
+  Quantization dtype;         // nullopt: no quantization; else Int8, Int8g, Int4 or Int4k
+  uint32_t group_size = 128;  // the grouped dtypes (is_grouped): consecutive input columns per group
+  // Int4/Int4k: choose each group's range by a search that minimises its (column-weighted)
   // squared rounding error instead of spanning [min, max] (clipping outliers where that pays).
   bool mse_clip = false;
 };
 
 // Per (row, group) int4 parameters chosen for a whole matrix at once (static groups), as stored:
-//   Int4Group: f16 scale and min (zero-code grid, SPEC.md §7.2, optionally range-searched);
-//   Int4Coded: the super-block f16 (d, dmin) pairs and (sc, mc) codes (SPEC.md §6.7).
+//   Int4:  f16 scale and min (zero-code grid, SPEC.md §7.2, optionally range-searched);
+//   Int4k: the super-block f16 (d, dmin) pairs and (sc, mc) codes (SPEC.md §6.7).
 // scales/mins hold the decoded f32 values either way, [n_out · groups_per_row].
 struct StaticInt4Params {
-  QuantScheme scheme = QuantScheme::Int4Group;
+  Dtype dtype = Dtype::Int4;  // Int4 or Int4k
   uint32_t group_size = 0;
   size_t groups_per_row = 0;
   std::vector<float> scales, mins;
-  std::vector<uint16_t> scales_f16, mins_f16;          // Int4Group
-  std::vector<uint16_t> super_scales_f16;              // Int4Coded: [ceil(n_params/8) · 2]
-  std::vector<uint8_t> param_codes;                    // Int4Coded: [n_params · 2] (sc, mc)
+  std::vector<uint16_t> scales_f16, mins_f16;          // Int4
+  std::vector<uint16_t> super_scales_f16;              // Int4k: [ceil(n_params/8) · 2]
+  std::vector<uint8_t> param_codes;                    // Int4k: [n_params · 2] (sc, mc)
 };
 // w [n_out, n_in]; col_weight [n_in] (>= 0, e.g. the Hessian's diagonal) weights each column's
 // squared error in the range search, nullptr = all 1; pruned [n_out, n_in] (nullable, 1 = pruned)
@@ -174,7 +179,7 @@ struct SparseGptOptions {
   // static groups. Not with N:M (whose groups are consecutive columns).
   bool act_order = false;
   // Every group's int4 parameters chosen from the input W before any column is quantized (always
-  // so for Int4Coded and with act_order), instead of from the updated W when a group is reached.
+  // so for Int4k and with act_order), instead of from the updated W when a group is reached.
   bool static_groups = false;
   // A mask decided already ([n_out, n_in], 1 = pruned; e.g. by a first, pruning-only pass): no
   // pruning decision is made, these weights become 0 with error feedback like pruned ones, the
@@ -185,31 +190,32 @@ struct SparseGptOptions {
 
 // The outcome for one layer. `w` itself (the caller's buffer) holds the final weights.
 //   mask            [n_out, n_in]  1 = pruned (weight exactly +0)
-//   Int8Row:   row_scales   [n_out]                 f32, computed on the input W (see below)
+//   Int8:      row_scales   [n_out]                 f32, computed on the input W (see below)
 //              int8_codes   [n_out, n_in]           int8 in [-127, 127]; 0 where pruned
-//   Int8Group: group_scales_f16 [n_out, ceil(n_in/G)] f16 bits; int8_codes as Int8Row
-//   Int4Group: group_scales_f16, group_mins_f16
+//   Int8g:     group_scales_f16 [n_out, ceil(n_in/G)] f16 bits; int8_codes as Int8
+//   Int4:      group_scales_f16, group_mins_f16
 //                           [n_out, ceil(n_in/G)]   f16 bits, group g = columns [g·G, g·G+G)
 //              int4_codes   [n_out, n_in]           one code 0..15 per byte (unpacked); 0 where pruned
+//   Int4k:     super_scales_f16, param_codes; int4_codes as Int4
 // For every kept weight, w == int8_value(code, row_scales[r]) or
 // int4_value(code, {group_scales_f16, group_mins_f16}) bit for bit, so a container encoder given
 // these parameters and codes stores exactly what the algorithm chose.
 struct SparseGptResult {
   std::vector<uint8_t> mask;
-  QuantScheme scheme = QuantScheme::None;
-  uint32_t group_size = 0;  // Int4Group, Int4Coded, Int8Group
+  Quantization dtype;       // the options' QuantSpec::dtype
+  uint32_t group_size = 0;  // the grouped dtypes
   std::vector<float> row_scales;
   std::vector<int8_t> int8_codes;
   std::vector<uint16_t> group_scales_f16, group_mins_f16;
   std::vector<uint8_t> int4_codes;
-  std::vector<uint16_t> super_scales_f16;  // Int4Coded: (d, dmin) per super-block of 8 parameters
-  std::vector<uint8_t> param_codes;        // Int4Coded: (sc, mc) per (row, group)
+  std::vector<uint16_t> super_scales_f16;  // Int4k: (d, dmin) per super-block of 8 parameters
+  std::vector<uint8_t> param_codes;        // Int4k: (sc, mc) per (row, group)
   double loss = 0.0;  // the reference's Σ (w−q)²/d² / 2 over the layer (for logs)
 };
 
 // SparseGPT (sparsegpt.py fasterprune), f32 throughout, on w [n_out, n_in] in place, with the
 // Hessian h [n_in, n_in] (read only; copied). Steps, as the reference:
-//  1. Int8Row: row scales from the input W, before anything else (quantizer.find_params(W)).
+//  1. Int8: row scales from the input W, before anything else (quantizer.find_params(W)).
 //  2. Dead inputs (H_jj == 0): H_jj = 1, W[:, j] = 0. Dampen the diagonal by percdamp·mean(diag).
 //  3. U = upper Cholesky factor of H⁻¹, as chol(H) -> cholesky_inverse -> chol(upper)
 //     (LAPACK spotrf, spotri, spotrf).
@@ -217,10 +223,10 @@ struct SparseGptResult {
 //     block columns of the block-start W, thresh = sorted(score)[int(numel·ratio)], pruned where
 //     score <= thresh. N:M: at every group start, score the next m columns of the UPDATED W and
 //     prune the n smallest per row (ties: lower column).
-//  5. Per column c: q = pruned ? 0 : quant(w) (quant = identity without a scheme),
+//  5. Per column c: q = pruned ? 0 : quant(w) (quant = identity without a dtype),
 //     err = (w − q)/U_cc, later columns of the block -= err·U[c, ...]; after the block,
 //     W[:, end:] −= Err·U[block, end:] (BLAS sgemm).
-// Int4Group params of group g are computed when the loop reaches its first column, over ALL
+// Int4 params of group g are computed when the loop reaches its first column, over ALL
 // entries of that row's group in the current W (columns inside the block already carry this
 // block's updates, later blocks' columns the updates of earlier blocks). The pruning decisions
 // for the group's later columns are not known then, so pruned entries take part in min/max.
