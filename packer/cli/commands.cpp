@@ -81,9 +81,9 @@ bool any_prune_option_given(const cxxopts::ParseResult& r) {
 // The method `prune` uses when --method is not given (bench/ACCURACY.md, "The default prune":
 // SparseGPT on self-generated text against Wanda, by perplexity and pack time).
 #ifdef ENDOR_PACK_CALIBRATION
-constexpr const char* kDefaultPruneMethod = "sparsegpt";
+constexpr PruneMethod kDefaultPruneMethod = PruneMethod::SparseGpt;
 #else
-constexpr const char* kDefaultPruneMethod = "magnitude";  // this build cannot calibrate
+constexpr PruneMethod kDefaultPruneMethod = PruneMethod::Magnitude;  // this build cannot calibrate
 #endif
 
 // --dtype (pack and export): the float type tensors are written in.
@@ -123,20 +123,20 @@ void parse_sparsity_options(const cxxopts::ParseResult& r, PruneSpec& p, bool re
       throw UsageError("--sparsity " + r["sparsity"].as<std::string>() + " contradicts --pattern " + pattern + " (" +
                        std::to_string(double(p.n) / double(p.m)) + ")");
     if (!p.structured()) p.sparsity = s;
-  } else if (require_sparsity && !p.structured() && p.method != "gptq") {
+  } else if (require_sparsity && !p.structured() && p.method != PruneMethod::Gptq) {
     throw UsageError("prune needs --sparsity S (or --pattern N:M)");
   }
   // Nothing pruned (--sparsity 0, e.g. only --quant): the default method has nothing to do.
   if (!r.count("method") && !p.active()) {
     for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed"})
       if (r.count(k)) throw UsageError(std::string("--") + k + " calibrates pruning; give --sparsity S, --pattern N:M or --method gptq");
-    p.method = "magnitude";
+    p.method = PruneMethod::Magnitude;
   }
-  if (p.method == "gptq" && (p.structured() || p.sparsity > 0.0))
+  if (p.method == PruneMethod::Gptq && (p.structured() || p.sparsity > 0.0))
     throw UsageError("--method gptq quantizes without pruning; use --method sparsegpt to prune with GPTQ's error feedback");
   if (r.count("sparsity-ramp")) {
     const double d = parse_fraction(r["sparsity-ramp"].as<std::string>(), "--sparsity-ramp");
-    if (p.method == "magnitude") throw UsageError("--sparsity-ramp needs --method wanda|sparsegpt");
+    if (p.method == PruneMethod::Magnitude) throw UsageError("--sparsity-ramp needs --method wanda|sparsegpt");
     if (p.structured()) throw UsageError("--sparsity-ramp applies to unstructured sparsity, not --pattern " + pattern);
     if (!(d >= 0.0 && p.sparsity - d >= 0.0 && p.sparsity + d < 1.0))
       throw UsageError("--sparsity-ramp " + r["sparsity-ramp"].as<std::string>() + " must keep every block's sparsity in [0, 1): " +
@@ -154,7 +154,7 @@ void parse_sparsity_options(const cxxopts::ParseResult& r, PruneSpec& p, bool re
 void parse_quant_options(const cxxopts::ParseResult& r, PackOptions& o) {
   const PruneSpec& p = o.prune;
   o.quant = parse_quantization(r["quant"].as<std::string>(), "quant");
-  if (p.method == "gptq" && !o.quant)
+  if (p.method == PruneMethod::Gptq && !o.quant)
     throw UsageError("--method gptq needs --quant int8, int8g, int4 or int4k");
   o.quant_head = parse_quantization(r["quant-head"].as<std::string>(), "quant-head");
   // Groups of 32 for int4k and int8g (Q4_K's and Q8_0's), 128 for int4, whichever of --quant and
@@ -172,7 +172,7 @@ void parse_quant_options(const cxxopts::ParseResult& r, PackOptions& o) {
       throw UsageError("--int8 is not a valid regex: '" + o.int8_regex + "'");
     }
   }
-  const bool calibrated_quant = p.method == "sparsegpt" || p.method == "gptq";
+  const bool calibrated_quant = p.method == PruneMethod::SparseGpt || p.method == PruneMethod::Gptq;
   if (r.count("act-order")) {
     if (!calibrated_quant) throw UsageError("--act-order is for --method sparsegpt|gptq");
     if (p.structured()) throw UsageError("--act-order does not combine with --pattern N:M");
@@ -195,7 +195,7 @@ void parse_quant_options(const cxxopts::ParseResult& r, PackOptions& o) {
 // Reads --dtype, budgets and (when `prune`) the pruning options into PackOptions. Without
 // --method, pruning uses `default_method`.
 PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool budgets, bool require_sparsity,
-                               const char* default_method = "magnitude") {
+                               PruneMethod default_method = PruneMethod::Magnitude) {
   PackOptions o;
   o.tool_version = ENDOR_VERSION;
   if (r.count("dtype")) o.dtype = parse_dtype_option(r);
@@ -206,14 +206,20 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
   if (!prune) return o;
 
   PruneSpec& p = o.prune;
-  p.method = r.count("method") ? r["method"].as<std::string>() : default_method;
-  if (p.method != "magnitude" && p.method != "wanda" && p.method != "sparsegpt" && p.method != "gptq")
-    throw UsageError("--method must be magnitude, wanda, sparsegpt or gptq, got '" + p.method + "'");
+  if (r.count("method")) {
+    const std::string method = r["method"].as<std::string>();
+    const std::optional<PruneMethod> m = parse_prune_method(method);
+    if (!m) throw UsageError("--method must be magnitude, wanda, sparsegpt or gptq, got '" + method + "'");
+    p.method = *m;
+  } else {
+    p.method = default_method;
+  }
 #ifndef ENDOR_PACK_CALIBRATION
-  if (p.method != "magnitude")
-    throw Error("--method " + p.method + " needs calibration support, which this build lacks (runtime, tokenizer or LAPACK missing)");
+  if (calibrated(p.method))
+    throw Error(std::string("--method ") + to_string(p.method) +
+                " needs calibration support, which this build lacks (runtime, tokenizer or LAPACK missing)");
 #endif
-  if (p.method == "magnitude") {
+  if (p.method == PruneMethod::Magnitude) {
     for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed"})
       if (r.count(k))
         throw UsageError(std::string("--") + k + " is for --method wanda|sparsegpt|gptq; magnitude pruning needs no data");
@@ -234,12 +240,12 @@ std::vector<std::string> method_notes(const cxxopts::ParseResult& r, const PackO
   if (o.command != "prune" || !p.active()) return lines;
   const std::string amount = p.structured() ? p.pattern() : std::to_string(int(std::lround(p.sparsity * 100))) + " %";
   if (!r.count("method"))
-    lines.push_back(p.method == "magnitude"
+    lines.push_back(p.method == PruneMethod::Magnitude
                         ? "note: no --method: magnitude (this build has no calibration support)"
-                        : "note: no --method: " + p.method + ", the default (on SmolLM2-135M at 50 % it reads 2.1x the "
+                        : std::string("note: no --method: ") + to_string(p.method) + ", the default (on SmolLM2-135M at 50 % it reads 2.1x the "
                           "dense perplexity where magnitude reads 12x; bench/ACCURACY.md)");
   const double fraction = p.structured() ? double(p.n) / double(p.m) : p.sparsity;
-  if (r.count("method") && p.method == "magnitude" && fraction >= 0.3 && kDefaultPruneMethod != std::string("magnitude"))
+  if (r.count("method") && p.method == PruneMethod::Magnitude && fraction >= 0.3 && kDefaultPruneMethod != PruneMethod::Magnitude)
     lines.push_back("note: magnitude pruning at " + amount + " ignores how the model uses its weights and costs far more "
                     "quality than the default (SmolLM2-135M at 50 %: 12x the dense perplexity against the default's 2.0x; "
                     "bench/ACCURACY.md); leave out --method for the calibrated default");
@@ -304,7 +310,7 @@ int run_pack(const char* cmd, int argc, char** argv) {
     };
     const auto t0 = std::chrono::steady_clock::now();
 #ifdef ENDOR_PACK_CALIBRATION
-    const bool calibrated = prune && o.prune.method != "magnitude";
+    const bool calibrated = prune && o.prune.method != PruneMethod::Magnitude;
     CalibrationOptions co;
     if (calibrated) {
       co.ids = r.count("calib-ids") > 0;
@@ -332,12 +338,15 @@ int run_pack(const char* cmd, int argc, char** argv) {
     if (s.experts_under)
       std::fprintf(stderr, "note: %llu experts under %llu calibration tokens (of %llu): %s instead of %s (docs/moe.md)\n",
                    (unsigned long long)s.experts_under, (unsigned long long)s.min_expert_tokens,
-                   (unsigned long long)s.experts, o.prune.method == "gptq" ? "rounded to nearest" : "pruned by magnitude",
-                   o.prune.method.c_str());
+                   (unsigned long long)s.experts, o.prune.method == PruneMethod::Gptq ? "rounded to nearest" : "pruned by magnitude",
+                   to_string(o.prune.method));
     std::printf("wrote %s: %s, %.1f%% of the %s source; %llu tensors (%llu %s) in %.1f s\n", out.c_str(),
                 format_bytes(s.file_bytes).c_str(), s.source_bytes ? 100.0 * double(s.file_bytes) / double(s.source_bytes) : 0.0,
                 format_bytes(s.source_bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.pruned_tensors,
-                o.prune.method == "gptq" ? "quantized by GPTQ" : o.prune.active() ? ("pruned by " + o.prune.method).c_str() : "pruned", secs);
+                o.prune.method == PruneMethod::Gptq ? "quantized by GPTQ"
+                : o.prune.active()                   ? (std::string("pruned by ") + to_string(o.prune.method)).c_str()
+                                                     : "pruned",
+                secs);
     return 0;
   });
 }

@@ -193,7 +193,7 @@ EncodedTensor prune_linear(float* w, uint64_t rows, uint64_t cols, const pruning
   // so the range also spans the weights about to become 0). Twice the sweeps; the file's layout
   // is the same.
   std::vector<uint8_t> first_mask;
-  if (is_int4(tr.dtype) && target.ratio + double(target.n) > 0.0 && o.prune.method == "sparsegpt") {
+  if (is_int4(tr.dtype) && target.ratio + double(target.n) > 0.0 && o.prune.method == PruneMethod::SparseGpt) {
     pruning::SparseGptOptions prune_only = so;
     prune_only.quant = {};
     prune_only.act_order = false;
@@ -385,9 +385,10 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // The checks that need no file, made before anything is read.
 void check_calibration_request(const PackOptions& o, const CalibrationOptions& co) {
   const PruneSpec& spec = o.prune;
-  const bool wanda = spec.method == "wanda", gptq = spec.method == "gptq";
-  if (!wanda && !gptq && spec.method != "sparsegpt")
-    throw Error("calibrated pruning needs --method wanda, sparsegpt or gptq, got '" + spec.method + "'");
+  const bool gptq = spec.method == PruneMethod::Gptq;
+  if (!calibrated(spec.method))
+    throw Error(std::string("calibrated pruning needs --method wanda, sparsegpt or gptq, got '") + to_string(spec.method) +
+                "'");
   if (gptq && (spec.structured() || spec.sparsity > 0.0))
     throw Error("--method gptq quantizes without pruning; for pruning with GPTQ's error feedback use --method sparsegpt");
   if (gptq && !o.quant) throw Error("--method gptq needs --quant int8, int8g, int4 or int4k");
@@ -512,7 +513,7 @@ struct BlockCalibrator {
 
   // The dense pass: every window through block l, its Linears' inputs into their statistics.
   LinearInputStats gather_statistics(uint32_t l, const std::map<std::string, TensorTreatment>& treatments) {
-    LinearInputStats stats(o.prune.method == "wanda");
+    LinearInputStats stats(o.prune.method == PruneMethod::Wanda);
     tokens.clear();
     counted.clear();
     const Model::LinearInputHook hook = [&](uint32_t, const std::string& linear, const float* x, size_t n,
@@ -567,7 +568,7 @@ struct BlockCalibrator {
     const PruneSpec& spec = o.prune;
     const pruning::SparsityTarget target =
         spec.structured()         ? pruning::SparsityTarget::n_of_m(spec.n, spec.m)
-        : spec.method == "gptq"   ? pruning::SparsityTarget::unstructured(0.0)
+        : spec.method == PruneMethod::Gptq ? pruning::SparsityTarget::unstructured(0.0)
                                   : pruning::SparsityTarget::unstructured(spec.block_sparsity(l, model.config().n_layers));
     uint32_t group = UINT32_MAX;
     for (const std::string& linear : model.block_linear_names()) {
@@ -712,12 +713,12 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
     progress.tensors_done = l + 1;
     if (cb.on_progress) cb.on_progress(progress);
   }
-  if (cb.on_note) cb.on_note(blocks.seconds.note(spec.method));
+  if (cb.on_note) cb.on_note(blocks.seconds.note(to_string(spec.method)));
   nlohmann::json provenance = calibration_provenance(co, S, L, ids);
   if (blocks.experts > 0)
     provenance["experts"] = {{"calibrated", blocks.experts - blocks.experts_under},
                              {"under_min_tokens", blocks.experts_under}, {"min_tokens", co.min_expert_tokens},
-                             {"fallback", spec.method == "gptq" ? "round to nearest" : "magnitude"}};
+                             {"fallback", spec.method == PruneMethod::Gptq ? "round to nearest" : "magnitude"}};
   // Free the runtime's buffers, the temporary model and the activations before the output pass.
   acts.reset();
   model.reset();

@@ -119,10 +119,9 @@ void magnitude_prune_n_m(float* w, uint64_t rows, uint64_t cols, uint32_t n, uin
 }
 
 std::unique_ptr<Pruner> make_pruner(const PruneSpec& spec) {
-  if (spec.method == "wanda" || spec.method == "sparsegpt" || spec.method == "gptq")
-    throw Error("not implemented yet: --method " + spec.method + " needs calibration support (issue 6)");
-  if (spec.method != "magnitude")
-    throw Error("unknown pruning method '" + spec.method + "' (magnitude, wanda, sparsegpt, gptq)");
+  if (calibrated(spec.method))
+    throw Error(std::string("not implemented yet: --method ") + to_string(spec.method) +
+                " needs calibration support (issue 6)");
   if (spec.sparsity_ramp != 0.0) throw Error("--sparsity-ramp needs a calibrated method (wanda, sparsegpt)");
   if (spec.structured()) {
     if (spec.n == 0 || spec.n >= spec.m)

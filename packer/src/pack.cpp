@@ -229,6 +229,22 @@ void check_output_is_not_input(const std::string& output, const Checkpoint& ck) 
 using packer_detail::check_output_is_not_input;
 using packer_detail::validate_options;
 
+const char* to_string(PruneMethod m) {
+  switch (m) {
+    case PruneMethod::Magnitude: return "magnitude";
+    case PruneMethod::Wanda: return "wanda";
+    case PruneMethod::SparseGpt: return "sparsegpt";
+    case PruneMethod::Gptq: return "gptq";
+  }
+  return "?";
+}
+
+std::optional<PruneMethod> parse_prune_method(std::string_view s) {
+  for (PruneMethod m : {PruneMethod::Magnitude, PruneMethod::Wanda, PruneMethod::SparseGpt, PruneMethod::Gptq})
+    if (s == to_string(m)) return m;
+  return std::nullopt;
+}
+
 ValueType default_value_type(SafetensorsDType t) {
   switch (t) {
     case SafetensorsDType::F16: return ValueType::F16;
@@ -367,7 +383,7 @@ nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&
   p["created_utc"] = iso_utc_now();
   p["command"] = o.command;
   const bool pruned = o.prune.active();
-  p["method"] = pruned ? o.prune.method : "none";
+  p["method"] = pruned ? to_string(o.prune.method) : "none";
   p["sparsity"] = o.prune.structured() ? double(o.prune.n) / double(o.prune.m) : o.prune.sparsity;
   p["pattern"] = o.prune.pattern();
   p["sparsity_ramp"] = o.prune.sparsity_ramp;
@@ -376,7 +392,7 @@ nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&
   p["quant_head"] = to_string(o.quant_head);
   p["group_size"] = grouped(o.quant) || grouped(o.quant_head) ? nlohmann::json(o.group_size) : nlohmann::json(nullptr);
   if (!o.int8_regex.empty()) p["int8_tensors"] = o.int8_regex;
-  if (o.prune.method == "sparsegpt" || o.prune.method == "gptq") {
+  if (o.prune.method == PruneMethod::SparseGpt || o.prune.method == PruneMethod::Gptq) {
     p["act_order"] = o.act_order;
     p["mse_clip"] = o.mse_clip;
   }

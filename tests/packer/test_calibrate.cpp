@@ -62,7 +62,7 @@ std::string read_text(const std::string& path) {
 PackOptions prune_options(const std::string& method, double sparsity, uint32_t n = 0, uint32_t m = 0) {
   PackOptions o;
   o.command = "prune";
-  o.prune.method = method;
+  o.prune.method = *parse_prune_method(method);
   o.prune.sparsity = sparsity;
   o.prune.n = n;
   o.prune.m = m;

@@ -133,7 +133,7 @@ TEST_CASE("Pruner factory validates the spec") {
   bad.sparsity = NAN;
   CHECK_THROWS_AS(make_pruner(bad), Error);
   PruneSpec wanda;
-  wanda.method = "wanda";
+  wanda.method = PruneMethod::Wanda;
   CHECK_THROWS_WITH_AS(make_pruner(wanda), "not implemented yet: --method wanda needs calibration support (issue 6)", Error);
   PruneSpec nm;
   nm.n = 4;
@@ -145,4 +145,19 @@ TEST_CASE("Pruner factory validates the spec") {
   CHECK_THROWS_WITH_AS(p24->prune("layers.0.fc1.weight", odd.data(), 3, 10), doctest::Contains("layers.0.fc1.weight"), Error);
   CHECK(nm.pattern() == "2:4");
   CHECK(PruneSpec().pattern() == "unstructured");
+}
+
+TEST_CASE("PruneMethod: one spelling each, parsed back; no other spelling parses") {
+  const PruneMethod all[] = {PruneMethod::Magnitude, PruneMethod::Wanda, PruneMethod::SparseGpt, PruneMethod::Gptq};
+  const char* names[] = {"magnitude", "wanda", "sparsegpt", "gptq"};
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(std::string(to_string(all[i])) == names[i]);
+    CHECK(parse_prune_method(names[i]) == all[i]);
+    CHECK(calibrated(all[i]) == (all[i] != PruneMethod::Magnitude));
+  }
+  for (const char* bad : {"", "SparseGPT", "sparse-gpt", "gptq ", "none"}) CHECK_FALSE(parse_prune_method(bad).has_value());
+  CHECK_FALSE(PruneSpec{}.active());
+  PruneSpec gptq;
+  gptq.method = PruneMethod::Gptq;
+  CHECK(gptq.active());  // quantizes with calibration, prunes nothing
 }

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -188,9 +189,17 @@ class Checkpoint {
 
 enum class PruneScope : uint8_t { Row, Matrix };
 
+// The pruning method (--method). Gptq prunes nothing: calibrated quantization only. Parsed once
+// where the options come in (the CLI); the library compares values, never names.
+enum class PruneMethod : uint8_t { Magnitude, Wanda, SparseGpt, Gptq };
+// "magnitude", "wanda", "sparsegpt", "gptq": --method's spelling and the provenance's "method".
+const char* to_string(PruneMethod);
+std::optional<PruneMethod> parse_prune_method(std::string_view);  // nullopt for any other spelling
+// Wanda, SparseGPT and GPTQ run the model on calibration data (pack_calibrated).
+inline bool calibrated(PruneMethod m) { return m != PruneMethod::Magnitude; }
+
 struct PruneSpec {
-  // magnitude | wanda | sparsegpt | gptq (gptq: no pruning, calibrated quantization only)
-  std::string method = "magnitude";
+  PruneMethod method = PruneMethod::Magnitude;
   double sparsity = 0.0;              // [0, 1); unstructured only
   uint32_t n = 0, m = 0;              // N:M when m > 0 (zero N of every M)
   PruneScope scope = PruneScope::Row;
@@ -202,7 +211,7 @@ struct PruneSpec {
   double block_sparsity(uint32_t layer, uint32_t n_layers) const;
   bool structured() const { return m > 0; }
   // Whether the Linears go through the method (pruned, or for gptq quantized with calibration).
-  bool active() const { return structured() || sparsity > 0.0 || method == "gptq"; }
+  bool active() const { return structured() || sparsity > 0.0 || method == PruneMethod::Gptq; }
   std::string pattern() const;        // "unstructured" or "2:4"
 };
 
