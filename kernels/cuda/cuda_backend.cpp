@@ -48,17 +48,36 @@ using cuda::detail::Dense;
 using cuda::detail::DeviceWeight;
 using cuda::detail::Values;
 
-Values values_of(ValueType t) {
-  switch (t) {
-    case ValueType::F16: return Values::F16;
-    case ValueType::BF16: return Values::BF16;
-    case ValueType::F32: return Values::F32;
-    case ValueType::I8: return Values::I8;
-    case ValueType::I4: return Values::I4;
-    case ValueType::I8G: return Values::I8G;
+// The one mapping from the container's dtypes (endor/dtype.h) to the kernels' mirror of them
+// (launch.h, which the .cu files read instead of format.h): a Values kind, and for int4k the I4
+// kernels with coded group parameters (DeviceWeight::int4_coded).
+struct KernelForm {
+  Values values;
+  bool int4_coded;
+};
+constexpr KernelForm kernel_form(Dtype d) {
+  switch (d) {
+    case Dtype::F16: return {Values::F16, false};
+    case Dtype::BF16: return {Values::BF16, false};
+    case Dtype::F32: return {Values::F32, false};
+    case Dtype::Int8: return {Values::I8, false};
+    case Dtype::Int8g: return {Values::I8G, false};
+    case Dtype::Int4: return {Values::I4, false};
+    case Dtype::Int4k: return {Values::I4, true};
   }
-  throw Error("cuda backend: unknown value type");
+  return {Values::F32, false};
 }
+// Values mirrors ValueType kind for kind, and int4_coded is Int4Params::Coded6, for every dtype: a
+// dtype added to the format and not here, or a reordered mirror, fails to compile.
+constexpr bool kernel_forms_mirror_the_format() {
+  for (Dtype d : kAllDtypes) {
+    const KernelForm f = kernel_form(d);
+    if (uint8_t(f.values) != uint8_t(value_type_of(d)) || f.int4_coded != (int4_params_of(d) == Int4Params::Coded6))
+      return false;
+  }
+  return true;
+}
+static_assert(kernel_forms_mirror_the_format(), "launch.h's Values/int4_coded must mirror endor::Dtype");
 
 bool same_layout(const TensorLayout& a, const TensorLayout& b) {
   return a.encoding == b.encoding && a.value_type == b.value_type && a.rows == b.rows && a.cols == b.cols &&
@@ -136,7 +155,8 @@ class CudaWeight final : public Weight {
     const TensorLayout& L = layout_;
     const uint8_t* base = static_cast<const uint8_t*>(device_blob);
     auto section = [&](uint64_t offset, uint64_t bytes) { return bytes ? base + offset : nullptr; };
-    dw_.values_type = values_of(L.value_type);
+    const KernelForm form = kernel_form(L.dtype());
+    dw_.values_type = form.values;
     dw_.bitmap = L.encoding == Encoding::Bitmap;
     dw_.rows = uint32_t(L.rows);
     dw_.cols = uint32_t(L.cols);
@@ -148,14 +168,14 @@ class CudaWeight final : public Weight {
     dw_.bitmap_words = reinterpret_cast<const uint64_t*>(section(L.bitmap_offset, L.bitmap_bytes));
     dw_.index = reinterpret_cast<const uint32_t*>(section(L.index_offset, L.index_bytes));
     dw_.values = section(L.values_offset, L.values_bytes);
-    if (L.value_type == ValueType::I8) dw_.row_scales = reinterpret_cast<const float*>(section(L.scales_offset, L.scales_bytes));
-    if (L.value_type == ValueType::I4) {
+    if (form.values == Values::I8) dw_.row_scales = reinterpret_cast<const float*>(section(L.scales_offset, L.scales_bytes));
+    if (form.values == Values::I4) {
       dw_.group_scales = reinterpret_cast<const uint16_t*>(section(L.scales_offset, L.scales_bytes));
       dw_.group_mins = reinterpret_cast<const uint16_t*>(section(L.mins_offset, L.mins_bytes));
-      dw_.int4_coded = L.int4_params == Int4Params::Coded6;
+      dw_.int4_coded = form.int4_coded;
     }
     // int8g: one f16 scale per (row, group), in the blob's scales section (uploaded with it).
-    if (L.value_type == ValueType::I8G)
+    if (form.values == Values::I8G)
       dw_.group_scales = reinterpret_cast<const uint16_t*>(section(L.scales_offset, L.scales_bytes));
   }
 

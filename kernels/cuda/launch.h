@@ -11,7 +11,8 @@
 
 namespace endor::cuda::detail {
 
-// Mirrors endor::ValueType (the host code maps one onto the other). I8G (int8g, SPEC.md §6.8) is a
+// Mirrors endor::ValueType, kind for kind; cuda_backend.cpp's kernel_form is the one mapping from
+// endor::Dtype (int4k: I4 with DeviceWeight::int4_coded), and a static_assert there checks it. I8G (int8g, SPEC.md §6.8) is a
 // kind of its own rather than I8 with a group-scale pointer: the kernels are instantiated per kind,
 // so int8's loops keep their per-row scale with no run-time test, and int8g's share int4's group
 // handling (group_scales, groups_per_row, group_size; grouped() in device_common.cuh).
