@@ -760,8 +760,8 @@ TEST_CASE("GPTQ/SparseGPT with int4k: every weight is exactly its stored code's 
   }
 }
 
-// Int4Group: the range search keeps the full range unless a candidate rounds the group better,
-// so no group can get worse. Int4Coded: the search judges a group's (S, M) before int4k codes them
+// Int4: the range search keeps the full range unless a candidate rounds the group better,
+// so no group can get worse. Int4k: the search judges a group's (S, M) before int4k codes them
 // (six-bit codes under the super-block's d, dmin, which the search itself moves), so a single
 // group can come out worse after coding (measured: up to a quarter of the groups); only the
 // matrix total is asserted there, and the per-group and per-super-block counts are printed.
