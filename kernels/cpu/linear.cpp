@@ -1,6 +1,7 @@
 // y = x·Wᵀ + b on an encoded weight, three ways (see cpu::LinearPath): fused decode-multiply for
 // decode-time token counts, per-thread row decode + dense dots, and panel decode + GEMM.
 #include <algorithm>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -75,12 +76,29 @@ const uint16_t* round_into_scratch(Context& ctx, const float* x, size_t n_tokens
   return ctx.options.batch_invariant && any ? h : nullptr;
 }
 
-// Tokens per fused kernel call: up to kMaxFusedTokens share each decoded weight, except under batch
-// invariance, where every token is its own call. The kernels' per-token arithmetic depends on the
-// token count of a call (how many accumulators a token gets, the one-token kernels of
-// weight_kernels_avx512_vnni*.cpp), so one token per call is what makes a row's result the one it
-// gets alone. The rows of a task stay in cache from one token to the next, as between blocks.
-size_t fused_block(const Context& ctx) { return ctx.options.batch_invariant ? 1 : kMaxFusedTokens; }
+// Tokens per fused kernel call: up to kMaxFusedTokens share each decoded weight row. Under batch
+// invariance a call takes only as many tokens as its kernel computes each of them with the
+// arithmetic of a one-token call: the kernels' per-token arithmetic depends on the call's token
+// count in places (weight_kernels_*.cpp: AVX2's f32/f16-x accumulators are 4 per token up to 2
+// tokens, then 2, then 1; AVX-512's 4 up to 4 tokens, then 1; the AVX-512 VNNI int8/int8g kernel
+// keeps two chains up to 2 tokens and one-token kernels of its own for a dense int4 row). The
+// counts below are those kernel structures, checked for every weight form, ISA and T by
+// tests/kernels/test_batch_invariance.cpp. The rows of a task stay in cache from block to block.
+size_t fused_block(const Context& ctx, const TensorLayout& L, bool q8) {
+  if (!ctx.options.batch_invariant) return kMaxFusedTokens;
+  const std::string_view set = ctx.kernels->name;
+  if (set == "portable") return kMaxFusedTokens;  // one accumulator per token at any count
+  const bool dense_int4 = L.encoding == Encoding::Dense && L.value_type == ValueType::I4;
+  const bool avx512 = set == "avx512-vbmi2";
+  if (q8) {
+    if (dense_int4) return 1;  // both sets: a one-token kernel of its own
+    const bool int8 = L.value_type == ValueType::I8 || L.value_type == ValueType::I8G;
+    return avx512 && int8 ? 2 : kMaxFusedTokens;  // AVX2 (and AVX-512's int4): one chain per token
+  }
+  // f32/f16 x: int4 in groups that are not a multiple of 64 goes to AVX2's loop on AVX-512.
+  const bool to_avx2 = L.value_type == ValueType::I4 && L.group_size % 64 != 0;
+  return avx512 && !to_avx2 ? 4 : 2;
+}
 
 // x quantized into ctx.act_scratch.
 QuantizedX quantize_into_scratch(Context& ctx, const float* x, size_t n_tokens, uint64_t cols) {
@@ -97,7 +115,7 @@ void linear_fused_q8(Context& ctx, const TensorView& w, const QuantizedX& qx, si
   const size_t chunk = rows_per_task(rows, ctx.n_threads);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
   const WeightKernels& k = *ctx.kernels;
-  const size_t block = fused_block(ctx);
+  const size_t block = fused_block(ctx, w.layout, true);
   ctx.pool.run(n_chunks, threads_for(rows * cols * n_tokens, ctx.n_threads), [&](int64_t b, int) {
     const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
     for (size_t t0 = 0; t0 < n_tokens; t0 += block)
@@ -106,17 +124,23 @@ void linear_fused_q8(Context& ctx, const TensorView& w, const QuantizedX& qx, si
 }
 
 // Rows [r0, r1) of w times tokens [0, n_tokens) of x (f32) or of xh (x rounded to f16; null: f32
-// for every token), in blocks of fused_block() tokens. half_ok[t] false: token t keeps f32 x (a
-// block is then one token, as under batch invariance, the only case where xh has such tokens).
+// for every token), in blocks of fused_block() tokens. half_ok[t] false: token t keeps f32 x, alone
+// in its call (only under batch invariance does xh hold such tokens).
 void dot_rows_blocks(const Context& ctx, const TensorView& w, uint64_t r0, uint64_t r1, const float* x,
                      const uint16_t* xh, size_t n_tokens, float* y) {
   const uint64_t rows = w.layout.rows, cols = w.layout.cols;
   const WeightKernels& k = *ctx.kernels;
-  const size_t block = fused_block(ctx);
-  for (size_t t0 = 0; t0 < n_tokens; t0 += block) {
-    const size_t nt = std::min(block, n_tokens - t0);
+  const size_t block = fused_block(ctx, w.layout, false);
+  for (size_t t0 = 0; t0 < n_tokens;) {
+    size_t nt = std::min(block, n_tokens - t0);
+    if (xh) {  // a run of tokens that all fit f16, or one that does not
+      size_t run = 1;
+      while (run < nt && ctx.half_ok[t0 + run] == ctx.half_ok[t0]) ++run;
+      nt = ctx.half_ok[t0] ? run : 1;
+    }
     if (xh && ctx.half_ok[t0]) k.dot_rows_hx(w, r0, r1, xh + t0 * cols, cols, nt, y + t0 * rows, rows);
     else k.dot_rows(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
+    t0 += nt;
   }
 }
 
@@ -282,11 +306,11 @@ void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const floa
   for (size_t i = 0; i < n_jobs; ++i) any_half = any_half || half_activations(ctx, *jobs[i].w);
   const uint16_t* xh = any_half ? round_into_scratch(ctx, x, n_tokens, jobs[0].w->layout.cols) : nullptr;
   // Token blocks of fused_block() as in linear_fused: a task's rows stay in cache between them.
-  const size_t block = fused_block(ctx);
   ctx.pool.run(n_tasks, threads_for(work, ctx.n_threads), [&](int64_t i, int) {
     const LinearGroupTask& t = tasks[size_t(i)];
     const uint64_t rows = t.job->w->layout.rows;
     if (int8_activations(ctx, *t.job->w)) {
+      const size_t block = fused_block(ctx, t.job->w->layout, true);
       for (size_t t0 = 0; t0 < n_tokens; t0 += block)
         k.dot_rows_q8(*t.job->w, t.r0, t.r1, qx.token(t0), std::min(block, n_tokens - t0), t.job->y + t0 * rows, rows);
     } else {

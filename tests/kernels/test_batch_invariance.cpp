@@ -28,9 +28,12 @@ struct Form {
   Int4Params ip;
   uint64_t cols;
 };
-// Every value type dense and bitmap; int4 in groups of 128 and 64 (the AVX-512 kernels) and int4k
-// in groups of 32 (handed to AVX2 by the AVX-512 set), int8g at Q8_0's 32 and at 96 (the portable
-// fallback); f16/bf16 bitmap rows over 4096 columns (f16 activations) and under (f32 ones).
+// Every value type dense and bitmap; int4 in groups of 64, 128 and 256 (the AVX-512 kernels), of 96
+// and int4k's 32 (handed to AVX2 by the AVX-512 set), int8g at Q8_0's 32, 64, 128 (the AVX-512
+// one-token kernels) and 96 (the portable fallback); f16/bf16 bitmap rows over 4096 columns (f16
+// activations) and under (f32 ones). Batch invariance runs the fused kernels in blocks of as many
+// tokens as keep a token's one-token arithmetic (linear.cpp, fused_block): a form whose kernel
+// changes its arithmetic with the token count inside such a block fails here.
 const Form kForms[] = {
     {"dense f32", Encoding::Dense, ValueType::F32, 0, Int4Params::F16, 200},
     {"dense f16", Encoding::Dense, ValueType::F16, 0, Int4Params::F16, 200},
@@ -46,7 +49,13 @@ const Form kForms[] = {
     {"bitmap int8", Encoding::Bitmap, ValueType::I8, 0, Int4Params::F16, 200},
     {"bitmap int8g", Encoding::Bitmap, ValueType::I8G, 32, Int4Params::F16, 192},
     {"bitmap int8g/96", Encoding::Bitmap, ValueType::I8G, 96, Int4Params::F16, 192},
+    {"dense int4/64", Encoding::Dense, ValueType::I4, 64, Int4Params::F16, 320},
+    {"dense int8g/128", Encoding::Dense, ValueType::I8G, 128, Int4Params::F16, 256},
+    {"bitmap int8g/64", Encoding::Bitmap, ValueType::I8G, 64, Int4Params::F16, 320},
     {"bitmap int4/64", Encoding::Bitmap, ValueType::I4, 64, Int4Params::F16, 256},
+    {"bitmap int4/128", Encoding::Bitmap, ValueType::I4, 128, Int4Params::F16, 4160},
+    {"bitmap int4/256", Encoding::Bitmap, ValueType::I4, 256, Int4Params::F16, 512},
+    {"bitmap int4/96", Encoding::Bitmap, ValueType::I4, 96, Int4Params::F16, 288},
     {"bitmap int4k", Encoding::Bitmap, ValueType::I4, 32, Int4Params::Coded6, 192},
 };
 constexpr uint64_t kRows = 67;  // not a multiple of any kernel's row block nor of the threads' chunks
