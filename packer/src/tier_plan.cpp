@@ -1,5 +1,6 @@
 // Tier planning: which layer group lives on the GPU, in host memory or on disk, from budgets.
 #include "detail.h"
+#include "endor/expert_groups.h"
 #include "endor/packer.h"
 
 namespace endor {
@@ -26,12 +27,16 @@ std::vector<Tier> plan_tiers(const std::vector<std::string>& names, const std::v
   // embed and head first: they are touched by every token.
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == "embed" || names[i] == "head") tiers[i] = place(bytes[i], 0);
-  // Layers in execution order, never moving back to a faster tier once one spilled.
-  int floor_tier = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i].rfind("layers.", 0) != 0) continue;
-    tiers[i] = place(bytes[i], floor_tier);
-    floor_tier = int(tiers[i]);
+  // Blocks in execution order, never moving back to a faster tier once one spilled; then the MoE
+  // experts' own groups ("layers.N.experts.E", SPEC.md §4.2) in the same way: a token reads every
+  // block's dense part but only top_k of a block's experts.
+  for (const GroupName::Kind kind : {GroupName::Kind::Block, GroupName::Kind::Expert}) {
+    int floor_tier = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (parse_group_name(names[i]).kind != kind) continue;
+      tiers[i] = place(bytes[i], floor_tier);
+      floor_tier = int(tiers[i]);
+    }
   }
   return tiers;
 }

@@ -25,6 +25,9 @@ void add_placement_options(cxxopts::Options& options) {
                 "(overrides the container's tiers)", cxxopts::value<std::string>())
     ("cpu-mem", "host memory budget for offloaded blocks, e.g. 16G: blocks past it stream from disk "
                 "(on the CPU device: blocks read in place)", cxxopts::value<std::string>())
+    ("expert-cache", "MoE files packed by expert: memory for the cache of routed experts read from the slow tier, "
+                     "taken from --cpu-mem (CUDA: --gpu-mem); 0 = no cache (each routed expert read again). "
+                     "Default: half of what the budget leaves for experts (docs/moe.md)", cxxopts::value<std::string>())
     ("prefetch", "offloaded blocks in flight ahead of the computing one",
      cxxopts::value<uint32_t>()->default_value("2"))
     ("disk-io", "how disk-tier blocks are read: auto, direct (O_DIRECT, buffered where refused), buffered, "
@@ -44,6 +47,7 @@ void check_placement_options(const cxxopts::ParseResult& args) {
     throw UsageError("--disk-io must be auto, direct, buffered or cufile");
   size_option(args, "gpu-mem");  // usage errors before anything is opened
   size_option(args, "cpu-mem");
+  size_option(args, "expert-cache");
 }
 
 Compute open_compute(const cxxopts::ParseResult& args) {
@@ -71,6 +75,7 @@ Offload setup_offload(const ContainerReader& container, Backend& backend, const 
   request.gpu_budget = size_option(args, "gpu-mem");
   request.cpu_budget = size_option(args, "cpu-mem");
   request.prefetch = args["prefetch"].as<uint32_t>();
+  request.expert_cache = size_option(args, "expert-cache");
   request.cuda = cuda;
   request.device_fixed_bytes =
       device_fixed_bytes(config, m, kv_capacity, std::min<size_t>(max_tokens, config.max_positions), cuda);

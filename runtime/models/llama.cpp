@@ -25,6 +25,7 @@ struct LlamaLayer {
   // MoE blocks (gate/up/down above stay null): the router [E, H] and each expert's SwiGLU.
   const Weight* router = nullptr;
   std::vector<const Weight*> expert_gate, expert_up, expert_down;  // [E] of [I, H], [I, H], [H, I]
+  std::vector<uint32_t> expert_group;  // [E] each expert's manifest group (the block's in files packed whole)
 };
 
 // One token's share of an expert: its row in the call and its routing weight.
@@ -91,6 +92,7 @@ class LlamaModel final : public BlockModel {
   std::vector<LlamaLayer> layers_;
   RopeParams rope_;
   std::vector<float> router_host_;  // an MoE block's router logits, downloaded for routing
+  std::vector<uint32_t> expected_groups_;  // the expert groups a routed MLP call runs (expect_experts)
 };
 
 LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, Backend& backend,
@@ -176,6 +178,7 @@ void LlamaModel::load_experts(LlamaLayer& L, uint32_t layer, uint64_t& bytes) {
       into->push_back(&store_.matrix(s));
       expert_bytes += store_.encoded_bytes(s.name);
     }
+    L.expert_group.push_back(store_.group_of(tensors_.get(Module::Gate, layer, false, x).name));
   }
   bytes += expert_bytes * c.top_k / c.n_experts;
 }
@@ -258,6 +261,10 @@ void LlamaModel::moe_mlp(uint32_t l, const LlamaLayer& L, const float* h, size_t
   const std::vector<std::vector<ExpertToken>> routed =
       route_tokens(router_host_.data(), n, c.n_experts, c.top_k, c.norm_topk_prob);
   std::vector<uint8_t> written(n, 0);  // a row's first expert output is copied, later ones added
+  expected_groups_.clear();  // the streaming provider may read the routed experts ahead
+  for (uint32_t e = 0; e < c.n_experts; ++e)
+    if (!routed[e].empty() && L.expert_group[e] != L.group) expected_groups_.push_back(L.expert_group[e]);
+  if (!expected_groups_.empty()) store_.expect_experts(expected_groups_.data(), expected_groups_.size());
   for (uint32_t e = 0; e < c.n_experts; ++e)
     if (!routed[e].empty()) run_expert(l, L, e, h, routed[e], out, written, hook);
 }
@@ -285,11 +292,15 @@ void LlamaModel::run_expert(uint32_t l, const LlamaLayer& L, uint32_t e, const f
     hook_caller_(hook, l, linear_name(Module::Gate, x_id), x, m, H);
     hook_caller_(hook, l, linear_name(Module::Up, x_id), x, m, H);
   }
-  const Backend::LinearTarget gate_up[] = {{L.expert_gate[e], nullptr, gate}, {L.expert_up[e], nullptr, up}};
+  // An expert in a group of its own: the provider brings its bytes in (a cache slot) and may hand
+  // back Weights that read them there.
+  const Weight* w[3] = {L.expert_gate[e], L.expert_up[e], L.expert_down[e]};
+  if (L.expert_group[e] != L.group) store_.use_expert(L.expert_group[e], w, 3);
+  const Backend::LinearTarget gate_up[] = {{w[0], nullptr, gate}, {w[1], nullptr, up}};
   backend_.linear_group(gate_up, 2, x, m);
   backend_.silu_mul(gate, up, m * I, act);
   if (hook) hook_caller_(hook, l, linear_name(Module::Down, x_id), act, m, I);
-  backend_.linear(*L.expert_down[e], act, m, nullptr, y);
+  backend_.linear(*w[2], act, m, nullptr, y);
   for (size_t j = 0; j < m; ++j) {
     float* row = y + j * H;
     float* dst = out + size_t(tokens[j].row) * H;

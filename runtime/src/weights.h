@@ -53,6 +53,13 @@ class WeightStore {
   void release(uint32_t group) {
     if (provider_) provider_->release(group);
   }
+  // Around an MoE expert's compute (WeightProvider::expect_experts/use_expert); no-ops without a provider.
+  void expect_experts(const uint32_t* groups, size_t n) {
+    if (provider_) provider_->expect_experts(groups, n);
+  }
+  void use_expert(uint32_t group, const Weight** weights, size_t n) {
+    if (provider_) provider_->use_expert(group, weights, n);
+  }
 
  private:
   const TensorInfo& require(const std::string& name, const std::vector<uint64_t>& shape) const;

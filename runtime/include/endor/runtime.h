@@ -113,6 +113,21 @@ class WeightProvider {
   virtual std::unique_ptr<Weight> prepare(Backend& backend, const TensorView& view, uint32_t group) = 0;
   virtual void acquire(uint32_t group) = 0;
   virtual void release(uint32_t group) = 0;
+  // MoE experts in groups of their own ("layers.N.experts.E", SPEC.md §4.2), inside their block's
+  // acquire/release. expect_experts: the expert groups a routed MLP is about to run, in the order it
+  // runs them (the provider may start reading them). use_expert: before expert `group`'s Linears are
+  // queued, with the Weights prepare() returned for its tensors; the provider may replace each by a
+  // Weight reading the same tensor elsewhere (a cache slot), valid until the next use_expert or the
+  // block's release. Defaults: nothing to read, the prepared Weights are used.
+  virtual void expect_experts(const uint32_t* groups, size_t n) {
+    (void)groups;
+    (void)n;
+  }
+  virtual void use_expert(uint32_t group, const Weight** weights, size_t n) {
+    (void)group;
+    (void)weights;
+    (void)n;
+  }
 };
 
 // ---- model --------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "endor/expert_groups.h"
 #include "endor/offload.h"
 
 namespace endor {
@@ -32,7 +33,11 @@ std::vector<GroupDemand> group_demands(const Manifest& m) {
     d.name = g.name;
     d.bytes = g.size;
     d.manifest_tier = g.tier;
-    d.streamable = g.name.rfind("layers.", 0) == 0;
+    const GroupName kind = parse_group_name(g.name);
+    d.streamable = kind.kind == GroupName::Kind::Block;
+    d.expert = kind.kind == GroupName::Kind::Expert;
+    d.layer = kind.layer;
+    d.expert_index = kind.expert;
     d.loaded = !g.tensors.empty();
     for (uint32_t t : g.tensors) {
       const TensorInfo& info = m.tensors[t];
@@ -84,6 +89,7 @@ struct Demand {
   uint64_t must = 0;         // fixed needs, every loaded group's 1-D tensors, the non-streamable groups
   uint64_t must_groups = 0;  // the non-streamable groups (embed, head) alone
   uint64_t layers_total = 0, max_layer = 0;  // streamable groups: their sum and the largest
+  uint64_t experts_total = 0, max_expert = 0;  // expert groups: their sum and the largest
 };
 
 Demand total_demand(const PlacementRequest& r) {
@@ -95,6 +101,9 @@ Demand total_demand(const PlacementRequest& r) {
     if (g.streamable) {
       d.layers_total = add(d.layers_total, g.bytes);
       d.max_layer = std::max(d.max_layer, g.bytes);
+    } else if (g.expert) {
+      d.experts_total = add(d.experts_total, g.bytes);
+      d.max_expert = std::max(d.max_expert, g.bytes);
     } else {
       d.must_groups = add(d.must_groups, g.bytes);
     }
@@ -110,19 +119,20 @@ void place_from_manifest(const PlacementRequest& r, Placement& p) {
   for (size_t i = 0; i < r.groups.size(); ++i) {
     const GroupDemand& g = r.groups[i];
     if (!g.loaded) continue;
-    if (!g.streamable || g.manifest_tier == Tier::Gpu) p.tiers[i] = fast;
+    if ((!g.streamable && !g.expert) || g.manifest_tier == Tier::Gpu) p.tiers[i] = fast;
     else if (!r.cuda && g.manifest_tier == Tier::Cpu) p.tiers[i] = Tier::Cpu;
   }
 }
 
-// Streamable groups placed at `from`, in order, stay there while `room` lasts; from the first that does
-// not fit on, they (and every later one) go to `to`. Returns the bytes moved to `to`.
-uint64_t spill(const PlacementRequest& r, Placement& p, Tier from, uint64_t room, Tier to) {
+// Streamable groups (experts: expert groups) placed at `from`, in order, stay there while `room` lasts
+// (what they take is taken from it); from the first that does not fit on, they (and every later one)
+// go to `to`. Returns the bytes moved to `to`.
+uint64_t spill(const PlacementRequest& r, Placement& p, Tier from, uint64_t& room, Tier to, bool experts = false) {
   bool spilled = false;
   uint64_t moved = 0;
   for (size_t i = 0; i < r.groups.size(); ++i) {
     const GroupDemand& g = r.groups[i];
-    if (p.tiers[i] != from || !g.loaded || !g.streamable) continue;
+    if (p.tiers[i] != from || !g.loaded || (experts ? !g.expert : !g.streamable)) continue;
     if (!spilled && g.bytes <= room) {
       room -= g.bytes;
       continue;
@@ -132,6 +142,25 @@ uint64_t spill(const PlacementRequest& r, Placement& p, Tier from, uint64_t room
     moved = add(moved, g.bytes);
   }
   return moved;
+}
+
+uint64_t expert_slot_size(const Demand& d) { return round_up(add(d.max_expert, 16), kPage); }
+
+// Expert groups at `from` after the blocks took their share of `room`: all stay when they fit; else the
+// expert cache (PlacementRequest::expert_cache) is taken from the room, the experts fill the rest in
+// execution order and the others go to `to`, read into the cache when routed to.
+void place_experts(const PlacementRequest& r, const Demand& d, Placement& p, Tier from, uint64_t room, Tier to) {
+  uint64_t at_from = 0;
+  for (size_t i = 0; i < r.groups.size(); ++i)
+    if (r.groups[i].loaded && r.groups[i].expert && p.tiers[i] == from) at_from = add(at_from, r.groups[i].bytes);
+  if (at_from <= room) return;
+  const uint64_t slot = expert_slot_size(d);
+  const uint64_t cache = r.expert_cache ? std::min(*r.expert_cache, room) : room / 2;
+  p.expert_cache = !(r.expert_cache && *r.expert_cache == 0);
+  p.expert_slots = uint32_t(std::min<uint64_t>(std::max<uint64_t>(r.expert_min_slots, cache / slot), UINT32_MAX));
+  p.expert_slot_bytes = slot;
+  room -= std::min(room, mul(p.expert_slots, slot));
+  spill(r, p, from, room, to, true);
 }
 
 // The CUDA device under --gpu-mem (or the device's free memory) and --cpu-mem: everything on the GPU when
@@ -148,32 +177,42 @@ void place_cuda_budget(const PlacementRequest& r, const Demand& d, uint32_t n_sl
                 ") need at least " + format_bytes(d.must));
   for (size_t i = 0; i < r.groups.size(); ++i)
     if (r.groups[i].loaded) p.tiers[i] = Tier::Gpu;
-  if (!gpu || add(d.must, d.layers_total) <= *gpu) return;
-  const uint64_t ring = mul(n_slots, slot_size);
+  if (!gpu || add(add(d.must, d.layers_total), d.experts_total) <= *gpu) return;
+  // The block ring only when the blocks themselves do not fit (with the experts' smallest cache).
+  const bool blocks_fit =
+      d.experts_total > 0 && add(add(d.must, d.layers_total), mul(r.expert_min_slots, expert_slot_size(d))) <= *gpu;
+  const uint64_t ring = blocks_fit ? 0 : mul(n_slots, slot_size);
   if (add(d.must, ring) > *gpu)
     throw Error(budget + " is too small to stream: the embed and head groups, KV cache and activations (" +
                 format_bytes(d.must) + ") plus " + std::to_string(n_slots) + " slots of " + format_bytes(slot_size) +
                 " (--prefetch " + std::to_string(r.prefetch) + ") need at least " + format_bytes(add(d.must, ring)));
-  const uint64_t off_gpu = spill(r, p, Tier::Gpu, *gpu - d.must - ring, Tier::Cpu);
-  // --cpu-mem bounds the pinned copies of cpu-tier blocks (the staging ring is extra, as in
-  // endor-pack's plan); the blocks past it are read from disk.
-  if (r.cpu_budget && off_gpu > *r.cpu_budget) spill(r, p, Tier::Cpu, *r.cpu_budget, Tier::Disk);
+  uint64_t room = *gpu - d.must - ring;
+  const uint64_t off_gpu = spill(r, p, Tier::Gpu, room, Tier::Cpu);
+  place_experts(r, d, p, Tier::Gpu, room, Tier::Cpu);
+  // --cpu-mem bounds the pinned copies of cpu-tier blocks and experts (the staging ring is extra, as
+  // in endor-pack's plan); the blocks past it, then the experts past it, are read from disk.
+  if (!r.cpu_budget) return;
+  uint64_t cpu_room = *r.cpu_budget;
+  if (off_gpu > 0) spill(r, p, Tier::Cpu, cpu_room, Tier::Disk);
+  spill(r, p, Tier::Cpu, cpu_room, Tier::Disk, true);
 }
 
 // CPU device: --cpu-mem bounds the KV caches and the decoder blocks read in place from the
 // mapping (the KV caches first: they are always in memory, as are embed, head and
 // activations; the host slots and the staging ring are extra); the blocks past it are read
 // from disk into the slots.
-void place_cpu_budget(const PlacementRequest& r, Placement& p) {
+void place_cpu_budget(const PlacementRequest& r, const Demand& d, Placement& p) {
   for (size_t i = 0; i < r.groups.size(); ++i)
     if (r.groups[i].loaded) p.tiers[i] = Tier::Cpu;
-  spill(r, p, Tier::Cpu, *r.cpu_budget > r.host_kv_bytes ? *r.cpu_budget - r.host_kv_bytes : 0, Tier::Disk);
+  uint64_t room = *r.cpu_budget > r.host_kv_bytes ? *r.cpu_budget - r.host_kv_bytes : 0;
+  spill(r, p, Tier::Cpu, room, Tier::Disk);
+  place_experts(r, d, p, Tier::Cpu, room, Tier::Disk);
 }
 
 // Totals and rings of the final tiers, and what the device and pinned host memory hold in all (refused
 // when the manifest's own tiers do not fit the device).
 void account_placement(const PlacementRequest& r, uint32_t n_slots, uint32_t n_staging, Placement& p) {
-  uint64_t max_streamed = 0, max_disk = 0, cpu_pinned = 0;
+  uint64_t max_streamed = 0, max_disk = 0, cpu_pinned = 0, max_expert = 0;
   for (size_t i = 0; i < r.groups.size(); ++i) {
     const GroupDemand& g = r.groups[i];
     if (!g.loaded) continue;
@@ -181,7 +220,12 @@ void account_placement(const PlacementRequest& r, uint32_t n_slots, uint32_t n_s
     p.tier_bytes[int(t)] = add(p.tier_bytes[int(t)], g.bytes);
     p.tier_groups[int(t)] += 1;
     const bool streamed = r.cuda ? t != Tier::Gpu : t == Tier::Disk;
-    if (streamed) max_streamed = std::max(max_streamed, g.bytes);
+    if (g.expert) {
+      p.expert_groups += 1;
+      p.resident_experts += !streamed;
+      if (streamed) max_expert = std::max(max_expert, g.bytes);
+    }
+    if (streamed && !g.expert) max_streamed = std::max(max_streamed, g.bytes);
     if (t == Tier::Disk) max_disk = std::max(max_disk, g.bytes);
     if (r.cuda && t == Tier::Cpu) cpu_pinned = add(cpu_pinned, g.bytes);
   }
@@ -193,7 +237,16 @@ void account_placement(const PlacementRequest& r, uint32_t n_slots, uint32_t n_s
     p.n_staging = n_staging;
     p.staging_bytes = round_up(max_disk, kPage) + 2 * kPage;
   }
-  const uint64_t slots = mul(p.n_slots, p.slot_bytes), staging = mul(p.n_staging, p.staging_bytes);
+  if (max_expert == 0) {
+    p.expert_slots = 0;  // every expert resident: nothing to cache
+  } else if (p.expert_slots == 0) {  // the manifest's tiers: a cache of --expert-cache (default: the fewest slots)
+    p.expert_slot_bytes = round_up(add(max_expert, 16), kPage);
+    p.expert_cache = !(r.expert_cache && *r.expert_cache == 0);
+    const uint64_t asked = r.expert_cache ? *r.expert_cache / p.expert_slot_bytes : 0;
+    p.expert_slots = uint32_t(std::min<uint64_t>(std::max<uint64_t>(r.expert_min_slots, asked), UINT32_MAX));
+  }
+  const uint64_t slots = add(mul(p.n_slots, p.slot_bytes), mul(p.expert_slots, p.expert_slot_bytes));
+  const uint64_t staging = mul(p.n_staging, p.staging_bytes);
   p.host_kv_bytes = r.cuda ? 0 : r.host_kv_bytes;
   const Tier resident = r.cuda ? Tier::Gpu : Tier::Cpu;
   p.device_bytes = add(add(r.device_fixed_bytes, p.tier_bytes[int(resident)]), r.cuda ? slots : add(slots, staging));
@@ -224,7 +277,7 @@ Placement place_groups(const PlacementRequest& r) {
   else if (r.cuda)
     place_cuda_budget(r, d, n_slots, round_up(add(d.max_layer, 16), kPage), p);
   else
-    place_cpu_budget(r, p);
+    place_cpu_budget(r, d, p);
   account_placement(r, n_slots, n_staging, p);
   return p;
 }
@@ -244,6 +297,9 @@ std::string describe_placement(const Placement& p) {
   if (p.streams())
     s << "  slots: " << p.n_slots << " x " << format_bytes(p.slot_bytes) << (cuda ? " on the device" : " in host memory")
       << "\n";
+  if (p.expert_slots > 0)
+    s << "  experts: " << p.resident_experts << " of " << p.expert_groups << " resident; cache " << p.expert_slots << " x "
+      << format_bytes(p.expert_slot_bytes) << (p.expert_cache ? " (LRU)" : " (off: read every time)") << "\n";
   if (p.n_staging > 0) s << "  disk staging: " << p.n_staging << " x " << format_bytes(p.staging_bytes) << "\n";
   if (p.host_kv_bytes > 0) s << "  kv cache: " << format_bytes(p.host_kv_bytes) << " (within --cpu-mem, before blocks)\n";
   s << "  " << (cuda ? "device" : "host") << " total " << format_bytes(p.device_bytes);
@@ -277,6 +333,18 @@ OffloadStats OffloadStats::operator-(const OffloadStats& e) const {
   d.disk.device_bytes -= e.disk.device_bytes;
   d.disk.busy_s -= e.disk.busy_s;
   d.disk.backpressure_s -= e.disk.backpressure_s;
+  d.expert_uses -= e.expert_uses;
+  d.expert_hits -= e.expert_hits;
+  for (int t = 0; t < 3; ++t) {
+    d.expert_fills[t] -= e.expert_fills[t];
+    d.expert_bytes[t] -= e.expert_bytes[t];
+  }
+  for (size_t g = 0; g < d.expert_counts.size() && g < e.expert_counts.size(); ++g) d.expert_counts[g] -= e.expert_counts[g];
+  d.expert_disk.reads -= e.expert_disk.reads;
+  d.expert_disk.bytes -= e.expert_disk.bytes;
+  d.expert_disk.device_bytes -= e.expert_disk.device_bytes;
+  d.expert_disk.busy_s -= e.expert_disk.busy_s;
+  d.expert_disk.backpressure_s -= e.expert_disk.backpressure_s;
   return d;
 }
 

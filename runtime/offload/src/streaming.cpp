@@ -17,7 +17,12 @@
 #include <deque>
 #include <thread>
 
+#include <map>
+#include <unordered_map>
+
+#include "endor/expert_groups.h"
 #include "engine.h"
+#include "expert_cache.h"
 
 namespace endor {
 namespace offload {
@@ -45,6 +50,8 @@ void parallel_copy(uint8_t* dst, const uint8_t* src, uint64_t n) {
 struct GroupState {
   Tier tier = Tier::Gpu;
   bool streamed = false;
+  bool expert = false;            // an MoE expert's own group
+  bool cached = false;            // an expert group off the fast tier: read into the expert cache
   uint32_t pos = 0;               // index among the streamed groups (execution order)
   uint64_t offset = 0, size = 0;  // the group's range in the file
   uint8_t* host = nullptr;        // CUDA cpu tier: the pinned copy
@@ -72,6 +79,8 @@ class StreamingWeightsImpl final : public StreamingWeights {
   std::unique_ptr<Weight> prepare(Backend& backend, const TensorView& view, uint32_t group) override;
   void acquire(uint32_t group) override;
   void release(uint32_t group) override;
+  void expect_experts(const uint32_t* groups, size_t n) override;
+  void use_expert(uint32_t group, const Weight** weights, size_t n) override;
 
   const Placement& placement() const override { return placement_; }
   OffloadStats stats() override;
@@ -91,6 +100,10 @@ class StreamingWeightsImpl final : public StreamingWeights {
   void queue_ready_reads();
   void queue_read_fill(Fetch& f);
   void abandon_window();
+  void open_ring(uint64_t max_streamed, uint64_t max_disk);
+  std::unique_ptr<DiskReader> open_reader(uint64_t max_request, uint32_t n_staging);
+  void open_expert_cache(uint64_t max_disk_expert);
+  ExpertSource source_of(uint32_t group) const;
   [[noreturn]] void internal_error(const std::string& what) const;
 
   const ContainerReader& container_;
@@ -111,6 +124,15 @@ class StreamingWeightsImpl final : public StreamingWeights {
   int64_t max_position_ = -1;      // highest position issued or acquired
   int64_t last_block_group_ = -1;  // group of the block that ran last (stall accounting)
   OffloadStats stats_;
+  // Experts read into the cache: their own reader, the cache, the Weights prepare() returned for their
+  // tensors (placeholders bound to the first cache slot) and, made when first needed, one per slot.
+  std::unique_ptr<DiskReader> expert_reader_;
+  std::unique_ptr<ExpertCache> expert_cache_;
+  std::unordered_map<const Weight*, const TensorView*> expert_views_;  // placeholder -> its tensor
+  std::map<std::pair<const TensorView*, uint32_t>, std::unique_ptr<Weight>> bound_;  // (tensor, slot)
+  std::vector<uint64_t> expert_counts_;  // use_expert calls per group
+  std::vector<uint32_t> expect_groups_;
+  std::vector<ExpertSource> expect_sources_;
 };
 
 StreamingWeightsImpl::StreamingWeightsImpl(const ContainerReader& container, Backend& backend,
@@ -130,16 +152,24 @@ StreamingWeightsImpl::StreamingWeightsImpl(const ContainerReader& container, Bac
   if (options.disk_io == DiskIo::CuFile && !cufile_available(&no_cufile)) throw Error("--disk-io cufile: " + no_cufile);
 
   groups_.resize(m.groups.size());
-  uint64_t max_streamed = 0, max_disk = 0;
+  uint64_t max_streamed = 0, max_disk = 0, max_expert = 0, max_disk_expert = 0;
+  expert_counts_.assign(m.groups.size(), 0);
   for (size_t g = 0; g < m.groups.size(); ++g) {
     GroupState& gs = groups_[g];
     gs.tier = placement.tiers[g];
     gs.offset = m.groups[g].offset;
     gs.size = m.groups[g].size;
     const bool loaded = !m.groups[g].tensors.empty();
-    const bool blocks = m.groups[g].name.rfind("layers.", 0) == 0;
-    gs.streamed = loaded && blocks && (cuda ? gs.tier != Tier::Gpu : gs.tier == Tier::Disk);
-    if (loaded && !blocks && gs.tier != (cuda ? Tier::Gpu : Tier::Cpu) && !(gs.tier == Tier::Gpu && !cuda))
+    const bool blocks = is_block_group(m.groups[g].name);
+    const bool off_fast = cuda ? gs.tier != Tier::Gpu : gs.tier == Tier::Disk;
+    gs.expert = is_expert_group(m.groups[g].name);
+    gs.streamed = loaded && blocks && off_fast;
+    gs.cached = loaded && gs.expert && off_fast;
+    if (gs.cached) {
+      max_expert = std::max(max_expert, gs.size);
+      if (gs.tier == Tier::Disk) max_disk_expert = std::max(max_disk_expert, gs.size);
+    }
+    if (loaded && !blocks && !gs.expert && gs.tier != (cuda ? Tier::Gpu : Tier::Cpu) && !(gs.tier == Tier::Gpu && !cuda))
       throw Error(container.path() + ": group \"" + m.groups[g].name + "\" must stay resident (tier " +
                   to_string(gs.tier) + " given)");
     if (!gs.streamed) continue;
@@ -148,36 +178,54 @@ StreamingWeightsImpl::StreamingWeightsImpl(const ContainerReader& container, Bac
     max_streamed = std::max(max_streamed, gs.size);
     if (gs.tier == Tier::Disk) max_disk = std::max(max_disk, gs.size);
   }
-  if (order_.empty()) return;
-
-  n_slots_ = options.prefetch + 1;
-  if (placement.n_slots != 0 && placement.n_slots != n_slots_)
-    throw Error("the placement was made for --prefetch " + std::to_string(placement.n_slots - 1) +
-                ", the streaming asks for " + std::to_string(options.prefetch));
-  const uint64_t slot_bytes = std::max<uint64_t>(placement.slot_bytes, (max_streamed + 16 + 4095) / 4096 * 4096);
-  engine_->allocate_slots(n_slots_, slot_bytes);
-  slot_bytes_ = slot_bytes;
-  read_into_slots_ = !cuda;
-  slots_.assign(n_slots_, SlotState{});
-
+  if (max_expert > 0 && (placement.expert_slots == 0 || placement.expert_slot_bytes < max_expert))
+    throw Error(container.path() + ": the placement has no expert cache for its offloaded experts");
   // cpu tier on CUDA: a pinned copy of each group, so the copies into slots are DMA.
   if (cuda)
     for (GroupState& gs : groups_) {
-      if (!gs.streamed || gs.tier != Tier::Cpu) continue;
+      if (!(gs.streamed || gs.cached) || gs.tier != Tier::Cpu) continue;
       gs.host = static_cast<uint8_t*>(engine_->host_alloc(gs.size));
       parallel_copy(gs.host, container.bytes() + gs.offset, gs.size);
     }
+  read_into_slots_ = !cuda;
+  if (!order_.empty()) open_ring(max_streamed, max_disk);
+  if (max_expert > 0) open_expert_cache(max_disk_expert);
+}
 
-  if (max_disk > 0) {
-    DiskReaderOptions ro;
-    ro.n_buffers = std::max<uint32_t>(2, placement.n_staging);
-    ro.max_request = max_disk;
-    ro.direct = options.disk_io != DiskIo::Buffered;
-    Engine* engine = engine_.get();
-    ro.allocate = [engine](size_t bytes) { return engine->host_alloc(bytes); };
-    ro.deallocate = [engine](void* p) { engine->host_free(p); };
-    reader_ = std::make_unique<DiskReader>(container.path(), ro);
-  }
+void StreamingWeightsImpl::open_ring(uint64_t max_streamed, uint64_t max_disk) {
+  const bool cuda = placement_.cuda;
+  n_slots_ = options_.prefetch + 1;
+  if (placement_.n_slots != 0 && placement_.n_slots != n_slots_)
+    throw Error("the placement was made for --prefetch " + std::to_string(placement_.n_slots - 1) +
+                ", the streaming asks for " + std::to_string(options_.prefetch));
+  const uint64_t slot_bytes = std::max<uint64_t>(placement_.slot_bytes, (max_streamed + 16 + 4095) / 4096 * 4096);
+  engine_->allocate_slots(n_slots_, slot_bytes);
+  slot_bytes_ = slot_bytes;
+  slots_.assign(n_slots_, SlotState{});
+  if (max_disk > 0) reader_ = open_reader(max_disk, placement_.n_staging);
+  (void)cuda;
+}
+
+std::unique_ptr<DiskReader> StreamingWeightsImpl::open_reader(uint64_t max_request, uint32_t n_staging) {
+  DiskReaderOptions ro;
+  ro.n_buffers = std::max<uint32_t>(2, n_staging);
+  ro.max_request = max_request;
+  ro.direct = options_.disk_io != DiskIo::Buffered;
+  Engine* engine = engine_.get();
+  ro.allocate = [engine](size_t bytes) { return engine->host_alloc(bytes); };
+  ro.deallocate = [engine](void* p) { engine->host_free(p); };
+  return std::make_unique<DiskReader>(container_.path(), ro);
+}
+
+// The expert cache's slots come after the block ring's (engine slots n_slots_ ..), and disk experts have
+// a reader of their own, so their reads never queue behind (or hold up) the blocks' staging ring.
+void StreamingWeightsImpl::open_expert_cache(uint64_t max_disk_expert) {
+  const uint32_t first = n_slots_;
+  engine_->allocate_slots(placement_.expert_slots, placement_.expert_slot_bytes);
+  if (max_disk_expert > 0) expert_reader_ = open_reader(max_disk_expert, 2);
+  expert_cache_ = std::make_unique<ExpertCache>(*engine_, expert_reader_.get(), read_into_slots_, first,
+                                                placement_.expert_slots, placement_.expert_slot_bytes,
+                                                placement_.expert_cache);
 }
 
 StreamingWeightsImpl::~StreamingWeightsImpl() {
@@ -187,6 +235,8 @@ StreamingWeightsImpl::~StreamingWeightsImpl() {
   } catch (...) {
     // Nothing sensible to do in a destructor; the engine's own destructor waits again.
   }
+  expert_cache_.reset();  // drops the expert reads in flight
+  expert_reader_.reset();
   reader_.reset();  // before the engine: its staging buffers are the engine's host memory
   for (GroupState& gs : groups_)
     if (gs.host) engine_->host_free(gs.host);
@@ -198,10 +248,20 @@ void StreamingWeightsImpl::internal_error(const std::string& what) const {
 
 std::unique_ptr<Weight> StreamingWeightsImpl::prepare(Backend& backend, const TensorView& view, uint32_t group) {
   if (&backend != &backend_) throw Error(container_.path() + ": streaming weights were made for another backend");
-  if (group >= groups_.size() || !groups_[group].streamed) return backend.prepare_weight(view);
+  if (group >= groups_.size() || !(groups_[group].streamed || groups_[group].cached))
+    return backend.prepare_weight(view);
   const GroupState& gs = groups_[group];
   if (!view.info || view.info->offset < gs.offset || view.info->offset + view.info->size > gs.offset + gs.size)
     throw Error(container_.path() + ": a streamed tensor lies outside its group");
+  if (gs.cached) {
+    // A placeholder bound to the first cache slot (CPU: the mapping, never read through it); use_expert
+    // hands out the Weight of the slot the expert is in.
+    std::unique_ptr<Weight> w = engine_->device() == "cuda"
+                                    ? engine_->prepare_at(view, engine_->slot(n_slots_) + (view.info->offset - gs.offset))
+                                    : backend.prepare_weight(view);
+    expert_views_[w.get()] = &view;
+    return w;
+  }
   uint8_t* at = engine_->slot(gs.pos % n_slots_) + (view.info->offset - gs.offset);
   return engine_->prepare_at(view, at);
 }
@@ -340,7 +400,58 @@ void StreamingWeightsImpl::acquire(uint32_t group) {
   engine_->block_begin(follows);
 }
 
+ExpertSource StreamingWeightsImpl::source_of(uint32_t group) const {
+  const GroupState& gs = groups_[group];
+  ExpertSource src;
+  src.tier = gs.tier;
+  src.offset = gs.offset;
+  src.size = gs.size;
+  src.host = gs.host;
+  return src;
+}
+
+void StreamingWeightsImpl::expect_experts(const uint32_t* groups, size_t n) {
+  if (!expert_cache_) return;
+  expect_groups_.clear();
+  expect_sources_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    if (groups[i] >= groups_.size() || !groups_[groups[i]].cached) continue;
+    expect_groups_.push_back(groups[i]);
+    expect_sources_.push_back(source_of(groups[i]));
+  }
+  expert_cache_->expect(expect_groups_.data(), expect_sources_.data(), expect_groups_.size());
+}
+
+// An expert about to run: resident ones are used in place; the others are brought into a cache slot
+// and each of their Weights replaced by the one bound to that slot (made the first time it is needed,
+// from the slot's bytes: on the CPU device the mapping is never read).
+void StreamingWeightsImpl::use_expert(uint32_t group, const Weight** weights, size_t n) {
+  if (group >= groups_.size()) return;
+  expert_counts_[group] += 1;
+  if (!groups_[group].cached) return;
+  const GroupState& gs = groups_[group];
+  const uint32_t slot = expert_cache_->slot(group, source_of(group));
+  for (size_t i = 0; i < n; ++i) {
+    auto it = expert_views_.find(weights[i]);
+    if (it == expert_views_.end()) continue;  // not a Weight of this provider (e.g. a calibration replacement)
+    const TensorView* view = it->second;
+    std::unique_ptr<Weight>& bound = bound_[{view, slot}];
+    if (!bound) {
+      uint8_t* at = engine_->slot(slot) + (view->info->offset - gs.offset);
+      if (engine_->device() == "cuda") {
+        bound = engine_->prepare_at(*view, at);
+      } else {
+        TensorView v = *view;
+        v.data = at;
+        bound = backend_.prepare_weight(v);
+      }
+    }
+    weights[i] = bound.get();
+  }
+}
+
 void StreamingWeightsImpl::release(uint32_t group) {
+  if (expert_cache_) expert_cache_->end_call();
   engine_->block_end();
   if (group >= groups_.size() || !groups_[group].streamed) return;
   if (current_ < 0 || current_released_ || group_at(current_) != group)
@@ -355,6 +466,9 @@ OffloadStats StreamingWeightsImpl::stats() {
   engine_->collect(stats_);
   OffloadStats s = stats_;
   if (reader_) s.disk = reader_->stats();
+  if (expert_reader_) s.expert_disk = expert_reader_->stats();
+  if (expert_cache_) expert_cache_->add_stats(s);
+  s.expert_counts = expert_counts_;
   return s;
 }
 

@@ -45,6 +45,10 @@ struct GroupDemand {
   Tier manifest_tier = Tier::Gpu;
   bool streamable = false;      // a decoder block ("layers.N"); others always stay resident
   bool loaded = true;           // false: not loaded by the model at all (the "files" group)
+  // An MoE expert's own group ("layers.N.experts.E", SPEC.md §4.2): not streamed with the blocks but
+  // read when the router picks it, into the expert cache (streaming below).
+  bool expert = false;
+  uint32_t layer = 0, expert_index = 0;  // expert groups: the block and the expert
 };
 
 struct PlacementRequest {
@@ -61,6 +65,12 @@ struct PlacementRequest {
   // CPU device: the KV caches of every sequence held at once (part of device_fixed_bytes too).
   // --cpu-mem covers them first: blocks read in place get what is left.
   uint64_t host_kv_bytes = 0;
+  // Expert groups (MoE files packed by expert): the expert cache, in the compute device's memory (CPU
+  // device: host memory, within --cpu-mem; CUDA: within --gpu-mem). nullopt: half of what the budget
+  // leaves for experts once the blocks are placed, when not every expert fits; 0: no cache (every
+  // routed expert off the fast tier is read again each time, through expert_min_slots slots).
+  std::optional<uint64_t> expert_cache;
+  uint32_t expert_min_slots = 2;    // slots an expert cache has at least (a read ahead while one computes)
 };
 
 struct Placement {
@@ -76,7 +86,13 @@ struct Placement {
   uint64_t device_bytes = 0;        // what the device holds in all: resident groups, slots, fixed needs
   uint64_t host_pinned_bytes = 0;   // pinned host memory: cpu-tier groups (CUDA) and staging buffers
   uint64_t host_kv_bytes = 0;       // CPU device: KV caches counted against --cpu-mem
-  bool streams() const { return n_slots > 0; }
+  // Expert groups off the fast tier (CPU device: disk; CUDA: cpu or disk) are read into cache slots.
+  uint32_t expert_slots = 0;        // 0 when every expert group is resident (or there are none)
+  uint64_t expert_slot_bytes = 0;   // each: the largest such expert group, padded (multiple of 4096)
+  bool expert_cache = true;         // false: --expert-cache 0 (no reuse across MoE MLP calls)
+  uint32_t expert_groups = 0;       // loaded expert groups in all, and of them resident
+  uint32_t resident_experts = 0;
+  bool streams() const { return n_slots > 0 || expert_slots > 0; }
 };
 
 // Decides each group's tier. With a budget, greedy in execution order: embed and head (and every
@@ -88,6 +104,9 @@ struct Placement {
 // the CPU device there is no gpu tier: blocks fill --cpu-mem (read in place), then go to disk.
 // Throws (one line) when the must-have part does not fit: e.g. "--gpu-mem 1.00 GiB is too small:
 // embed and head groups (..) plus KV cache and activations (..) need at least .. ".
+// MoE experts in groups of their own come after every block (a token reads each block's dense part
+// but top_k of its experts): what the budget leaves once the blocks are placed holds the expert cache
+// (expert_cache) and then the experts in execution order; the rest are read when routed to.
 Placement place_groups(const PlacementRequest& request);
 
 // The groups of a container as placement demands (sizes from the manifest; 1-D tensors' f32 size).
@@ -198,6 +217,12 @@ struct OffloadStats {
   double stall_s = 0;                // time between consecutive blocks spent waiting for weights
   double host_wait_s = 0;            // host thread blocked waiting for disk reads
   DiskReaderStats disk;              // the reader's own counters (disk groups)
+  // MoE experts in groups of their own: runs of an expert (use_expert), those of a cached or resident
+  // expert (no read), and the reads into the expert cache per source tier (cpu: CUDA's pinned copies).
+  uint64_t expert_uses = 0, expert_hits = 0;
+  uint64_t expert_fills[3] = {0, 0, 0}, expert_bytes[3] = {0, 0, 0};
+  std::vector<uint64_t> expert_counts;  // runs per manifest group (index: group; 0 for other groups)
+  DiskReaderStats expert_disk;       // the expert reader's own counters
   OffloadStats operator-(const OffloadStats& earlier) const;
 };
 

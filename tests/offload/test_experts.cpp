@@ -1,0 +1,211 @@
+// MoE experts in groups of their own (issue 39): placement puts the blocks' dense parts first and the
+// experts after them; experts on the disk tier are read (O_DIRECT) into the expert cache only when
+// routed to, and the logits equal the all-resident model's bit for bit, with the cache on or off.
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include "endor/expert_groups.h"
+#include "offload_test_util.h"
+
+using namespace endor;
+using namespace endor::offloadtest;
+
+namespace {
+
+struct MoeRun {
+  std::vector<float> logits;
+  OffloadStats stats;
+};
+
+MoeRun run_moe(const ContainerReader& c, const Placement* p, const std::vector<int32_t>& prompt, size_t steps) {
+  auto backend = make_cpu_backend(1);
+  std::unique_ptr<StreamingWeights> weights;
+  if (p) {
+    StreamingOptions o;
+    o.prefetch = 1;
+    weights = make_streaming_weights(c, *backend, *p, o);
+  }
+  MoeRun r;
+  {
+    auto model = load_model(c, *backend, weights.get());
+    r.logits = run_sequence(*model, prompt, steps);
+  }
+  if (weights) {
+    weights->synchronize();
+    r.stats = weights->stats();
+  }
+  return r;
+}
+
+// Every block's dense part read in place, every expert on disk (tiers given as a manifest's), with an
+// expert cache of `cache` bytes.
+Placement experts_on_disk(const ContainerReader& c, uint64_t cache) {
+  PlacementRequest r;
+  r.groups = group_demands(c.manifest());
+  for (GroupDemand& g : r.groups) g.manifest_tier = g.expert ? Tier::Disk : Tier::Cpu;
+  r.cuda = false;
+  r.prefetch = 1;
+  r.expert_cache = cache;
+  return place_groups(r);
+}
+
+uint64_t sum_of(const std::vector<uint64_t>& v) { return std::accumulate(v.begin(), v.end(), uint64_t(0)); }
+
+}  // namespace
+
+TEST_CASE("experts: the packer gives each expert a group of its own, after its block's dense part") {
+  TempDir dir;
+  const std::string path = dir.file("q.endor");
+  REQUIRE(test::run_command(test::endor_pack() + " convert " + test::fixture_dir("qwen3-moe-tiny") + " -o " + path +
+                            " >/dev/null 2>&1") == 0);
+  auto c = ContainerReader::open(path);
+  const Manifest& m = c->manifest();
+  const ModelConfig cfg = parse_model_config(m.config, path);
+  std::vector<std::string> names;
+  for (const GroupInfo& g : m.groups) names.push_back(g.name);
+  REQUIRE(names.size() == 3 + cfg.n_layers * (1 + cfg.n_experts));  // embed, blocks + experts, head, files
+  CHECK(names[1] == "layers.0");
+  CHECK(names[2] == "layers.0.experts.0");
+  CHECK(names[1 + cfg.n_experts] == "layers.0.experts." + std::to_string(cfg.n_experts - 1));
+  for (const GroupInfo& g : m.groups) {
+    const GroupName kind = parse_group_name(g.name);
+    for (uint32_t t : g.tensors) {
+      const std::string& name = m.tensors[t].name;
+      if (kind.kind == GroupName::Kind::Expert)
+        CHECK(name.find(".experts." + std::to_string(kind.expert) + ".") != std::string::npos);
+      else
+        CHECK(name.find(".experts.") == std::string::npos);
+    }
+  }
+  CHECK(parse_group_name("layers.12.experts.3").kind == GroupName::Kind::Expert);
+  CHECK(parse_group_name("layers.12").kind == GroupName::Kind::Block);
+  CHECK(parse_group_name("layers.x").kind == GroupName::Kind::Other);
+  CHECK(parse_group_name("layers.1.experts.").kind == GroupName::Kind::Other);
+  CHECK(parse_group_name("layers.1.experts.2.x").kind == GroupName::Kind::Other);
+  CHECK(expert_of_tensor("model.layers.3.block_sparse_moe.experts.12.w3.weight") == 12);
+  CHECK(expert_of_tensor("model.layers.3.mlp.gate.weight") == -1);
+}
+
+TEST_CASE("experts: a budget keeps every block's dense part first, then the cache, then experts in order") {
+  PlacementRequest r;
+  r.cuda = false;
+  r.prefetch = 1;
+  auto add = [&](const std::string& name, uint64_t bytes) {
+    GroupDemand d;
+    d.name = name;
+    d.bytes = bytes;
+    d.manifest_tier = Tier::Cpu;
+    const GroupName k = parse_group_name(name);
+    d.streamable = k.kind == GroupName::Kind::Block;
+    d.expert = k.kind == GroupName::Kind::Expert;
+    r.groups.push_back(d);
+  };
+  add("embed", 1000);
+  for (int l = 0; l < 2; ++l) {
+    add("layers." + std::to_string(l), 10000);
+    for (int e = 0; e < 4; ++e) add("layers." + std::to_string(l) + ".experts." + std::to_string(e), 5000);
+  }
+  add("head", 1000);
+  // 20000 for both dense parts, then one 8192-byte cache slot pair (2 x 8192) and 1 expert of 5000.
+  r.cpu_budget = 20000 + 2 * 8192 + 5000;
+  r.expert_cache = 2 * 8192;
+  Placement p = place_groups(r);
+  CHECK(p.tiers[1] == Tier::Cpu);
+  CHECK(p.tiers[6] == Tier::Cpu);                         // layers.1's dense part before any expert
+  CHECK(p.tiers[2] == Tier::Cpu);                         // layers.0.experts.0: the one expert that fits
+  for (size_t i : {3, 4, 5, 7, 8, 9, 10}) CHECK(p.tiers[i] == Tier::Disk);
+  CHECK(p.expert_slots == 2);
+  CHECK(p.expert_slot_bytes == 8192);
+  CHECK(p.expert_groups == 8);
+  CHECK(p.resident_experts == 1);
+  CHECK(p.expert_cache);
+  // 0: the cache is off, but its two slots (one reads while one computes) still come out of the budget.
+  r.expert_cache = 0;
+  p = place_groups(r);
+  CHECK_FALSE(p.expert_cache);
+  CHECK(p.expert_slots == 2);
+  CHECK(p.resident_experts == 1);
+  // Without --expert-cache: half of what the blocks leave (here 2 slots of 8192 from 39000; the
+  // remaining 22616 hold 4 experts in place).
+  r.expert_cache.reset();
+  r.cpu_budget = 20000 + 39000;
+  p = place_groups(r);
+  CHECK(p.expert_slots == 2);
+  CHECK(p.resident_experts == 4);
+  // Everything fits: no cache.
+  r.cpu_budget = 100000;
+  r.expert_cache.reset();
+  p = place_groups(r);
+  CHECK(p.expert_slots == 0);
+  CHECK(p.tier_groups[int(Tier::Disk)] == 0);
+}
+
+TEST_CASE("experts: routed reads from disk give the resident logits bit for bit, with the cache on and off") {
+  TempDir dir;
+  for (const char* fixture : {"qwen3-moe-tiny", "mixtral-tiny"}) {
+    CAPTURE(fixture);
+    const std::string path = dir.file(std::string(fixture) + ".endor");
+    REQUIRE(test::run_command(test::endor_pack() + " prune " + test::fixture_dir(fixture) + " -o " + path +
+                              " --sparsity 0.5 --quant int4 >/dev/null 2>&1") == 0);
+    auto c = ContainerReader::open(path);
+    const ModelConfig cfg = parse_model_config(c->manifest().config, path);
+    const std::vector<int32_t> prompt = prompt_ids(9, uint32_t(cfg.vocab));
+    const size_t steps = 6;
+    const MoeRun resident = run_moe(*c, nullptr, prompt, steps);
+    uint64_t block_bytes = 0, n_experts = 0, expert_bytes = 0;
+    for (const GroupDemand& g : group_demands(c->manifest())) {
+      if (g.streamable) block_bytes += g.bytes;
+      if (g.expert) n_experts += 1, expert_bytes += g.bytes;
+    }
+    REQUIRE(n_experts == cfg.n_layers * cfg.n_experts);
+    // Every block's dense part in memory, every expert on disk; the cache holds all (on), or none (off).
+    for (const bool cache_on : {true, false}) {
+      CAPTURE(cache_on);
+      const Placement p = experts_on_disk(*c, cache_on ? 64 * 8192 : 0);
+      REQUIRE(p.tier_groups[int(Tier::Disk)] == n_experts);
+      REQUIRE(p.expert_slots >= 2);
+      const MoeRun s = run_moe(*c, &p, prompt, steps);
+      CHECK(bit_equal(s.logits, resident.logits));
+      // Each run of an off-tier expert is a cache lookup; a lookup is a hit or a read, and reads are
+      // exactly the disk fills, each of one expert group.
+      const uint64_t uses = s.stats.expert_uses;
+      CHECK(uses == sum_of(s.stats.expert_counts));
+      CHECK(uses >= uint64_t(steps + 1) * cfg.n_layers * cfg.top_k);  // each call runs top_k experts at least
+      CHECK(s.stats.expert_fills[int(Tier::Disk)] + s.stats.expert_hits == uses);
+      CHECK(s.stats.expert_disk.reads == s.stats.expert_fills[int(Tier::Disk)]);
+      CHECK(s.stats.bytes[int(Tier::Disk)] == 0);  // no block streamed
+      if (cache_on) {
+        // 64 slots hold every expert: each is read at most once, every later run is a hit.
+        CHECK(s.stats.expert_fills[int(Tier::Disk)] <= n_experts);
+        CHECK(s.stats.expert_hits > 0);
+      } else {
+        CHECK(s.stats.expert_hits == 0);
+        CHECK(s.stats.expert_fills[int(Tier::Disk)] == uses);
+      }
+      // Decode reads only routed experts: each step runs top_k experts a block (and no more).
+      CHECK(s.stats.expert_disk.bytes <= s.stats.expert_fills[int(Tier::Disk)] * p.expert_slot_bytes);
+    }
+    // A small cache (2 slots) still gives the same logits: evictions while a prefill runs many experts.
+    Placement two = experts_on_disk(*c, 0);
+    two.expert_cache = true;
+    REQUIRE(two.expert_slots == 2);
+    const MoeRun s2 = run_moe(*c, &two, prompt, steps);
+    CHECK(bit_equal(s2.logits, resident.logits));
+    CHECK(s2.stats.expert_fills[int(Tier::Disk)] + s2.stats.expert_hits == s2.stats.expert_uses);
+    // And under a --cpu-mem budget that holds the dense parts and a few experts.
+    const uint64_t kv = kv_cache_bytes(cfg.n_layers, prompt.size() + steps, uint64_t(cfg.n_kv_heads) * cfg.head_dim,
+                                       KvDtype::F32);
+    PlacementRequest r;
+    r.groups = group_demands(c->manifest());
+    r.cuda = false;
+    r.prefetch = 1;
+    r.host_kv_bytes = kv;
+    r.cpu_budget = kv + block_bytes + expert_bytes * 3 / 4;  // the cache's 2 slots, then experts in place
+    r.expert_cache = 0;
+    const Placement budget = place_groups(r);
+    CHECK(budget.tier_groups[int(Tier::Disk)] > 0);
+    CHECK(budget.resident_experts > 0);
+    CHECK(bit_equal(run_moe(*c, &budget, prompt, steps).logits, resident.logits));
+  }
+}
