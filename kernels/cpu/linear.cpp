@@ -80,8 +80,8 @@ const uint16_t* round_into_scratch(Context& ctx, const float* x, size_t n_tokens
 // invariance a call takes only as many tokens as its kernel computes each of them with the
 // arithmetic of a one-token call: the kernels' per-token arithmetic depends on the call's token
 // count in places (weight_kernels_*.cpp: AVX2's f32/f16-x accumulators are 4 per token up to 2
-// tokens, then 2, then 1; AVX-512's 4 up to 4 tokens, then 1; the AVX-512 VNNI int8/int8g kernel
-// keeps two chains up to 2 tokens and one-token kernels of its own for a dense int4 row). The
+// tokens, then 2, then 1; AVX-512's 4 up to 4 tokens, then 1; the int8-activation kernels have
+// one-token kernels of their own for a dense int4 row). The
 // counts below are those kernel structures, checked for every weight form, ISA and T by
 // tests/kernels/test_batch_invariance.cpp. The rows of a task stay in cache from block to block.
 size_t fused_block(const Context& ctx, const TensorLayout& L, bool q8) {
@@ -92,8 +92,7 @@ size_t fused_block(const Context& ctx, const TensorLayout& L, bool q8) {
   const bool avx512 = set == "avx512-vbmi2";
   if (q8) {
     if (dense_int4) return 1;  // both sets: a one-token kernel of its own
-    const bool int8 = L.value_type == ValueType::I8 || L.value_type == ValueType::I8G;
-    return avx512 && int8 ? 2 : kMaxFusedTokens;  // AVX2 (and AVX-512's int4): one chain per token
+    return kMaxFusedTokens;  // one chain per token (AVX2, AVX-512's int4) or two at every count (int8, int8g)
   }
   // f32/f16 x: int4 in groups that are not a multiple of 64 goes to AVX2's loop on AVX-512.
   const bool to_avx2 = L.value_type == ValueType::I4 && L.group_size % 64 != 0;

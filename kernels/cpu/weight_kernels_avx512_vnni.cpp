@@ -118,7 +118,10 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
   const uint64_t words_per_group = VT == ValueType::I4 ? L.group_size / 64 : 1;
   const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
   for (uint64_t r = r0; r < r1; ++r) {
-    constexpr int kA = NT <= 2 ? 2 : 1;  // two f32 chains per token while there are few tokens
+    // Two f32 chains per token: int8/int8g words alternate between them at every token count (the
+    // one-token kernels' order, so a token's sum does not depend on the call's count: batch
+    // invariance, linear.cpp); int4's scale and min terms take one each while there are few tokens.
+    constexpr int kA = VT != ValueType::I4 || NT <= 2 ? 2 : 1;
     __m512 acc[NT][kA], gq[NT], gp[NT];
     for (int t = 0; t < NT; ++t) {
       for (int a = 0; a < kA; ++a) acc[t][a] = _mm512_setzero_ps();
