@@ -60,22 +60,23 @@ FamilyTable opt_table(const ModelConfig& c) {
 
 // An MoE block's MLP: the router, then each expert's gate, up and down (transformers' names:
 // Qwen3-MoE "mlp.gate" and "mlp.experts.E.{gate,up,down}_proj", Mixtral "block_sparse_moe.gate" and
-// "block_sparse_moe.experts.E.{w1,w3,w2}"). llama.cpp stacks the experts (ffn_*_exps), which has no
-// per-expert name here: GGUF MoE files are not read or written.
+// "block_sparse_moe.experts.E.{w1,w3,w2}"). llama.cpp names the router ffn_gate_inp and stacks the
+// experts into one tensor per Linear, [n_experts, rows, cols] (ffn_{gate,up,down}_exps): every
+// expert's spec carries that stacked name, and its expert index is its slice.
 void add_experts(const ModelConfig& c, FamilyTable& t) {
   const uint64_t H = c.hidden, E = c.n_experts, I = c.moe_intermediate;
   const bool mixtral = c.model_type == "mixtral";
   const std::string base = mixtral ? "block_sparse_moe." : "mlp.";
-  t.block.push_back({Module::Router, base + "gate", {E, H}, true, {}, false, nullptr, false});
+  t.block.push_back({Module::Router, base + "gate", {E, H}, true, {}, false, "ffn_gate_inp", false});
   const char* gate = mixtral ? "w1" : "gate_proj";
   const char* up = mixtral ? "w3" : "up_proj";
   const char* down = mixtral ? "w2" : "down_proj";
   for (uint32_t e = 0; e < c.n_experts; ++e) {
     const std::string prefix = base + "experts." + std::to_string(e) + ".";
     const int32_t x = int32_t(e);
-    t.block.push_back({Module::Gate, prefix + gate, {I, H}, true, {}, false, nullptr, false, x});
-    t.block.push_back({Module::Up, prefix + up, {I, H}, true, {}, false, nullptr, false, x});
-    t.block.push_back({Module::Down, prefix + down, {H, I}, true, {}, false, nullptr, false, x});
+    t.block.push_back({Module::Gate, prefix + gate, {I, H}, true, {}, false, "ffn_gate_exps", false, x});
+    t.block.push_back({Module::Up, prefix + up, {I, H}, true, {}, false, "ffn_up_exps", false, x});
+    t.block.push_back({Module::Down, prefix + down, {H, I}, true, {}, false, "ffn_down_exps", false, x});
   }
 }
 
@@ -176,7 +177,8 @@ ModelTensors::ModelTensors(const ModelConfig& config) : config_(config) {
       if (row.gguf && gguf) s.gguf_name = gguf_prefix + row.gguf + (bias ? ".bias" : ".weight");
       by_name_[s.name] = specs_.size();
       by_module_[{s.module, s.layer, s.expert, s.bias}] = specs_.size();
-      if (!s.gguf_name.empty()) by_gguf_[s.gguf_name] = specs_.size();
+      if (!s.gguf_name.empty() && s.expert >= 0) by_gguf_stacked_[s.gguf_name].push_back(specs_.size());
+      else if (!s.gguf_name.empty()) by_gguf_[s.gguf_name] = specs_.size();
       specs_.push_back(std::move(s));
     };
     if (!row.bias.empty()) add(true, row.bias, row.bias_required, row.gguf_bias);
@@ -206,6 +208,14 @@ const TensorSpec* ModelTensors::find(const std::string& name) const {
 const TensorSpec* ModelTensors::find_gguf(const std::string& name) const {
   const auto it = by_gguf_.find(name);
   return it == by_gguf_.end() ? nullptr : &specs_[it->second];
+}
+
+std::vector<const TensorSpec*> ModelTensors::find_gguf_stacked(const std::string& name) const {
+  std::vector<const TensorSpec*> out;
+  const auto it = by_gguf_stacked_.find(name);
+  if (it != by_gguf_stacked_.end())
+    for (size_t i : it->second) out.push_back(&specs_[i]);
+  return out;
 }
 
 const TensorSpec& ModelTensors::get(Module module, uint32_t layer, bool bias, int32_t expert) const {
@@ -242,12 +252,15 @@ const GgufFamily kGgufFamilies[] = {
     {"llama", "LlamaForCausalLM", 10000.0, true},
     {"qwen2", "Qwen2ForCausalLM", 1000000.0, false},
     {"qwen3", "Qwen3ForCausalLM", 1000000.0, false},
+    {"qwen3moe", "Qwen3MoeForCausalLM", 1000000.0, false},
 };
 }  // namespace
 
 std::optional<GgufFamily> gguf_family(const ModelConfig& c) {
   if (c.arch == Architecture::Opt) return std::nullopt;
-  return gguf_family(c.model_type == "mistral" ? std::string("llama") : c.model_type);
+  // llama.cpp writes Mistral and Mixtral as llama (Mixtral with {arch}.expert_count).
+  if (c.model_type == "mistral" || c.model_type == "mixtral") return gguf_family(std::string("llama"));
+  return gguf_family(c.model_type == "qwen3_moe" ? std::string("qwen3moe") : c.model_type);
 }
 
 std::optional<GgufFamily> gguf_family(const std::string& arch) {

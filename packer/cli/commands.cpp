@@ -492,7 +492,7 @@ int run_export(int argc, char** argv) {
         "                      with every weight decoded; loads in transformers\n"
         "  compressed-tensors  that folder with the int8/int4 decoder Linears kept packed on Endor's grid\n"
         "                      (pack-quantized); loads in vLLM and transformers\n"
-        "  gguf                one GGUF file (llama, mistral, qwen2, qwen3) for llama.cpp: int4/int8g as\n"
+        "  gguf                one GGUF file (llama, mistral, mixtral, qwen2, qwen3, qwen3moe) for llama.cpp: int4/int8g as\n"
         "                      Q4_1/Q4_K/Q8_0 blocks where exact, the rest F16/BF16/F32\n"
         "Pruned weights leave as explicit zeros. Written values equal the container's decoded values\n"
         "(int8/int4 tensors in their source dtype when exact there, else f32) unless --dtype is given.\n"

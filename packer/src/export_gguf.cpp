@@ -1,7 +1,8 @@
 // GGUF v3 for llama.cpp: each family the model registry names a llama.cpp architecture for
-// (gguf_family; Mistral as llama), F16/BF16/F32 tensors and int4/int8g as Q4_1/Q4_K/Q8_0 blocks (where
+// (gguf_family; Mistral and Mixtral as llama), F16/BF16/F32 tensors and int4/int8g as Q4_1/Q4_K/Q8_0 blocks (where
 // those hold the decoded values exactly) under llama.cpp's names (the registry's), `{arch}.*`
-// hyperparameters from config.json (as the registry parses it) and `tokenizer.ggml.*` from the
+// hyperparameters from config.json (as the registry parses it; an MoE's experts stacked per Linear as
+// ffn_{gate,up,down}_exps [n_experts, rows, cols]) and `tokenizer.ggml.*` from the
 // container's byte-level BPE tokenizer.json. The inverse of gguf_model.cpp / gguf_tokenizer.cpp: what
 // this writes, `endor-pack convert` reads back to the same weights (tests/cli/test_export.cpp).
 #include <algorithm>
@@ -84,8 +85,11 @@ struct Bytes {
   }
 };
 
+// One tensor of the GGUF: one container tensor, or an MoE block's experts of one Linear stacked
+// [n_experts, rows, cols] (parts in expert order, each written after the other).
 struct GgufTensor {
-  const TensorInfo* info = nullptr;
+  std::vector<const TensorInfo*> parts;
+  std::vector<uint64_t> shape;  // torch order (ne reversed)
   std::string name;
   GgmlType type = GgmlType::F32;
   ValueType value_type = ValueType::F32;
@@ -266,7 +270,18 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(ExportJob& job, co
   kv.push_back({a + "context_length", gv_u32(s.max_positions ? s.max_positions : 4096)});
   kv.push_back({a + "embedding_length", gv_u32(s.hidden)});
   kv.push_back({a + "block_count", gv_u32(s.n_layers)});
-  kv.push_back({a + "feed_forward_length", gv_u32(s.intermediate)});
+  // Mixtral (as llama): feed_forward_length is the experts' width; Qwen3-MoE has a key of its own.
+  kv.push_back({a + "feed_forward_length", gv_u32(s.model_type == "mixtral" || !s.intermediate ? s.moe_intermediate : s.intermediate)});
+  if (s.moe()) {
+    // llama.cpp renormalizes the top-k weights of both families; a model that does not would
+    // compute something else there.
+    if (!s.norm_topk_prob)
+      fail(job.where(), "norm_topk_prob is false, and llama.cpp's " + arch + " always renormalizes the top-k routing weights "
+                        "(the GGUF would compute another model); export --to hf or compressed-tensors instead");
+    kv.push_back({a + "expert_count", gv_u32(s.n_experts)});
+    kv.push_back({a + "expert_used_count", gv_u32(s.top_k)});
+    if (s.model_type != "mixtral") kv.push_back({a + "expert_feed_forward_length", gv_u32(s.moe_intermediate)});
+  }
   kv.push_back({a + "attention.head_count", gv_u32(s.n_heads)});
   kv.push_back({a + "attention.head_count_kv", gv_u32(s.n_kv_heads)});
   kv.push_back({a + "rope.dimension_count", gv_u32(s.head_dim)});
@@ -290,6 +305,103 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(ExportJob& job, co
   return kv;
 }
 
+// The GGUF's tensors in container order, each expert tensor of an MoE block joined to the stacked
+// tensor of its Linear (placed where expert 0 is, parts in expert order); names from the registry.
+std::vector<GgufTensor> gguf_tensors(const ExportJob& job, const ModelTensors& specs, const GgufFamily& family) {
+  const ModelConfig& s = job.model;
+  std::vector<GgufTensor> tensors;
+  std::map<std::string, size_t> stacked;  // gguf name -> index in tensors
+  for (const TensorInfo& t : job.reader.manifest().tensors) {
+    const TensorSpec& spec = gguf_spec(job, specs, t, family.arch);
+    if (t.shape.size() > 4) fail(job.where(t), "has more than 4 dimensions");
+    if (spec.expert >= 0) {
+      if (t.shape.size() != 2) fail(job.where(t), "an expert's weight is not a matrix");
+      auto [it, fresh] = stacked.emplace(spec.gguf_name, tensors.size());
+      if (fresh) {
+        tensors.emplace_back();
+        tensors.back().name = spec.gguf_name;
+        tensors.back().shape = {s.n_experts, t.shape[0], t.shape[1]};
+        tensors.back().parts.assign(s.n_experts, nullptr);
+      }
+      GgufTensor& g = tensors[it->second];
+      if (uint32_t(spec.expert) >= s.n_experts || g.parts[spec.expert] || t.shape[0] != g.shape[1] || t.shape[1] != g.shape[2])
+        fail(job.where(t), "does not fit the stacked tensor '" + spec.gguf_name + "'");
+      g.parts[spec.expert] = &t;
+      continue;
+    }
+    GgufTensor g;
+    g.parts = {&t};
+    g.shape = t.shape;
+    g.name = spec.gguf_name;
+    if (family.permute_qk && !spec.bias && (spec.module == Module::Q || spec.module == Module::K)) {
+      g.permute_heads = spec.module == Module::Q ? s.n_heads : s.n_kv_heads;
+      if (t.shape.size() != 2 || t.shape[0] % (2 * g.permute_heads) != 0)
+        fail(job.where(t), "rows are not 2 x a multiple of its heads; llama.cpp's rotary order cannot be applied");
+    }
+    tensors.push_back(std::move(g));
+  }
+  for (const GgufTensor& g : tensors)
+    for (const TensorInfo* part : g.parts)
+      if (!part) fail(job.where(), "an expert of '" + g.name + "' is missing from the container");
+  return tensors;
+}
+
+// int4/int8g parts in llama.cpp's own blocks where every part is held exactly by the same block
+// type (decided here, rebuilt when written: one tensor in memory at a time); otherwise floats by
+// the exact rule, the widest any part needs (f32 when f16 and bf16 parts meet).
+void choose_gguf_type(ExportJob& job, GgufTensor& g, std::map<GgmlType, int>& as_blocks, std::vector<std::string>& as_floats) {
+  std::optional<GgmlType> block_type;
+  uint64_t block_bytes = 0;
+  bool all_blocks = true;
+  for (const TensorInfo* part : g.parts) {
+    const std::optional<GgufBlocks> blocks = exact_blocks(job, *part, g.permute_heads);
+    if (!blocks || (block_type && *block_type != blocks->type)) {
+      all_blocks = false;
+      break;
+    }
+    block_type = blocks->type;
+    block_bytes += blocks->bytes.size();
+  }
+  if (all_blocks && block_type) {
+    g.type = *block_type;
+    g.n_bytes = block_bytes;
+    ++as_blocks[g.type];
+    return;
+  }
+  bool candidate = false;
+  std::optional<ValueType> vt;
+  for (const TensorInfo* part : g.parts) {
+    candidate = candidate || block_candidate(job, *part);
+    // llama.cpp keeps norms and biases in f32
+    const ValueType p = part->shape.size() == 1 ? ValueType::F32 : export_float_type(job, *part);
+    vt = !vt || *vt == p ? p : ValueType::F32;
+  }
+  if (candidate) as_floats.push_back(g.parts[0]->name);
+  g.value_type = *vt;
+  g.type = g.value_type == ValueType::F16 ? GgmlType::F16 : g.value_type == ValueType::BF16 ? GgmlType::BF16 : GgmlType::F32;
+  g.n_bytes = 0;
+  for (const TensorInfo* part : g.parts) g.n_bytes += part->numel() * (value_bits(g.value_type) / 8);
+}
+
+// One part of g (the whole tensor, or one expert of a stacked one) in g's type.
+void write_gguf_part(ExportJob& job, const GgufTensor& g, const TensorInfo& t, OutputFile& f) {
+  if (ggml_block_elements(g.type) > 1) {
+    const std::optional<GgufBlocks> blocks = exact_blocks(job, t, g.permute_heads);
+    if (!blocks || blocks->type != g.type) fail(job.where(t), std::string(ggml_type_name(g.type)) + " blocks changed while exporting");
+    f.write(blocks->bytes.data(), blocks->bytes.size());
+    return;
+  }
+  const std::vector<float> w = decode_tensor(job.reader, t);
+  const uint64_t rows = t.shape.size() >= 2 ? t.shape[0] : 1, cols = t.numel() / rows;
+  const uint64_t row_bytes = cols * (value_bits(g.value_type) / 8);
+  std::vector<uint8_t> out(rows * row_bytes);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t dst = g.permute_heads ? gguf_row_of_hf_row(r, rows, g.permute_heads) : r;
+    encode_floats(g.value_type, w.data() + r * cols, cols, out.data() + dst * row_bytes);
+  }
+  f.write(out.data(), out.size());
+}
+
 }  // namespace
 
 void export_gguf(ExportJob& job) {
@@ -299,46 +411,24 @@ void export_gguf(ExportJob& job) {
   const std::optional<GgufFamily> family = gguf_family(s);
   if (!family)
     fail(job.where(), "architecture '" + s.model_type + "' has no llama.cpp counterpart that Endor writes (gguf: " + gguf_family_names() +
-                      ", Mistral as llama; export --to hf or compressed-tensors instead)");
+                      ", Mistral and Mixtral as llama; export --to hf or compressed-tensors instead)");
   const std::string arch = family->arch;
   const ModelTensors specs(s);
+  if (s.moe() && s.model_type != "mixtral" && s.model_type != "qwen3_moe")
+    fail(job.where(), "a " + s.model_type + " mixture of experts has no llama.cpp architecture that Endor writes");
   std::vector<std::pair<std::string, GgufValue>> kv = model_metadata(job, arch);
 
-  // Tensors, in container order, with their llama.cpp names and types.
-  std::vector<GgufTensor> tensors;
+  // Tensors, in container order (experts stacked at their first expert), with llama.cpp's names and types.
+  std::vector<GgufTensor> tensors = gguf_tensors(job, specs, *family);
   uint64_t offset = 0;
-  std::map<GgmlType, int> matrices;   // 2-D tensors per written type
+  std::map<GgmlType, int> matrices;   // 2-D and stacked tensors per written type
   std::map<GgmlType, int> as_blocks;  // int4/int4k/int8g tensors written as blocks, per block type
   std::vector<std::string> as_floats; // int4/int4k/int8g tensors no block type holds exactly
-  for (const TensorInfo& t : m.tensors) {
-    GgufTensor g;
-    g.info = &t;
-    const TensorSpec& spec = gguf_spec(job, specs, t, arch);
-    g.name = spec.gguf_name;
-    if (t.shape.size() > 4) fail(job.where(t), "has more than 4 dimensions");
-    if (family->permute_qk && !spec.bias && (spec.module == Module::Q || spec.module == Module::K)) {
-      g.permute_heads = spec.module == Module::Q ? s.n_heads : s.n_kv_heads;
-      if (t.shape.size() != 2 || t.shape[0] % (2 * g.permute_heads) != 0)
-        fail(job.where(t), "rows are not 2 x a multiple of its heads; llama.cpp's rotary order cannot be applied");
-    }
-    // int4/int8g in llama.cpp's own blocks where they hold it exactly (decided here, rebuilt when
-    // written: one tensor in memory at a time); otherwise floats by the exact rule.
-    std::optional<GgufBlocks> blocks = exact_blocks(job, t, g.permute_heads);
-    if (blocks) {
-      g.type = blocks->type;
-      g.n_bytes = blocks->bytes.size();
-      ++as_blocks[g.type];
-    } else {
-      if (block_candidate(job, t)) as_floats.push_back(t.name);
-      // llama.cpp keeps norms and biases in f32
-      g.value_type = t.shape.size() == 1 ? ValueType::F32 : export_float_type(job, t);
-      g.type = g.value_type == ValueType::F16 ? GgmlType::F16 : g.value_type == ValueType::BF16 ? GgmlType::BF16 : GgmlType::F32;
-      g.n_bytes = t.numel() * (value_bits(g.value_type) / 8);
-    }
-    if (t.shape.size() == 2) ++matrices[g.type];
+  for (GgufTensor& g : tensors) {
+    choose_gguf_type(job, g, as_blocks, as_floats);
+    if (g.shape.size() >= 2) ++matrices[g.type];
     g.offset = offset;
     offset += (g.n_bytes + kAlignment - 1) / kAlignment * kAlignment;
-    tensors.push_back(g);
   }
   kv.push_back({"general.file_type", gv_u32(gguf_file_type(matrices))});
   int n_blocks = 0;
@@ -368,8 +458,8 @@ void export_gguf(ExportJob& job) {
   }
   for (const GgufTensor& g : tensors) {
     head.str(g.name);
-    head.pod<uint32_t>(uint32_t(g.info->shape.size()));
-    for (auto d = g.info->shape.rbegin(); d != g.info->shape.rend(); ++d) head.pod<uint64_t>(*d);  // ne[0] = columns
+    head.pod<uint32_t>(uint32_t(g.shape.size()));
+    for (auto d = g.shape.rbegin(); d != g.shape.rend(); ++d) head.pod<uint64_t>(*d);  // ne[0] = columns
     head.pod<uint32_t>(uint32_t(g.type));
     head.pod<uint64_t>(g.offset);
   }
@@ -380,23 +470,9 @@ void export_gguf(ExportJob& job) {
   uint64_t at = 0;
   for (const GgufTensor& g : tensors) {
     f.zeros(g.offset - at);
-    const TensorInfo& t = *g.info;
-    if (ggml_block_elements(g.type) > 1) {
-      const std::optional<GgufBlocks> blocks = exact_blocks(job, t, g.permute_heads);
-      if (!blocks || blocks->type != g.type || blocks->bytes.size() != g.n_bytes)
-        fail(job.where(t), std::string(ggml_type_name(g.type)) + " blocks changed while exporting");
-      f.write(blocks->bytes.data(), blocks->bytes.size());
-      at = g.offset + g.n_bytes;
-      continue;
-    }
-    const std::vector<float> w = decode_tensor(job.reader, t);
-    std::vector<uint8_t> out(g.n_bytes);
-    const uint64_t rows = t.shape.size() >= 2 ? t.shape[0] : 1, cols = t.numel() / rows, row_bytes = cols * (value_bits(g.value_type) / 8);
-    for (uint64_t r = 0; r < rows; ++r) {
-      const uint64_t dst = g.permute_heads ? gguf_row_of_hf_row(r, rows, g.permute_heads) : r;
-      encode_floats(g.value_type, w.data() + r * cols, cols, out.data() + dst * row_bytes);
-    }
-    f.write(out.data(), out.size());
+    const uint64_t start = f.bytes_written();
+    for (const TensorInfo* part : g.parts) write_gguf_part(job, g, *part, f);
+    if (f.bytes_written() - start != g.n_bytes) fail(job.where(), "tensor '" + g.name + "' changed size while exporting");
     at = g.offset + g.n_bytes;
   }
   f.close();

@@ -52,6 +52,56 @@ struct Meta {
   }
 };
 
+// {arch}.expert_count > 0: the mixture-of-experts keys of config.json. llama.cpp writes Mixtral as
+// "llama" with experts (feed_forward_length is then the experts' width) and Qwen3-MoE as "qwen3moe"
+// (expert_feed_forward_length); both renormalize the top-k routing weights to sum 1.
+void moe_config(const Meta& m, const std::string& arch, nlohmann::json& c) {
+  const std::string a = arch + ".";
+  const uint64_t experts = m.count(a + "expert_count"), used = m.count(a + "expert_used_count");
+  if (arch == "llama") {
+    c["architectures"] = {"MixtralForCausalLM"};
+    c["model_type"] = "mixtral";
+    c["num_local_experts"] = experts;
+    c["intermediate_size"] = m.count_or(a + "expert_feed_forward_length", m.count(a + "feed_forward_length"));
+  } else if (arch == "qwen3moe") {
+    c["model_type"] = "qwen3_moe";
+    c["num_experts"] = experts;
+    c["moe_intermediate_size"] = m.count(a + "expert_feed_forward_length");
+    c["norm_topk_prob"] = true;
+  } else {
+    fail(m.where, "a " + arch + " model with experts (" + a + "expert_count " + std::to_string(experts) +
+                      ") is not supported (mixture-of-experts GGUFs: llama (Mixtral), qwen3moe)");
+  }
+  c["num_experts_per_tok"] = used;
+  uint64_t shared = 0;
+  if (const GgufValue* v = m.get(a + "expert_shared_count"); v && v->as_u64(&shared) && shared > 0)
+    fail(m.where, "shared experts (" + a + "expert_shared_count " + std::to_string(shared) + ") are not supported");
+}
+
+// The experts of a stacked tensor [n_experts, rows, cols] as one tensor each: slice e is rows
+// e·rows .. of the file's tensor, whole quantization blocks since a row is.
+void add_expert_slices(const GgufTensorInfo& t, const std::vector<const TensorSpec*>& experts, const std::string& where,
+                       std::vector<GgufModelTensor>& out) {
+  const std::vector<uint64_t> shape = t.torch_shape();
+  if (shape.size() != 3 || shape[0] != experts.size() || t.n_bytes % experts.size() != 0)
+    fail(where, "tensor '" + t.name + "' is not [" + std::to_string(experts.size()) + " experts, rows, columns]");
+  const uint64_t slice_bytes = t.n_bytes / experts.size();
+  for (size_t e = 0; e < experts.size(); ++e) {
+    auto slice = std::make_shared<GgufTensorInfo>(t);
+    slice->name = t.name + "[" + std::to_string(e) + "]";
+    slice->ne = {t.ne[0], t.ne[1]};
+    slice->offset = t.offset + e * slice_bytes;
+    slice->n_bytes = slice_bytes;
+    GgufModelTensor mt;
+    mt.hf_name = experts[e]->name;
+    mt.shape = {shape[1], shape[2]};
+    mt.slice = slice;
+    mt.info = slice.get();
+    mt.stacked = &t;
+    out.push_back(std::move(mt));
+  }
+}
+
 }  // namespace
 
 uint64_t gguf_unpermuted_row(uint64_t r, uint64_t rows, uint32_t heads) {
@@ -107,8 +157,7 @@ GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
   }
   if (h.tensor("rope_freqs.weight"))
     fail(where, "tensor 'rope_freqs.weight' (Llama-3.1-style rope scaling) is not supported");
-  if (const GgufValue* e = m.get(a + "expert_count"); e && e->u > 0)
-    fail(where, "mixture-of-experts models are not supported");
+  if (const GgufValue* e = m.get(a + "expert_count"); e && e->u > 0) moe_config(m, arch, c);
 
   // Tokenizer: vocab size from the token list unless given.
   const GgufValue* tokens = m.get("tokenizer.ggml.tokens");
@@ -132,6 +181,13 @@ GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
   const ModelTensors specs(parse_model_config(c, where, ""));
   static const std::regex block_re(R"(blk\.(\d+)\.([a-z_]+)\.(weight|bias))");
   for (const GgufTensorInfo& t : h.tensors) {
+    if (!ggml_type_readable(t.type))
+      fail(where, "tensor '" + t.name + "' has type " + ggml_type_name(t.type) +
+                      "; only " + ggml_readable_types() + " tensors can be read");
+    if (const std::vector<const TensorSpec*> experts = specs.find_gguf_stacked(t.name); !experts.empty()) {
+      add_expert_slices(t, experts, where, out.tensors);
+      continue;
+    }
     GgufModelTensor mt;
     mt.info = &t;
     mt.shape = t.torch_shape();
@@ -154,9 +210,6 @@ GgufModel gguf_to_model(const GgufHeader& h, const std::string& where) {
         fail(where, "tensor '" + t.name + "' has " + std::to_string(mt.shape[0]) + " rows, not 2 × a multiple of its " +
                         std::to_string(mt.permute_heads) + " heads");
     }
-    if (!ggml_type_readable(t.type))
-      fail(where, "tensor '" + t.name + "' has type " + ggml_type_name(t.type) +
-                      "; only " + ggml_readable_types() + " tensors can be read");
     out.tensors.push_back(std::move(mt));
   }
 

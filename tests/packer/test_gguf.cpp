@@ -749,3 +749,52 @@ TEST_CASE("gguf: packing the tiny llama's Q8_0 tensors to int8g keeps the file's
   CHECK(int8g >= kept);
   CHECK(sum.source_grid_tensors == kept);
 }
+
+TEST_CASE("gguf: llama.cpp's stacked MoE experts read as one tensor per expert; a wrong expert count is one line") {
+  const std::string path = fixture("gguf/llamacpp-qwen3-moe-tiny.q8_0.gguf");  // tools/make_gguf_moe_fixtures.py
+  const auto g = Checkpoint::open(path);
+  CHECK(g->model_config().model_type == "qwen3_moe");
+  CHECK(g->model_config().n_experts == 5);
+  CHECK(g->model_config().top_k == 3);
+  CHECK(g->model_config().moe_intermediate == 40);
+  CHECK(g->model_config().norm_topk_prob);  // llama.cpp's qwen3moe renormalizes
+  std::map<std::string, const CheckpointTensor*> by_name;
+  for (const CheckpointTensor& t : g->tensors()) by_name[t.name] = &t;
+  for (int e = 0; e < 5; ++e) {
+    const std::string p = "model.layers.1.mlp.experts." + std::to_string(e) + ".";
+    REQUIRE(by_name.count(p + "up_proj.weight"));
+    const CheckpointTensor& up = *by_name[p + "up_proj.weight"];
+    CHECK(up.source_name == "blk.1.ffn_up_exps.weight[" + std::to_string(e) + "]");
+    CHECK(up.source_type == "Q8_0");
+    CHECK(up.shape == std::vector<uint64_t>{40, 64});
+    CHECK(up.role.prunable);
+    REQUIRE(by_name.count(p + "down_proj.weight"));
+    CHECK(by_name[p + "down_proj.weight"]->shape == std::vector<uint64_t>{64, 40});
+  }
+  REQUIRE(by_name.count("model.layers.0.mlp.gate.weight"));
+  CHECK(!by_name["model.layers.0.mlp.gate.weight"]->role.prunable);  // the router
+
+  // qwen3moe.expert_count 5 -> 4: the stacked tensors no longer have that many experts.
+  std::string bytes = read_file(path);
+  const std::string key = "qwen3moe.expert_count";
+  const size_t at = bytes.find(key);
+  REQUIRE(at != std::string::npos);
+  uint32_t type = 0, count = 0;
+  std::memcpy(&type, &bytes[at + key.size()], 4);
+  std::memcpy(&count, &bytes[at + key.size() + 4], 4);
+  REQUIRE(type == 4);  // GGUF u32
+  REQUIRE(count == 5);
+  count = 4;
+  std::memcpy(&bytes[at + key.size() + 4], &count, 4);
+  TempDir dir;
+  write_bytes(dir.path + "/four.gguf", std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  std::string msg;
+  try {
+    (void)Checkpoint::open(dir.path + "/four.gguf");
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  CHECK_MESSAGE(msg.find("is not [4 experts, rows, columns]") != std::string::npos, msg);
+  CHECK(msg.rfind(dir.path + "/four.gguf", 0) == 0);
+  CHECK(msg.find('\n') == std::string::npos);
+}

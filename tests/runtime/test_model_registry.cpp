@@ -244,7 +244,7 @@ TEST_CASE("registry: Qwen3-MoE lists a router and every expert's gate/up/down as
   CHECK(router.shape == std::vector<uint64_t>{5, 64});
   CHECK(router.required);
   CHECK_FALSE(router.linear);  // never pruned
-  CHECK(router.gguf_name.empty());
+  CHECK(router.gguf_name == "blk.1.ffn_gate_inp.weight");
   const TensorSpec& up3 = t.get(Module::Up, 1, false, 3);
   CHECK(up3.name == "model.layers.1.mlp.experts.3.up_proj.weight");
   CHECK(up3.shape == std::vector<uint64_t>{40, 64});
@@ -266,7 +266,16 @@ TEST_CASE("registry: Qwen3-MoE lists a router and every expert's gate/up/down as
   CHECK(lin[18].name == "mlp.experts.4.down_proj");
   CHECK(lin[18].rows == 64);
   CHECK(lin[18].cols == 40);
-  CHECK_FALSE(gguf_family(c));  // GGUF MoE: not read or written yet
+  // llama.cpp's names: the router, and each expert a slice of its Linear's stacked tensor.
+  REQUIRE(gguf_family(c));
+  CHECK(gguf_family(c)->arch == "qwen3moe");
+  CHECK(up3.gguf_name == "blk.1.ffn_up_exps.weight");
+  CHECK(t.find_gguf("blk.1.ffn_up_exps.weight") == nullptr);  // not one tensor of the model
+  const std::vector<const TensorSpec*> ups = t.find_gguf_stacked("blk.1.ffn_up_exps.weight");
+  REQUIRE(ups.size() == 5);
+  for (int e = 0; e < 5; ++e) CHECK(ups[e] == &t.get(Module::Up, 1, false, e));
+  CHECK(t.find_gguf_stacked("blk.1.attn_q.weight").empty());
+  CHECK(t.find_gguf("blk.1.ffn_gate_inp.weight") == &router);
   // The router is neither prunable nor quantized by name either (checkpoint tensors are classified by name).
   const TensorRole role = classify_tensor("model.layers.0.mlp.gate.weight", {5, 64});
   CHECK(role.router);
@@ -320,6 +329,12 @@ TEST_CASE("registry: Mixtral's block_sparse_moe experts w1/w3/w2, always renorma
   CHECK(t.get(Module::Down, 1, false, 2).name == "model.layers.1.block_sparse_moe.experts.2.w2.weight");
   CHECK(t.get(Module::Down, 1, false, 2).shape == std::vector<uint64_t>{64, 128});
   CHECK(t.block_linears().size() == 4 + 12);
+  // llama.cpp writes Mixtral as llama (q/k permuted), w1/w3/w2 stacked as ffn_gate/up/down_exps.
+  REQUIRE(gguf_family(c));
+  CHECK(gguf_family(c)->arch == "llama");
+  CHECK(t.get(Module::Gate, 1, false, 2).gguf_name == "blk.1.ffn_gate_exps.weight");
+  CHECK(t.find_gguf_stacked("blk.1.ffn_down_exps.weight").size() == 4);
+  CHECK(t.get(Module::Router, 0).gguf_name == "blk.0.ffn_gate_inp.weight");
   m["num_experts_per_tok"] = 5;
   CHECK(error_of(m) == "m/config.json: num_experts_per_tok 5 is more than num_local_experts 4");
   m["num_experts_per_tok"] = 0;

@@ -144,7 +144,53 @@ void check_fixture(const std::string& name) {
   }
 }
 
+// A GGUF written by llama.cpp's own convert_hf_to_gguf.py (tools/make_gguf_moe_fixtures.py), packed
+// f32, against reference logits of the same weights: the experts read from llama.cpp's stacked
+// ffn_{gate,up,down}_exps (Q8_0 blocks among them), the router from ffn_gate_inp, the families'
+// keys ({arch}.expert_count, ...), llama's q/k permutation undone for Mixtral.
+void check_llamacpp_gguf(const std::string& gguf, const std::string& logits_prefix, const std::string& prompts_from) {
+  INFO("GGUF ", gguf);
+  TempDir dir;
+  const std::string out = dir.file("m.endor");
+  const std::string cmd = test::endor_pack() + " convert " + gguf + " -o " + out + " --dtype f32 >" + dir.file("log") + " 2>&1";
+  REQUIRE_MESSAGE(test::run_command(cmd) == 0, test::read_text(dir.file("log")));
+  ModelRun run(out);
+  const ModelConfig& c = run.model->config();
+  CHECK(c.moe());
+  const nlohmann::json ref = test::read_json(test::fixture_dir(prompts_from) + "/reference.json");
+  const auto& prompts = ref["prompts"];
+  REQUIRE(prompts.size() == 3);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int32_t> ids = ids_of(prompts[i]["ids"]);
+    const test::NpyMatrix expected = test::read_npy_f32(logits_prefix + std::to_string(i) + ".npy");
+    REQUIRE(expected.rows == ids.size());
+    REQUIRE(expected.cols == c.vocab);
+    auto cache = run.model->make_cache(ids.size());
+    std::vector<float> logits;
+    run.model->forward(ids.data(), ids.size(), *cache, true, logits);
+    float max_ref = 0, err = 0;
+    for (size_t k = 0; k < logits.size(); ++k) {
+      max_ref = std::max(max_ref, std::abs(expected.data[k]));
+      err = std::max(err, std::abs(logits[k] - expected.data[k]));
+    }
+    const double tol = logit_tolerance(c.n_layers, max_ref);
+    INFO("prompt ", i, ": max |dlogit| ", err, ", tolerance ", tol);
+    CHECK(err <= tol);
+    std::printf("%-36s prompt %zu max|dlogit| %.3g (tolerance %.3g)\n", gguf.substr(gguf.rfind('/') + 1).c_str(), i, err, tol);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("llama.cpp's GGUF of mixtral-tiny (llama with experts, f16): transformers on the same f16 weights") {
+  const std::string g = std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/gguf/";
+  check_llamacpp_gguf(g + "llamacpp-mixtral-tiny.f16.gguf", g + "llamacpp-mixtral-tiny.f16/logits_p", "mixtral-tiny");
+}
+
+TEST_CASE("llama.cpp's GGUF of qwen3-moe-tiny (qwen3moe, Q8_0 experts): transformers' logits of that file, renormalized") {
+  const std::string g = std::string(ENDOR_SOURCE_DIR) + "/tests/fixtures/gguf/";
+  check_llamacpp_gguf(g + "llamacpp-qwen3-moe-tiny.q8_0.gguf", g + "llamacpp-qwen3-moe-tiny.q8_0/logits_p", "qwen3-moe-tiny");
+}
 
 TEST_CASE("opt-tiny: pre-LN OPT, biases, learned positions, tied lm_head") { check_fixture("opt-tiny"); }
 TEST_CASE("opt-postln-proj: post-LN OPT with project_in/project_out") { check_fixture("opt-postln-proj"); }

@@ -118,7 +118,10 @@ struct TensorSpec {
   uint32_t rank = 0;              // the module's position in its group's execution order
   bool required = false;          // a checkpoint without it is refused
   bool linear = false;            // a decoder block's Linear weight: what endor-pack prunes
-  std::string gguf_name;          // llama.cpp's name ("blk.3.attn_q.weight"); "" when it has none
+  std::string gguf_name;          // llama.cpp's name ("blk.3.attn_q.weight"); "" when it has none. An
+                                  // MoE expert's is the stacked tensor's ("blk.3.ffn_up_exps.weight",
+                                  // [n_experts, rows, cols]); `expert` is its slice
+
 };
 
 // A block Linear as the runtime's block API names it (Model::LinearInputHook, replace_block_weight).
@@ -140,7 +143,10 @@ class ModelTensors {
   const std::vector<TensorSpec>& all() const { return specs_; }
   // nullptr when the family has no tensor of that name.
   const TensorSpec* find(const std::string& canonical_name) const;
-  const TensorSpec* find_gguf(const std::string& gguf_name) const;
+  const TensorSpec* find_gguf(const std::string& gguf_name) const;  // not a stacked expert tensor
+  // The experts' specs (expert 0 first) of a stacked llama.cpp tensor ("blk.3.ffn_up_exps.weight");
+  // empty when the name is no such tensor of this model.
+  std::vector<const TensorSpec*> find_gguf_stacked(const std::string& gguf_name) const;
   // The tensor of `module` (in block `layer`; of expert `expert` for an MoE block's Gate/Up/Down);
   // throws when the family has none.
   const TensorSpec& get(Module module, uint32_t layer = 0, bool bias = false, int32_t expert = -1) const;
@@ -159,18 +165,19 @@ class ModelTensors {
   std::vector<TensorSpec> specs_;
   std::vector<BlockLinear> linears_;
   std::map<std::string, size_t> by_name_, by_gguf_;
+  std::map<std::string, std::vector<size_t>> by_gguf_stacked_;  // stacked expert tensors, by expert
   std::map<std::tuple<Module, uint32_t, int32_t, bool>, size_t> by_module_;  // (module, layer, expert, bias)
 };
 
 // ---- llama.cpp (GGUF) ---------------------------------------------------------------------------
 // What a family is called in a GGUF file and how its tensors differ there.
 struct GgufFamily {
-  std::string arch;               // general.architecture: "llama", "qwen2", "qwen3"
+  std::string arch;               // general.architecture: "llama", "qwen2", "qwen3", "qwen3moe"
   std::string hf_architecture;    // config.json architectures[0] written for a GGUF of this arch
   double default_rope_theta = 10000.0;  // when {arch}.rope.freq_base is absent
   bool permute_qk = false;        // llama.cpp's convert reorders q/k rows for its rotary layout
 };
-// The GGUF family a config is written as (Mistral as llama); nullopt when llama.cpp has none that
+// The GGUF family a config is written as (Mistral and Mixtral as llama); nullopt when llama.cpp has none that
 // Endor writes (OPT).
 std::optional<GgufFamily> gguf_family(const ModelConfig& config);
 // The family of a GGUF general.architecture; nullopt when Endor reads none of that name.

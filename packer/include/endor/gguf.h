@@ -166,6 +166,11 @@ struct GgufModelTensor {
   // llama.cpp's convert permutes the rows of llama's q/k weights (per head, halves interleaved);
   // when > 0, HF row r is GGUF row gguf_unpermuted_row(r, rows, heads).
   uint32_t permute_heads = 0;
+  // One expert of a stacked MoE tensor (ffn_*_exps, [n_experts, rows, cols]): `info` then points
+  // here, at that expert's rows (name "<stacked>[e]", its offset and bytes), and `stacked` names
+  // the file's tensor.
+  std::shared_ptr<const GgufTensorInfo> slice;
+  const GgufTensorInfo* stacked = nullptr;
 };
 // The GGUF row holding HF row r of a q/k projection with `rows` rows and `heads` heads
 // (transformers' reverse permutation: reshape(heads, d, 2, ...).swapaxes(1, 2), d = rows/heads/2).
