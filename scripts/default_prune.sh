@@ -63,6 +63,11 @@ if [ -s "$folder/model.safetensors" ]; then
   row hf.sparsegpt.text32x512.bf16 "$folder" --sparsity 0.5 "${text[@]}" --seed 0 --dtype bf16
   row hf.sparsegpt.text32x512.f32 "$folder" --sparsity 0.5 "${text[@]}" --seed 0 --dtype f32
   row hf.default "$folder" --sparsity 0.5
+  # The spread over calibration draws (which windows of the text): seeds 1 and 2 of both stored types.
+  for seed in 1 2; do
+    row hf.sparsegpt.text32x512.s$seed "$folder" --sparsity 0.5 "${text[@]}" --seed $seed
+    row hf.sparsegpt.text32x512.bf16.s$seed "$folder" --sparsity 0.5 "${text[@]}" --seed $seed --dtype bf16
+  done
 fi
 # ---- the other candidates for the default ----------------------------------------------------
 row gguf.sparsegpt.self64x256 "$gguf" --sparsity 0.5 --calib-samples 64 --calib-seqlen 256
