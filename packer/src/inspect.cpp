@@ -1,6 +1,7 @@
 // inspect: what a container holds (tensors, encodings, sizes against dense, tiers, provenance).
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "detail.h"
@@ -27,6 +28,34 @@ std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
+}
+
+// An MoE's experts per decoder block: how many, their stored bytes and the share of their weights not
+// stored (the registry says which tensors are experts); empty for a dense model or a config the
+// registry does not parse.
+nlohmann::json experts_per_block(const Manifest& m) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!m.config.is_object()) return out;
+  std::optional<ModelTensors> specs;
+  try {
+    specs.emplace(parse_model_config(m.config, "config"));
+  } catch (const Error&) {
+    return out;
+  }
+  if (!specs->config().moe()) return out;
+  const uint32_t L = specs->config().n_layers;
+  std::vector<uint64_t> bytes(L, 0), numel(L, 0), nnz(L, 0);
+  for (const TensorInfo& t : m.tensors) {
+    const TensorSpec* s = specs->find(t.name);
+    if (!s || s->expert < 0 || s->layer >= L) continue;
+    bytes[s->layer] += t.size;
+    numel[s->layer] += t.numel();
+    nnz[s->layer] += t.nnz;
+  }
+  for (uint32_t l = 0; l < L; ++l)
+    out.push_back({{"block", l}, {"experts", specs->config().n_experts}, {"top_k", specs->config().top_k}, {"bytes", bytes[l]},
+                   {"sparsity", numel[l] ? 1.0 - double(nnz[l]) / double(numel[l]) : 0.0}});
+  return out;
 }
 
 }  // namespace
@@ -93,6 +122,7 @@ nlohmann::json inspect_container(const ContainerReader& reader, bool verify) {
     t["ratio"] = d ? double(t["bytes"].get<uint64_t>()) / double(d) : 0.0;
   }
   r["tensors"] = tensors;
+  r["experts"] = experts_per_block(m);
   r["files"] = files;
   r["groups"] = groups;
   r["tiers"] = tiers;
@@ -136,6 +166,14 @@ std::string render_inspect_text(const nlohmann::json& r) {
                   100.0 * t["sparsity"].get<double>(), (unsigned long long)t["bytes"].get<uint64_t>(),
                   100.0 * t["ratio"].get<double>());
     o << line;
+  }
+  if (r.contains("experts") && !r["experts"].empty()) {
+    o << "\nexperts per block (top-" << r["experts"][0]["top_k"].get<uint32_t>() << " of "
+      << r["experts"][0]["experts"].get<uint32_t>() << " routed per token):";
+    for (const nlohmann::json& b : r["experts"])
+      o << "\n  block " << b["block"].get<uint32_t>() << ": " << b["experts"].get<uint32_t>() << " experts, "
+        << format_bytes(b["bytes"].get<uint64_t>()) << ", " << fmt("%.2f%%", 100.0 * b["sparsity"].get<double>()) << " not stored";
+    o << "\n";
   }
   if (!r["files"].empty()) {
     o << "\nfiles:";

@@ -237,6 +237,33 @@ TEST_CASE("convert, prune, inspect --verify on OPT and Llama fixtures; inputs un
   remove_tree(dir);
 }
 
+TEST_CASE("inspect shows an MoE's experts per block (count, top-k, stored bytes, share not stored); none for a dense model") {
+  const std::string dir = make_temp_dir("cli-inspect-moe");
+  const std::string moe = dir + "/moe.endor", dense = dir + "/dense.endor";
+  REQUIRE(run({"prune", fixture("qwen3-moe-tiny"), "-o", moe, "--method", "magnitude", "--sparsity", "0.5"}).exit_code == 0);
+  const Run j = run({"inspect", moe, "--json"});
+  REQUIRE(j.exit_code == 0);
+  const nlohmann::json rep = nlohmann::json::parse(j.out);
+  REQUIRE(rep["experts"].size() == 2);
+  uint64_t expert_bytes = 0;
+  for (const nlohmann::json& t : rep["tensors"])
+    if (t["name"].get<std::string>().find("layers.1.mlp.experts.") != std::string::npos) expert_bytes += t["bytes"].get<uint64_t>();
+  const nlohmann::json& b1 = rep["experts"][1];
+  CHECK(b1["block"] == 1);
+  CHECK(b1["experts"] == 5);
+  CHECK(b1["top_k"] == 3);
+  CHECK(b1["bytes"].get<uint64_t>() == expert_bytes);
+  CHECK(b1["sparsity"].get<double>() == doctest::Approx(0.5));
+  const Run t = run({"inspect", moe});
+  CHECK(t.out.find("experts per block (top-3 of 5 routed per token):") != std::string::npos);
+  CHECK(t.out.find("  block 1: 5 experts, ") != std::string::npos);
+  REQUIRE(run({"convert", fixture("llama-tiny"), "-o", dense}).exit_code == 0);
+  const Run d = run({"inspect", dense, "--json"});
+  REQUIRE(d.exit_code == 0);
+  CHECK(nlohmann::json::parse(d.out)["experts"].empty());
+  remove_tree(dir);
+}
+
 TEST_CASE("an explicit magnitude prune at >= 30 % says what it costs; below 30 %, and without pruning, nothing is said") {
   const std::string dir = make_temp_dir("cli-mag");
   const Run at50 = run({"prune", fixture("llama-tiny"), "-o", dir + "/a.endor", "--sparsity", "0.5", "--method", "magnitude"});
