@@ -69,11 +69,14 @@ nlohmann::json inspect_container(const ContainerReader& reader, bool verify) {
   r["format_version"] = std::to_string(m.version_major) + "." + std::to_string(m.version_minor);
   r["verified"] = verify;
   r["provenance"] = m.provenance;
-  if (m.config.is_object()) {
-    nlohmann::json model;
-    for (const char* k : {"model_type", "num_hidden_layers", "hidden_size", "vocab_size"})
-      if (m.config.contains(k)) model[k] = m.config[k];
-    r["model"] = model;
+  if (m.config.is_object()) {  // as the model registry reads config.json (the runtime's reading of it)
+    try {
+      const ModelConfig c = parse_model_config(m.config, reader.path());
+      r["model"] = {{"model_type", c.model_type}, {"num_hidden_layers", c.n_layers}, {"hidden_size", c.hidden},
+                    {"vocab_size", c.vocab}};
+    } catch (const Error&) {  // a config this build does not run: say only its model_type
+      if (m.config.contains("model_type")) r["model"] = {{"model_type", m.config["model_type"]}};
+    }
   }
 
   std::map<std::string, nlohmann::json> tiers;
