@@ -55,7 +55,8 @@ void gemm_xat(Context& ctx, Dense type, const void* a, uint32_t n_rows, uint32_t
 
 void linear_fused(Context& ctx, const DeviceWeight& w, const float* x, size_t n_tokens, const float* bias,
                   float* y) {
-  // Chunks beyond kMaxFusedTokens re-read the weight; Auto sends such token counts to DecodeGemm.
+  // Chunks beyond kMaxFusedTokens re-read the weight; Auto sends such token counts to DecodeGemm
+  // unless batch invariance is on.
   for (size_t t0 = 0; t0 < n_tokens; t0 += kMaxFusedTokens) {
     const uint32_t nt = uint32_t(std::min(kMaxFusedTokens, n_tokens - t0));
     if (ctx.options.fused_kernel == FusedKernel::WarpPerRow)
@@ -102,8 +103,9 @@ void linear(Context& ctx, const DeviceWeight& w, const float* x, size_t n_tokens
   if (n_tokens > size_t(INT32_MAX) || n_tokens * w.cols > (size_t(1) << 40))
     throw Error("cuda linear: " + std::to_string(n_tokens) + " tokens is more than one call takes");
   LinearPath path = ctx.options.linear_path;
-  if (path == LinearPath::Auto)
-    path = n_tokens <= ctx.options.fused_max_tokens ? LinearPath::Fused : LinearPath::DecodeGemm;
+  if (path == LinearPath::Auto)  // batch invariance: every T fused (cuda_backend.h)
+    path = n_tokens <= ctx.options.fused_max_tokens || ctx.options.batch_invariant ? LinearPath::Fused
+                                                                                    : LinearPath::DecodeGemm;
   if (path == LinearPath::Fused)
     linear_fused(ctx, w, x, n_tokens, bias, y);
   else

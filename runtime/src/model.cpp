@@ -105,7 +105,11 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads, 
 #ifdef ENDOR_RUNTIME_CUDA
   if (device == "cuda" || device == "auto") {
     std::string why;
-    if (cuda_device_available(&why)) return make_cuda_backend(0);
+    if (cuda_device_available(&why)) {
+      cuda::Options cuda_options;
+      cuda_options.batch_invariant = batch_invariant;
+      return make_cuda_backend(cuda_options);
+    }
     if (device == "cuda") throw Error("this machine has no CUDA device (" + why + "); use --device cpu");
     return make_cpu_backend(cpu_options);
   }

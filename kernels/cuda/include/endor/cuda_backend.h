@@ -50,6 +50,11 @@ struct Options {
   size_t fused_max_tokens = 8;     // Auto: T <= this takes Fused, larger T DecodeGemm
   FusedKernel fused_kernel = FusedKernel::Wide16;
   size_t gemm_panel_bytes = 0;     // DecodeGemm: cap of the decoded-panel buffer; 0 = 256 MiB
+  // true (default): batch invariance, as cpu::Options::batch_invariant: Auto takes Fused at every
+  // token count (chunks of 8 tokens, each re-reading the weight), never DecodeGemm, whose cuBLAS
+  // result for a row depends on the GEMM's shape; attention is per (query, head) either way. false:
+  // Auto's DecodeGemm above fused_max_tokens (faster prefill).
+  bool batch_invariant = true;
 };
 
 // ---- whole-tensor decode (benchmarks, tests) ------------------------------------------------
