@@ -97,6 +97,25 @@ struct ModelRun {
 
 std::vector<int32_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
 
+// One prompt's logits (every position) against the reference file: max |Δlogit| and max |logit|.
+struct LogitError {
+  float err = 0, max_ref = 0;
+};
+LogitError logit_error(Model& model, const std::vector<int32_t>& ids, const std::string& npy) {
+  const test::NpyMatrix expected = test::read_npy_f32(npy);
+  REQUIRE(expected.rows == ids.size());
+  REQUIRE(expected.cols == model.config().vocab);
+  auto cache = model.make_cache(ids.size());
+  std::vector<float> logits;
+  model.forward(ids.data(), ids.size(), *cache, true, logits);
+  LogitError e;
+  for (size_t k = 0; k < logits.size(); ++k) {
+    e.max_ref = std::max(e.max_ref, std::abs(expected.data[k]));
+    e.err = std::max(e.err, std::abs(logits[k] - expected.data[k]));
+  }
+  return e;
+}
+
 // Checks every variant of one fixture model; prints the measured errors for the record.
 void check_fixture(const std::string& name) {
   const std::string fx = test::fixture_dir(name);
@@ -110,19 +129,9 @@ void check_fixture(const std::string& name) {
     const ModelConfig& c = run.model->config();
     double worst = 0, worst_tol = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const std::vector<int32_t> ids = ids_of(prompts[i]["ids"]);
-      const test::NpyMatrix expected =
-          test::read_npy_f32(fx + "/logits_" + v.name + "_p" + std::to_string(i) + ".npy");
-      REQUIRE(expected.rows == ids.size());
-      REQUIRE(expected.cols == c.vocab);
-      auto cache = run.model->make_cache(ids.size());
-      std::vector<float> logits;
-      run.model->forward(ids.data(), ids.size(), *cache, true, logits);
-      float max_ref = 0, err = 0;
-      for (size_t k = 0; k < logits.size(); ++k) {
-        max_ref = std::max(max_ref, std::abs(expected.data[k]));
-        err = std::max(err, std::abs(logits[k] - expected.data[k]));
-      }
+      const LogitError e = logit_error(*run.model, ids_of(prompts[i]["ids"]),
+                                       fx + "/logits_" + v.name + "_p" + std::to_string(i) + ".npy");
+      const float err = e.err, max_ref = e.max_ref;
       const double tol = logit_tolerance(c.n_layers, max_ref);
       INFO("prompt ", i, ": max |Δlogit| ", err, ", tolerance ", tol, ", max |logit| ", max_ref);
       CHECK(err <= tol);
@@ -161,19 +170,9 @@ void check_llamacpp_gguf(const std::string& gguf, const std::string& logits_pref
   const auto& prompts = ref["prompts"];
   REQUIRE(prompts.size() == 3);
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::vector<int32_t> ids = ids_of(prompts[i]["ids"]);
-    const test::NpyMatrix expected = test::read_npy_f32(logits_prefix + std::to_string(i) + ".npy");
-    REQUIRE(expected.rows == ids.size());
-    REQUIRE(expected.cols == c.vocab);
-    auto cache = run.model->make_cache(ids.size());
-    std::vector<float> logits;
-    run.model->forward(ids.data(), ids.size(), *cache, true, logits);
-    float max_ref = 0, err = 0;
-    for (size_t k = 0; k < logits.size(); ++k) {
-      max_ref = std::max(max_ref, std::abs(expected.data[k]));
-      err = std::max(err, std::abs(logits[k] - expected.data[k]));
-    }
-    const double tol = logit_tolerance(c.n_layers, max_ref);
+    const LogitError e = logit_error(*run.model, ids_of(prompts[i]["ids"]), logits_prefix + std::to_string(i) + ".npy");
+    const float err = e.err;
+    const double tol = logit_tolerance(c.n_layers, e.max_ref);
     INFO("prompt ", i, ": max |dlogit| ", err, ", tolerance ", tol);
     CHECK(err <= tol);
     std::printf("%-36s prompt %zu max|dlogit| %.3g (tolerance %.3g)\n", gguf.substr(gguf.rfind('/') + 1).c_str(), i, err, tol);
