@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -87,6 +88,39 @@ void print_stats(const endor::Backend& backend, const endor::Model& model,
 using endor::cli::Offload;
 using endor::cli::setup_offload;
 
+// The --stats lines of MoE experts in groups of their own: runs and reads per token, the expert cache's
+// hit rate, and the load balance (per block, the most-run expert's runs over the mean; 1 = even).
+void print_expert_stats(const Offload& o, const endor::OffloadStats& d, double per) {
+  if (o.placement.expert_groups == 0 || d.expert_counts.size() != o.groups.size()) return;
+  std::map<uint32_t, std::pair<uint64_t, std::vector<uint64_t>>> by_layer;  // layer -> (runs, per expert)
+  uint64_t runs = 0;
+  for (size_t g = 0; g < o.groups.size(); ++g) {
+    if (!o.groups[g].expert) continue;
+    auto& l = by_layer[o.groups[g].layer];
+    l.first += d.expert_counts[g];
+    l.second.push_back(d.expert_counts[g]);
+    runs += d.expert_counts[g];
+  }
+  double worst = 0, sum = 0;
+  for (const auto& [layer, l] : by_layer) {
+    const double mean = double(l.first) / double(l.second.size());
+    const double r = mean > 0 ? double(*std::max_element(l.second.begin(), l.second.end())) / mean : 0;
+    worst = std::max(worst, r);
+    sum += r;
+  }
+  const uint64_t reads = d.expert_fills[int(endor::Tier::Cpu)] + d.expert_fills[int(endor::Tier::Disk)];
+  const uint64_t read_bytes = d.expert_bytes[int(endor::Tier::Cpu)] + d.expert_bytes[int(endor::Tier::Disk)];
+  const double hit = d.expert_uses > 0 ? double(d.expert_hits) / double(d.expert_uses) : 0;
+  std::fprintf(stderr, "  experts: %.1f runs (%.1f off the fast tier), %.1f reads (%s from disk); cache hit rate %.1f %%; "
+               "load balance (max/mean runs per block) %.2f mean, %.2f worst\n", runs * per, d.expert_uses * per,
+               reads * per, endor::format_bytes(uint64_t(d.expert_bytes[int(endor::Tier::Disk)] * per)).c_str(),
+               100 * hit, by_layer.empty() ? 0 : sum / double(by_layer.size()), worst);
+  std::fprintf(stderr, "expert-summary: runs=%.2f cached_runs=%.2f hits=%.2f reads=%.2f read_bytes=%.0f disk_bytes=%.0f "
+               "hit_rate=%.4f balance_mean=%.4f balance_worst=%.4f\n", runs * per, d.expert_uses * per,
+               d.expert_hits * per, reads * per, read_bytes * per, d.expert_bytes[int(endor::Tier::Disk)] * per, hit,
+               by_layer.empty() ? 0 : sum / double(by_layer.size()), worst);
+}
+
 // The --stats offload table: placement, then per decode token the bytes moved per tier, copy and
 // disk-read time with achieved bandwidth, compute and stall time. The last line
 // ("offload-summary: key=value ...") is for scripts (bench/offload).
@@ -118,6 +152,7 @@ void print_offload_stats(const Offload& o, const endor::OffloadStats& d, size_t 
   std::fprintf(stderr, "  blocks: %.1f computed, compute %.3f ms, stall %.3f ms (waiting for weights), host waited "
                "for disk %.3f ms\n", d.blocks * per, d.compute_s * 1e3 * per, d.stall_s * 1e3 * per,
                d.host_wait_s * 1e3 * per);
+  print_expert_stats(o, d, per);
   const endor::Placement& p = o.placement;
   std::fprintf(stderr,
                "offload-summary: device=%s steps=%zu decode_ms_per_token=%.4f moved_cpu_bytes=%.0f "

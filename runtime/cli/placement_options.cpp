@@ -84,6 +84,7 @@ Offload setup_offload(const ContainerReader& container, Backend& backend, const 
     request.host_kv_bytes =
         kv_cache_bytes(config.n_layers, kv_capacity, uint64_t(config.n_kv_heads) * config.head_dim, kv_dtype);
   Offload o;
+  o.groups = request.groups;
   try {
     o.placement = place_groups(request);
   } catch (const Error& e) {

@@ -37,6 +37,7 @@ Compute open_compute(const cxxopts::ParseResult& args);
 struct Offload {
   Placement placement;
   std::unique_ptr<StreamingWeights> weights;  // null: every group read in place (CPU)
+  std::vector<GroupDemand> groups;            // the container's groups (names, sizes, experts)
 };
 
 // kv_capacity / max_tokens: the KV cache rows of all sequences held at once and the rows of the
