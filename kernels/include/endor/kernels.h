@@ -202,8 +202,9 @@ struct Options {
   // true: every weight multiplies the f32 activations exactly (the reference; calibration uses it).
   bool exact = false;
   // true (default): batch invariance. Each row of linear()/linear_group() is computed exactly as a
-  // one-token call of that row computes it (the fused kernels, in blocks of 8 tokens at any T: no
-  // row-decode or GEMM path under Auto), whatever T, the other rows and the thread count; an f16
+  // one-token call of that row computes it (the fused kernels at any T, in blocks of only as many
+  // tokens as keep a token's one-token arithmetic, 1-8 by kernel set and weight form: no row-decode
+  // or GEMM path under Auto), whatever T, the other rows and the thread count; an f16
   // activation row that does not fit f16 keeps f32 x alone; attention computes every query as a
   // one-query call does (the decode kernel over its own keys). So a sequence's results, and greedy
   // ids, do not depend on what is batched with it, on how its prompt is chunked, nor on n_threads
