@@ -14,9 +14,9 @@
 
 namespace endor::detail {
 
-// Throws endor::Error("<where>: <what>"), or just <what> when `where` is empty.
+// Throws endor::FileError("<where>: <what>") (where() kept), or just <what> when `where` is empty.
 [[noreturn]] inline void fail(const std::string& where, const std::string& what) {
-  throw Error(where.empty() ? what : where + ": " + what);
+  throw FileError(where, what);
 }
 
 // Overflow-checked arithmetic; `what` names the quantity in the error message.

@@ -8,9 +8,9 @@
 
 namespace endor::packer_detail {
 
-// Throws endor::Error("<where>: <what>").
+// Throws endor::FileError("<where>: <what>"), where() kept.
 [[noreturn]] inline void fail(const std::string& where, const std::string& what) {
-  throw Error(where.empty() ? what : where + ": " + what);
+  throw FileError(where, what);
 }
 
 // The last component of a path ("a/b/" -> "b"): what a manifest or report may name of a source

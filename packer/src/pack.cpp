@@ -370,9 +370,11 @@ PreparedTensor prepare_tensor(const Checkpoint& ck, const CheckpointTensor& t, c
     p.n_bytes = p.owned.size();
     return p;
   } catch (const Error& e) {
-    const std::string msg = e.what();
-    if (msg.find(ck.dir()) != std::string::npos) throw;
-    throw Error(where + ": " + msg);
+    // An error that already names a file of the checkpoint (its reader's) goes as it is; the
+    // others (encoding, pruning) are told which tensor of which checkpoint they are about.
+    const auto* file_error = dynamic_cast<const FileError*>(&e);
+    if (file_error && file_error->names(ck.dir())) throw;
+    throw FileError(where, e.what());
   }
 }
 

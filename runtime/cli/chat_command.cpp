@@ -26,9 +26,10 @@ ChatSetup load_chat_setup(const ContainerReader& container, const Tokenizer& tok
   const std::optional<ChatTemplateSource> source = find_chat_template(
       container.file("tokenizer_config.json"), container.file("chat_template.jinja"), container.path() + ":");
   if (!source)
-    throw Error(container.path() + ": the container holds no chat template (neither chat_template.jinja nor a "
-                "\"chat_template\" in tokenizer_config.json), so --chat cannot format a conversation; use -p for "
-                "plain text continuation");
+    throw FileError(container.path(),
+                    "the container holds no chat template (neither chat_template.jinja nor a \"chat_template\" in "
+                    "tokenizer_config.json)",
+                    ", so --chat cannot format a conversation; use -p for plain text continuation");
   ChatSetup setup{ChatTemplate::parse(source->text, source->source_name), source->bos_token, source->eos_token, {}};
   const ModelConfig config = parse_model_config(container.manifest().config, container.path());
   for (int32_t id : config.eos_token_ids) add_id(setup.stop_ids, id);

@@ -27,7 +27,8 @@ struct ChatSetup {
 };
 
 // Reads the template from the container's chat_template.jinja / tokenizer_config.json. Throws
-// endor::Error naming the file when it has none or the template does not parse.
+// endor::Error naming the file when it has none (a FileError whose hint speaks of --chat) or the
+// template does not parse.
 ChatSetup load_chat_setup(const ContainerReader& container, const Tokenizer& tokenizer);
 
 struct ChatOptions {

@@ -130,9 +130,8 @@ ModelFiles open_files(ServeArgs& a) {
   try {
     f.chat = endor::cli::load_chat_setup(*f.container, *f.tokenizer);
   } catch (const endor::Error& e) {
-    f.chat_error = e.what();
-    const size_t cli_hint = f.chat_error.find(", so --chat");  // load_chat_setup speaks of endor-infer's options
-    if (cli_hint != std::string::npos) f.chat_error.resize(cli_hint);
+    const auto* file_error = dynamic_cast<const endor::FileError*>(&e);  // its hint is endor-infer's --chat
+    f.chat_error = file_error ? file_error->without_hint() : std::string(e.what());
     f.chat_error += "; chats cannot be formatted (POST /v1/completions works)";
     std::fprintf(stderr, "endor-serve: note: %s\n", f.chat_error.c_str());
   }

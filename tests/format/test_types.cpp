@@ -150,3 +150,21 @@ TEST_CASE("enum spellings round trip and unknown spellings are rejected") {
   CHECK(value_bits(ValueType::I8) == 8);
   CHECK(value_bits(ValueType::I4) == 4);
 }
+
+// Issue 36: the file an error is about and its closing hint are fields, not text to search.
+TEST_CASE("FileError: what() is where: message + hint; where() and without_hint() keep the parts") {
+  const endor::FileError e("model.endor", "no chat template", ", so --chat cannot format a conversation");
+  CHECK(std::string(e.what()) == "model.endor: no chat template, so --chat cannot format a conversation");
+  CHECK(e.where() == "model.endor");
+  CHECK(e.without_hint() == "model.endor: no chat template");
+  CHECK(e.names("model.endor"));
+  CHECK_FALSE(e.names("model"));
+  CHECK(endor::FileError("ck/model.safetensors", "x").names("ck"));
+  CHECK(endor::FileError("ck: tensor 'w'", "x").names("ck"));
+  CHECK_FALSE(endor::FileError("ck2/model.safetensors", "x").names("ck"));
+  CHECK_FALSE(e.names(""));
+  const endor::FileError bare("", "no file");
+  CHECK(std::string(bare.what()) == "no file");
+  CHECK(bare.without_hint() == "no file");
+  CHECK_FALSE(bare.names("x"));
+}

@@ -119,7 +119,9 @@ TEST_CASE("--chat errors: no template, bad template, a turn the template refuses
   auto r = test::infer(dir, plain + " --chat -p hi");
   CHECK(r.status == 1);
   CHECK(test::one_error_line(r.err));
-  CHECK(r.err.find("plain.endor: the container holds no chat template") != std::string::npos);
+  CHECK(r.err.find("plain.endor: the container holds no chat template (neither chat_template.jinja nor a "
+                   "\"chat_template\" in tokenizer_config.json), so --chat cannot format a conversation; use -p "
+                   "for plain text continuation\n") != std::string::npos);
   CHECK(r.out.empty());
 
   const std::string bad = pack_with_template(dir, "bad.endor", "{% for m in messages %}{{ m.content | wordwrap }}");

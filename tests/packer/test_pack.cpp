@@ -642,3 +642,43 @@ TEST_CASE("a tokenizer.json the runtime cannot load, or with ids past the vocab,
   }
   remove_tree(dir);
 }
+
+// Issue 36: whether an error already names the checkpoint is the error's typed where(), not a
+// search of its text. A pruning/encoding error is told which tensor of which checkpoint it is
+// about; one that names a file of the checkpoint (its reader's FileError) goes as it is.
+TEST_CASE("prepare_tensor: an error names the checkpoint and the tensor once") {
+  struct Throwing final : Pruner {
+    std::function<void()> raise;
+    void prune(const std::string&, float*, uint64_t, uint64_t) override { raise(); }
+  };
+  const std::unique_ptr<Checkpoint> ck = Checkpoint::open(fixture("llama-tiny"));
+  const CheckpointTensor& t = ck->tensors().front();
+  const std::string dir = ck->dir();
+  PackOptions o;
+  TensorTreatment tr;
+  tr.prune = true;
+  tr.dtype = Dtype::F32;
+  Throwing pruner;
+  std::string where;
+  auto error_of = [&]() -> std::string {
+    try {
+      prepare_tensor(*ck, t, tr, &pruner, o);
+    } catch (const FileError& e) {
+      where = e.where();
+      return e.what();
+    } catch (const Error& e) {
+      where = "(not a FileError)";
+      return e.what();
+    }
+    return "";
+  };
+  pruner.raise = [] { throw Error("the pruner broke"); };
+  CHECK(error_of() == dir + ": tensor '" + t.source_name + "': the pruner broke");
+  CHECK(where == dir + ": tensor '" + t.source_name + "'");
+  pruner.raise = [&] { throw FileError(dir + "/model.safetensors", "bytes went missing"); };
+  CHECK(error_of() == dir + "/model.safetensors: bytes went missing");
+  CHECK(where == dir + "/model.safetensors");
+  // The folder's name in the text of an error about another file does not count.
+  pruner.raise = [&] { throw FileError("calib.txt", "shorter than " + dir); };
+  CHECK(error_of() == dir + ": tensor '" + t.source_name + "': calib.txt: shorter than " + dir);
+}

@@ -358,6 +358,15 @@ TEST_CASE("endor-serve: API key, limits, error codes, stop strings, metrics") {
   REQUIRE(missing);
   CHECK(missing->status == 404);
   CHECK(json::parse(missing->body)["error"]["type"] == "not_found_error");
+  // No chat template: the library's reason without endor-infer's advice (issue 36: the FileError's
+  // hint, left off, not ", so --chat" cut out of the text), then the server's own.
+  const auto [st6, j6] = post_json(port, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}},
+                                   "sesame");
+  CHECK(st6 == 400);
+  CHECK(j6["error"]["code"] == "no_chat_template");
+  CHECK(j6["error"]["message"] == model + ": the container holds no chat template (neither chat_template.jinja nor a "
+                                          "\"chat_template\" in tokenizer_config.json); chats cannot be formatted "
+                                          "(POST /v1/completions works)");
   // One slot, a queue of one: one request in the slot, then 7 at once: one waits, the others are
   // refused with 429. (The first is let in before the others come, so the queue is empty when they
   // do: 8 at once would also race the scheduler taking the first from the queue.)

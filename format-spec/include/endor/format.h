@@ -27,6 +27,31 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An Error about one file or folder: what() is "<where>: <message><hint>", and the parts a caller
+// decides on or rewords are kept as fields rather than searched for in the text: where() (the file
+// or folder the message begins with, maybe a place in it after) and the closing hint, advice for the
+// tool that raised it (", so --chat ..."), which a caller giving its own advice leaves off.
+class FileError : public Error {
+ public:
+  FileError(const std::string& where, const std::string& message, const std::string& hint = "")
+      : Error((where.empty() ? message : where + ": " + message) + hint), where_(where), hint_bytes_(hint.size()) {}
+  const std::string& where() const noexcept { return where_; }
+  // Whether where() is `path` or a file or place in it ("<path>/...", "<path>: ...").
+  bool names(const std::string& path) const {
+    const size_t n = path.size();
+    if (n == 0 || where_.compare(0, n, path) != 0) return false;
+    return where_.size() == n || path.back() == '/' || where_[n] == '/' || where_[n] == ':';
+  }
+  std::string without_hint() const {
+    const std::string s = what();
+    return s.substr(0, s.size() - hint_bytes_);
+  }
+
+ private:
+  std::string where_;
+  size_t hint_bytes_ = 0;
+};
+
 // ---- constants of format v1 (SPEC.md §1-§3) ----------------------------------------------
 inline constexpr char kMagic[8] = {'\x89', 'E', 'N', 'D', 'O', 'R', '\r', '\n'};
 inline constexpr uint16_t kVersionMajor = 1;
