@@ -230,6 +230,19 @@ inline std::vector<CorruptCase> corrupt_cases() {
     b.kv_u32("llama.block_count", 1);
     cases.push_back({"duplicate key", b.build(), "appears twice"});
   }
+  {  // mixture-of-experts GGUFs Endor does not read (docs/moe.md): another family's experts, shared experts
+    Builder b = tiny_llama("", "", "qwen2", "qwen2");
+    b.kv_u32("qwen2.expert_count", 4);
+    b.kv_u32("qwen2.expert_used_count", 2);
+    cases.push_back({"qwen2 with experts", b.build(), "a qwen2 model with experts (qwen2.expert_count 4) is not supported"});
+  }
+  {
+    Builder b = tiny_llama();
+    b.kv_u32("llama.expert_count", 4);
+    b.kv_u32("llama.expert_used_count", 2);
+    b.kv_u32("llama.expert_shared_count", 1);
+    cases.push_back({"shared experts", b.build(), "shared experts (llama.expert_shared_count 1) are not supported"});
+  }
   {
     Builder b = tiny_llama();
     b.tensor_f32("output_norm.weight", {32});
