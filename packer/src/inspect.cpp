@@ -32,28 +32,22 @@ std::string fmt(const char* f, double v) {
 
 // An MoE's experts per decoder block: how many, their stored bytes and the share of their weights not
 // stored (the registry says which tensors are experts); empty for a dense model or a config the
-// registry does not parse.
-nlohmann::json experts_per_block(const Manifest& m) {
+// registry does not parse (config: nullopt).
+nlohmann::json experts_per_block(const Manifest& m, const std::optional<ModelConfig>& config) {
   nlohmann::json out = nlohmann::json::array();
-  if (!m.config.is_object()) return out;
-  std::optional<ModelTensors> specs;
-  try {
-    specs.emplace(parse_model_config(m.config, "config"));
-  } catch (const Error&) {
-    return out;
-  }
-  if (!specs->config().moe()) return out;
-  const uint32_t L = specs->config().n_layers;
+  if (!config || !config->moe()) return out;
+  const ModelTensors specs(*config);
+  const uint32_t L = specs.config().n_layers;
   std::vector<uint64_t> bytes(L, 0), numel(L, 0), nnz(L, 0);
   for (const TensorInfo& t : m.tensors) {
-    const TensorSpec* s = specs->find(t.name);
+    const TensorSpec* s = specs.find(t.name);
     if (!s || s->expert < 0 || s->layer >= L) continue;
     bytes[s->layer] += t.size;
     numel[s->layer] += t.numel();
     nnz[s->layer] += t.nnz;
   }
   for (uint32_t l = 0; l < L; ++l)
-    out.push_back({{"block", l}, {"experts", specs->config().n_experts}, {"top_k", specs->config().top_k}, {"bytes", bytes[l]},
+    out.push_back({{"block", l}, {"experts", specs.config().n_experts}, {"top_k", specs.config().top_k}, {"bytes", bytes[l]},
                    {"sparsity", numel[l] ? 1.0 - double(nnz[l]) / double(numel[l]) : 0.0}});
   return out;
 }
@@ -69,11 +63,12 @@ nlohmann::json inspect_container(const ContainerReader& reader, bool verify) {
   r["format_version"] = std::to_string(m.version_major) + "." + std::to_string(m.version_minor);
   r["verified"] = verify;
   r["provenance"] = m.provenance;
-  if (m.config.is_object()) {  // as the model registry reads config.json (the runtime's reading of it)
+  std::optional<ModelConfig> config;  // as the model registry reads config.json (the runtime's reading of it)
+  if (m.config.is_object()) {
     try {
-      const ModelConfig c = parse_model_config(m.config, reader.path());
-      r["model"] = {{"model_type", c.model_type}, {"num_hidden_layers", c.n_layers}, {"hidden_size", c.hidden},
-                    {"vocab_size", c.vocab}};
+      config = parse_model_config(m.config, reader.path());
+      r["model"] = {{"model_type", config->model_type}, {"num_hidden_layers", config->n_layers},
+                    {"hidden_size", config->hidden}, {"vocab_size", config->vocab}};
     } catch (const Error&) {  // a config this build does not run: say only its model_type
       if (m.config.contains("model_type")) r["model"] = {{"model_type", m.config["model_type"]}};
     }
@@ -125,7 +120,7 @@ nlohmann::json inspect_container(const ContainerReader& reader, bool verify) {
     t["ratio"] = d ? double(t["bytes"].get<uint64_t>()) / double(d) : 0.0;
   }
   r["tensors"] = tensors;
-  r["experts"] = experts_per_block(m);
+  r["experts"] = experts_per_block(m, config);
   r["files"] = files;
   r["groups"] = groups;
   r["tiers"] = tiers;
