@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -19,11 +18,13 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cxxopts.hpp>
@@ -569,7 +570,7 @@ struct KvNeeds {
 // every prompt of one step.
 KvNeeds batch_kv_needs(const Session& s, Request& r) {
   const size_t n_new = std::max<size_t>(r.n_new, 1);
-  std::vector<size_t> lengths;
+  std::vector<std::pair<size_t, size_t>> rows;  // per prompt: (KV rows, prefill rows), the KV rows at most ctx
   for (const std::string& t : r.br.texts) {
     if (r.chat) {
       const std::string text = s.chat_setup->chat_template.render_chat({{"user", t}}, true, s.chat_setup->bos_token,
@@ -578,13 +579,15 @@ KvNeeds batch_kv_needs(const Session& s, Request& r) {
     } else {
       r.br.prompts.push_back(s.tokenizer ? s.tokenizer->encode(t, true) : parse_ids(t));
     }
-    lengths.push_back(endor::kv_capacity_for(r.br.prompts.back().size(), n_new, s.context));
+    const size_t prompt = r.br.prompts.back().size();
+    const size_t kv = endor::kv_capacity_for(prompt, n_new, s.context);
+    rows.emplace_back(kv, std::min(prompt, kv));
   }
-  std::sort(lengths.rbegin(), lengths.rend());
+  std::sort(rows.rbegin(), rows.rend());
   KvNeeds needs;
-  for (size_t i = 0; i < std::min(r.br.batch, lengths.size()); ++i) {
-    needs.kv_capacity += lengths[i];
-    needs.max_tokens += lengths[i] - n_new + 1;
+  for (size_t i = 0; i < std::min(r.br.batch, rows.size()); ++i) {
+    needs.kv_capacity += rows[i].first;
+    needs.max_tokens += rows[i].second;  // each prompt's prefill rows (was kv - n_new + 1: wrapped past ctx)
   }
   return needs;
 }
