@@ -3,8 +3,9 @@
 // (generate(), endor-infer -p), bit for bit, whatever arrives with it and in what order, the slot
 // count, the prefill chunk and the thread count, on every instruction set this CPU runs. Random
 // prompts (token ids), random arrival steps; on the fixtures (tests/fixtures/models) in several weight
-// forms, and on SmolLM2 packed from the cached GGUF when it is there (scripts/fetch_smollm2.sh;
-// skipped, saying so, when not). Backends with cpu::Options::batch_invariant, the front ends' default.
+// forms (the MoE fixtures too: routed experts), and on SmolLM2 packed from the cached GGUF when it is
+// there (scripts/fetch_smollm2.sh; skipped, saying so, when not). Backends with
+// cpu::Options::batch_invariant, the front ends' default.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -226,6 +227,9 @@ TEST_CASE("batch invariance: the fixtures' greedy ids alone = through the engine
       {"qwen2-tiny", "prune --method magnitude --sparsity 0.5 --quant int8g"},
       {"qwen3-tiny", "prune --method magnitude --sparsity 0.5 --quant int4k"},
       {"opt-tiny", "convert --dtype f32"},
+      // MoE (issue 39): routing per range of rows that shares a Linear call (docs/moe.md "In a batch").
+      {"qwen3-moe-tiny", "prune --method magnitude --sparsity 0.5 --quant int4"},
+      {"mixtral-tiny", "convert --dtype f16"},
   };
   uint32_t seed = 1;
   for (const Variant& v : variants) {
