@@ -182,9 +182,11 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
     if (o.placement.tiers[g] == endor::Tier::Disk && demands[g].loaded) max_disk = std::max(max_disk, m.groups[g].size);
   for (size_t g = 0; g < demands.size(); ++g) {
     if (o.placement.tiers[g] != endor::Tier::Disk || !demands[g].loaded) continue;
-    // Reads of whole blocks, as the streaming does: three of them (or to the end of the file).
+    // Reads of whole groups, as the streaming does: three of them and at least 256 MiB (experts are
+    // a few MiB: fewer would time the first request's latency), or to the end of the file.
     const uint64_t offset = m.groups[g].offset;
-    const uint64_t bytes = std::min<uint64_t>(3 * max_disk, container.file_bytes() - offset);
+    const uint64_t bytes = std::min<uint64_t>(std::max<uint64_t>(3 * max_disk, uint64_t(256) << 20),
+                                              container.file_bytes() - offset);
     const endor::DiskProbe probe = endor::probe_disk_read(container.path(), offset, bytes, max_disk);
     in.disk_gbps = probe.gbps;
     disk_mode = probe.mode;
@@ -197,8 +199,18 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
     in.block_bytes = m.groups[g].size;
     break;
   }
+  // MoE: one expert's Linears at the tokens an expert gets per step (cost_model.cpp: uniform routing).
+  const endor::ModelConfig config = endor::parse_model_config(m.config, container.path());
+  in.n_experts = config.n_experts;
+  in.top_k = config.top_k;
+  for (size_t g = 0; g < demands.size(); ++g) {
+    if (!demands[g].expert || !demands[g].loaded) continue;
+    in.expert_ms = endor::time_linears(container, backend, m.groups[g].tensors,
+                                       endor::expert_tokens_per_run(in.n_experts, in.top_k, batch), 2);
+    break;
+  }
   // The head's Linear: lm_head, else the token embedding it is tied to (the model registry's names).
-  const endor::ModelTensors specs(endor::parse_model_config(m.config, container.path()));
+  const endor::ModelTensors specs(config);
   for (endor::Module head : {endor::Module::LmHead, endor::Module::TokenEmbed}) {
     for (uint32_t t = 0; t < m.tensors.size(); ++t) {
       if (m.tensors[t].name != specs.get(head).name) continue;
@@ -214,10 +226,18 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
   std::fprintf(stderr, "plan: per step: disk reads %.2f ms (%s) | copies %.2f + block compute %.2f + head %.2f ms -> "
                "%.2f ms (%s-bound); predicted %.3f ms per token\n", p.read_ms, endor::format_bytes(p.disk_bytes).c_str(),
                p.copy_ms, p.compute_ms, p.head_ms, p.step_ms, p.bound, p.token_ms);
+  if (in.n_experts > 0)
+    std::fprintf(stderr, "plan: experts per step (uniform routing, top-%u of %u): %.1f runs, %.1f of them on disk, cache "
+                 "hit rate %.1f %% (LRU), %.1f reads (%.2f ms) | one expert %.3f ms, compute %.2f ms -> %.2f ms after "
+                 "the routers (in the step above)\n", in.top_k, in.n_experts, p.expert_runs, p.expert_disk_runs,
+                 100 * p.expert_hit_rate, p.expert_reads, p.expert_read_ms, in.expert_ms, p.expert_compute_ms, p.expert_ms);
   std::fprintf(stderr, "plan-summary: batch=%u probe_disk_gbps=%.4f copy_gbps=%.3f block_ms=%.4f head_ms=%.4f read_ms=%.4f "
-               "compute_lane_ms=%.4f predicted_step_ms=%.4f predicted_ms_per_token=%.4f bound=%s\n", batch, in.disk_gbps,
+               "compute_lane_ms=%.4f predicted_step_ms=%.4f predicted_ms_per_token=%.4f bound=%s expert_ms=%.4f "
+               "expert_runs=%.3f expert_reads=%.3f expert_hit_rate=%.4f expert_step_ms=%.4f "
+               "predicted_disk_bytes_per_token=%.0f\n", batch, in.disk_gbps,
                in.copy_gbps, in.block_ms, in.head_ms, p.read_ms, p.copy_ms + p.compute_ms + p.head_ms, p.step_ms,
-               p.token_ms, p.bound);
+               p.token_ms, p.bound, in.expert_ms, p.expert_runs, p.expert_reads, p.expert_hit_rate, p.expert_ms,
+               double(p.disk_bytes) / p.batch);
   return p;
 }
 

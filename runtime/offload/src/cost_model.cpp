@@ -9,13 +9,80 @@
 //   step = max(Σ_disk read_b, Σ_disk (copy_b + compute_b) + Σ_in-place compute_b + head).
 // Block compute scales with the block's bytes from the block measured (all blocks of a container
 // share shapes and codec); attention and norms are left out (short contexts).
+//
+// MoE experts in groups of their own (layers.N.experts.E) are not in those lanes: a block's router
+// decides them, so their reads start after the dense part of the block and overlap only the
+// block's own expert compute. Under uniform routing each expert of a block runs in a step with
+// probability q = 1 - (1 - k/E)^batch; a resident expert is computed in place; a disk expert is
+// found in the LRU cache with probability h = slots / (experts on disk) (an LRU of C slots over N
+// equally likely items holds the requested one with probability C/N), else read. Per block:
+//   t_block = max(reads_b / disk, runs_b · expert_ms) + min(one read, expert_ms)   (the first read
+// has nothing to overlap), and step = max(read lane, compute lane) + Σ_blocks t_block.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <map>
 #include <vector>
 
 #include "endor/offload.h"
 
 namespace endor {
+
+double expert_run_probability(uint32_t n_experts, uint32_t top_k, uint32_t batch) {
+  if (n_experts == 0) return 0;
+  const double p = std::min(1.0, double(top_k) / double(n_experts));
+  return 1.0 - std::pow(1.0 - p, double(std::max<uint32_t>(batch, 1)));
+}
+
+uint32_t expert_tokens_per_run(uint32_t n_experts, uint32_t top_k, uint32_t batch) {
+  const double runs = double(n_experts) * expert_run_probability(n_experts, top_k, batch);
+  if (runs <= 0) return 1;
+  return std::max<uint32_t>(1, uint32_t(std::lround(double(std::max<uint32_t>(batch, 1)) * top_k / runs)));
+}
+
+namespace {
+
+// The expert groups' share of a step (see the header comment); fills p's expert_* fields.
+void predict_experts(const Placement& placement, const std::vector<GroupDemand>& groups, const CostInputs& in,
+                     CostPrediction& p) {
+  const double q = expert_run_probability(in.n_experts, in.top_k, p.batch);
+  const Tier fast = placement.cuda ? Tier::Gpu : Tier::Cpu;
+  uint64_t on_disk = 0;
+  for (size_t g = 0; g < groups.size() && g < placement.tiers.size(); ++g)
+    if (groups[g].loaded && groups[g].expert && placement.tiers[g] != fast) ++on_disk;
+  const double h = placement.expert_cache && on_disk > 0
+                       ? std::min(1.0, double(placement.expert_slots) / double(on_disk)) : 0.0;
+  p.expert_hit_rate = h;
+  struct Block {
+    double runs = 0, reads = 0, read_ms = 0, one_read_ms = 0;
+  };
+  std::map<uint32_t, Block> blocks;
+  double disk_bytes = 0;
+  for (size_t g = 0; g < groups.size() && g < placement.tiers.size(); ++g) {
+    const GroupDemand& d = groups[g];
+    if (!d.loaded || !d.expert) continue;
+    Block& b = blocks[d.layer];
+    b.runs += q;
+    if (placement.tiers[g] == fast) continue;
+    p.expert_disk_runs += q;
+    const double one = in.disk_gbps > 0 ? double(d.bytes) / (in.disk_gbps * 1e6) : 0;
+    b.reads += q * (1 - h);
+    b.read_ms += q * (1 - h) * one;
+    b.one_read_ms = std::max(b.one_read_ms, one);
+    disk_bytes += q * (1 - h) * double(d.bytes);
+  }
+  for (const auto& [layer, b] : blocks) {
+    const double compute = b.runs * in.expert_ms;
+    p.expert_runs += b.runs;
+    p.expert_reads += b.reads;
+    p.expert_read_ms += b.read_ms;
+    p.expert_compute_ms += compute;
+    p.expert_ms += std::max(b.read_ms, compute) + (b.reads > 0 ? std::min(b.one_read_ms, in.expert_ms) : 0);
+  }
+  p.disk_bytes += uint64_t(std::llround(disk_bytes));
+}
+
+}  // namespace
 
 CostPrediction predict_step(const Placement& placement, const std::vector<GroupDemand>& groups,
                             const CostInputs& in) {
@@ -38,9 +105,10 @@ CostPrediction predict_step(const Placement& placement, const std::vector<GroupD
   }
   p.head_ms = in.head_ms;
   cpu_lane = p.compute_ms + p.copy_ms + p.head_ms;
-  p.step_ms = std::max(p.read_ms, cpu_lane);
+  predict_experts(placement, groups, in, p);
+  p.step_ms = std::max(p.read_ms, cpu_lane) + p.expert_ms;
   p.token_ms = p.step_ms / p.batch;
-  p.bound = p.read_ms >= cpu_lane ? "disk" : "compute";
+  p.bound = p.read_ms + p.expert_read_ms >= cpu_lane + p.expert_compute_ms ? "disk" : "compute";
   return p;
 }
 

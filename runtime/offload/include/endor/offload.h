@@ -260,6 +260,11 @@ struct CostInputs {
   uint64_t block_bytes = 0;  // that block's bytes: other blocks' compute scales with their bytes
   double head_ms = 0;        // lm_head at the batch's tokens per step
   uint32_t batch = 1;        // sequences per step (tokens generated per step)
+  // MoE (0 for a dense model): each block routes every token to top_k of n_experts, assumed uniform
+  // and independent across tokens (no routing counts are stored at pack time); expert_ms is one
+  // expert's Linears at expert_tokens_per_run(...) tokens.
+  uint32_t n_experts = 0, top_k = 0;
+  double expert_ms = 0;
 };
 struct CostPrediction {
   double read_ms = 0, copy_ms = 0, compute_ms = 0, head_ms = 0;  // per step
@@ -268,8 +273,19 @@ struct CostPrediction {
   uint64_t disk_bytes = 0;   // read from disk per step
   uint32_t batch = 1;
   const char* bound = "";    // "disk" or "compute": the longer lane
+  // Expert groups, per step (expected values under uniform routing): runs, runs of experts placed on
+  // disk, the LRU cache's hit rate among those, reads left, and their time (after each block's router:
+  // not overlapped with the dense lane; included in step_ms and disk_bytes).
+  double expert_runs = 0, expert_disk_runs = 0, expert_hit_rate = 0, expert_reads = 0;
+  double expert_read_ms = 0, expert_compute_ms = 0, expert_ms = 0;
 };
 CostPrediction predict_step(const Placement& placement, const std::vector<GroupDemand>& groups, const CostInputs& in);
+// The probability that a given expert of a block runs in a step of `batch` tokens, each routed to
+// top_k of n_experts uniformly: 1 - (1 - top_k/n_experts)^batch.
+double expert_run_probability(uint32_t n_experts, uint32_t top_k, uint32_t batch);
+// The tokens one expert computes per run in such a step (batch * top_k over the experts that run),
+// at least 1: the token count to time an expert's Linears at.
+uint32_t expert_tokens_per_run(uint32_t n_experts, uint32_t top_k, uint32_t batch);
 // Best wall time (ms) of `repeats` passes of Backend::linear over the 2-D tensors among `tensors`
 // (manifest indices), prepared in place from the mapping, with x [n_tokens, in]; a first pass
 // warms up (pages the weights in).
