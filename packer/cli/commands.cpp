@@ -18,7 +18,12 @@
 #include "endor/cli_common.h"
 #include "endor/export.h"
 #include "endor/gguf.h"
-#include "endor/packer.h"
+#include "endor/calibrate.h"
+#include "endor/compare.h"
+#include "endor/inspect.h"
+#include "endor/output_file.h"
+#include "endor/pack.h"
+#include "endor/prune.h"
 #include "progress.h"
 
 namespace endor::cli {

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-#include "endor/packer.h"
+#include "endor/pack.h"
 
 namespace endor::cli {
 

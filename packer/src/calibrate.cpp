@@ -29,7 +29,11 @@
 #include <sstream>
 
 #include "detail.h"
-#include "endor/packer.h"
+#include "endor/calibrate.h"
+#include "endor/checkpoint.h"
+#include "endor/output_file.h"
+#include "endor/pack.h"
+#include "endor/prune.h"
 #include "endor/pruning.h"
 #include "endor/runtime.h"
 #include "endor/tokenizer.h"

@@ -11,7 +11,8 @@
 #include "compressed_tensors_source.h"
 #include "detail.h"
 #include "endor/gguf.h"
-#include "endor/packer.h"
+#include "endor/checkpoint.h"
+#include "endor/safetensors.h"
 
 namespace endor {
 

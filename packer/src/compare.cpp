@@ -14,7 +14,10 @@
 
 #include "detail.h"
 #include "endor/gguf.h"
-#include "endor/packer.h"
+#include "endor/checkpoint.h"
+#include "endor/compare.h"
+#include "endor/pack.h"
+#include "endor/prune.h"
 #ifdef ENDOR_PACKER_HAVE_KERNELS
 #include "endor/kernels.h"
 #endif

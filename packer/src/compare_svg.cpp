@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "endor/packer.h"
+#include "endor/compare.h"
 
 namespace endor {
 

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "endor/packer.h"
+#include "endor/safetensors.h"
 
 namespace endor {
 

@@ -4,7 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "endor/packer.h"
+#include "endor/checkpoint.h"
+#include "endor/pack.h"
 
 namespace endor::packer_detail {
 

@@ -5,7 +5,8 @@
 #include <sstream>
 
 #include "detail.h"
-#include "endor/packer.h"
+#include "endor/inspect.h"
+#include "endor/safetensors.h"
 
 namespace endor {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "detail.h"
-#include "endor/packer.h"
+#include "endor/prune.h"
 
 namespace endor {
 
@@ -118,7 +118,7 @@ void magnitude_prune_n_m(float* w, uint64_t rows, uint64_t cols, uint32_t n, uin
   }
 }
 
-std::unique_ptr<Pruner> make_pruner(const PruneSpec& spec) {
+void check_prune_spec(const PruneSpec& spec) {
   if (calibrated(spec.method))
     throw Error(std::string("not implemented yet: --method ") + to_string(spec.method) +
                 " needs calibration support (issue 6)");
@@ -129,6 +129,10 @@ std::unique_ptr<Pruner> make_pruner(const PruneSpec& spec) {
   } else if (!(spec.sparsity >= 0.0 && spec.sparsity < 1.0)) {
     throw Error("sparsity must be in [0, 1), got " + std::to_string(spec.sparsity));
   }
+}
+
+std::unique_ptr<Pruner> make_pruner(const PruneSpec& spec) {
+  check_prune_spec(spec);
   return std::make_unique<MagnitudePruner>(spec);
 }
 

@@ -1,6 +1,6 @@
 // ModelShape: the packer's view of the dimensions the registry parsed from config.json (the
 // parsing and every family's tensor list are in model-registry/).
-#include "endor/packer.h"
+#include "endor/checkpoint.h"
 
 namespace endor {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "detail.h"
-#include "endor/packer.h"
+#include "endor/output_file.h"
 
 namespace endor {
 

@@ -14,7 +14,11 @@
 #include "detail.h"
 #include "endor/expert_groups.h"
 #include "endor/gguf.h"
-#include "endor/packer.h"
+#include "endor/checkpoint.h"
+#include "endor/pack.h"
+#include "endor/prune.h"
+#include "endor/safetensors.h"
+#include "endor/tier_plan.h"
 #include "endor/tokenizer.h"
 
 namespace endor {
@@ -407,8 +411,11 @@ nlohmann::json make_provenance(const std::string& source_dir, const PackOptions&
 PackSummary pack_checkpoint(const std::string& source_dir, const std::string& output_path, const PackOptions& o,
                             const PackCallbacks& cb) {
   validate_options(o);
+  // The pruning options are checked whatever the subcommand (a convert's default spec passes); a
+  // pruner exists only when the spec prunes.
+  check_prune_spec(o.prune);
   std::unique_ptr<Pruner> pruner;
-  if (o.command == "prune" || o.prune.active()) pruner = make_pruner(o.prune);
+  if (o.prune.active()) pruner = make_pruner(o.prune);
   return pack_checkpoint_with_pruner(source_dir, output_path, o, pruner.get(), cb, nullptr);
 }
 

@@ -11,7 +11,7 @@
 #include <set>
 
 #include "detail.h"
-#include "endor/packer.h"
+#include "endor/safetensors.h"
 
 namespace endor {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "endor/packer.h"
+#include "endor/output_file.h"
 
 namespace endor::packer_detail {
 

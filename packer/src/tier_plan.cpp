@@ -1,7 +1,7 @@
 // Tier planning: which layer group lives on the GPU, in host memory or on disk, from budgets.
 #include "detail.h"
 #include "endor/expert_groups.h"
-#include "endor/packer.h"
+#include "endor/tier_plan.h"
 
 namespace endor {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "endor/packer.h"
+#include "endor/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -18,7 +18,9 @@
 
 #include <unistd.h>
 
-#include "endor/packer.h"
+#include "endor/calibrate.h"
+#include "endor/pack.h"
+#include "endor/prune.h"
 #include "endor/runtime.h"
 #include "endor/tokenizer.h"
 #include "synthetic_checkpoint.h"

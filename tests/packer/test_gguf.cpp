@@ -21,7 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "endor/gguf.h"
-#include "endor/packer.h"
+#include "endor/checkpoint.h"
+#include "endor/pack.h"
 #include "endor/tokenizer.h"
 #include "gguf_builder.h"
 

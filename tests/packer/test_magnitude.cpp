@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "endor/packer.h"
+#include "endor/prune.h"
 
 using namespace endor;
 

@@ -11,7 +11,10 @@
 #include <functional>
 #include <map>
 
-#include "endor/packer.h"
+#include "endor/checkpoint.h"
+#include "endor/pack.h"
+#include "endor/prune.h"
+#include "endor/safetensors.h"
 #include "synthetic_checkpoint.h"
 
 using namespace endor;

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "endor/packer.h"
+#include "endor/safetensors.h"
 #include "synthetic_checkpoint.h"
 
 using namespace endor;

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "endor/packer.h"
+#include "endor/tier_plan.h"
 
 using namespace endor;
 

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "endor/format.h"
-#include "endor/packer.h"
+#include "endor/output_file.h"
 
 namespace endor {
 

@@ -1,7 +1,7 @@
 // GGUF import (llama.cpp's model file, versions 2 and 3): a parser that distrusts the file, the
 // dequantization of the float, simple block, K-quant and IQ4 types exactly as gguf-py computes it,
 // and the translation of a llama / qwen2 GGUF into what a Hugging Face folder holds (config.json,
-// tensor names and layouts, tokenizer.json + tokenizer_config.json). Checkpoint::open (packer.h)
+// tensor names and layouts, tokenizer.json + tokenizer_config.json). Checkpoint::open (checkpoint.h)
 // uses it when given a GGUF file instead of a folder.
 //
 // Errors: endor::Error whose what() is one line "<file>: <what is wrong>".
