@@ -102,8 +102,7 @@ void run_chat(Model& model, const Tokenizer& tokenizer, const ChatSetup& setup, 
       }
       // Text streams out as its UTF-8 completes; the decoder first sees the prompt for context.
       StreamingDecoder decoder(tokenizer, /*skip_special_tokens=*/true);
-      for (int32_t id : ids) decoder.push(id);
-      decoder.flush();
+      decoder.follow(ids);
       std::vector<int32_t> answer;
       GenerationStats st;
       const std::vector<int32_t> out = generate_in_cache(

@@ -324,8 +324,7 @@ std::vector<std::string> read_prompt_lines(const std::string& path) {
 std::string continuation(const endor::Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                          const std::vector<int32_t>& generated, const std::vector<int32_t>& eos, bool stop_at_eos) {
   endor::StreamingDecoder decoder(tokenizer, /*skip_special_tokens=*/true);
-  for (int32_t id : prompt) decoder.push(id);
-  decoder.flush();
+  decoder.follow(prompt);
   std::string text;
   for (int32_t id : generated) {
     if (stop_at_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) continue;
@@ -687,8 +686,7 @@ int run_chat_mode(Session& s, const Request& r, endor::Sampler& sampler, const G
 void stream_text(Session& s, const Request& r, endor::Sampler& sampler, const endor::GenerationOptions& gen,
                  const std::function<void()>& on_token, endor::GenerationStats* st) {
   endor::StreamingDecoder decoder(*s.tokenizer, /*skip_special_tokens=*/true);
-  for (int32_t id : r.prompt) decoder.push(id);
-  decoder.flush();
+  decoder.follow(r.prompt);
   const std::string prompt_text = r.prompt_text.value_or("");
   std::string last = prompt_text;  // what was printed last, for the final newline
   emit(prompt_text);

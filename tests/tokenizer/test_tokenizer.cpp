@@ -184,6 +184,35 @@ TEST_CASE("streaming decode holds back incomplete UTF-8") {
   CHECK(emitted_at >= 4);  // the four <0xXX> tokens of the character come first
 }
 
+// What a generation prints after its prompt: decode(prompt + new) minus decode(prompt). Metaspace with a
+// Strip decoder (llama2) drops the space of the first token of a sequence, so a continuation decoded
+// alone loses it ("In the beginningand"); follow(prompt) keeps it.
+TEST_CASE("streaming decode after a prompt gives the text the new ids add to the prompt's") {
+  for (const char* family : {"llama2", "llama3", "qwen3"}) {
+    const Tokenizer& tok = family_tokenizer(family);
+    const std::vector<int32_t> prompt = tok.encode("In the beginning God created");
+    const std::vector<int32_t> more = tok.encode(" the heaven and the earth. \xC3\xA9t\xC3\xA9 \xF0\x9F\xA6\x99 done", false);
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), more.begin(), more.end());
+    for (bool skip : {false, true}) {
+      const std::string whole = tok.decode(all, skip), head = tok.decode(prompt, skip);
+      REQUIRE(whole.compare(0, head.size(), head) == 0);
+      StreamingDecoder stream(tok, skip);
+      stream.follow(prompt);
+      std::string out;
+      for (int32_t id : more) out += stream.push(id);
+      out += stream.flush();
+      INFO(family, " skip_special=", skip);
+      CHECK(out == whole.substr(head.size()));
+    }
+  }
+  // The case the context is for: the continuation's first word keeps its space.
+  const Tokenizer& llama2 = family_tokenizer("llama2");
+  StreamingDecoder stream(llama2, true);
+  stream.follow(llama2.encode("In the beginning"));
+  CHECK(stream.push(llama2.encode(" God", false).front()).front() == ' ');
+}
+
 TEST_CASE("malformed tokenizer.json is rejected with a one-line error naming the source") {
   auto rejects = [](const std::string& json, const std::string& needle) {
     try {

@@ -168,8 +168,7 @@ void Scheduler::admit_queued(std::vector<Slot>& slots) {
     s.tag = next_tag_ - 1;
     // The decoder sees the prompt first, so the first new token decodes in context (as endor-infer).
     s.decoder = std::make_unique<StreamingDecoder>(tokenizer_, /*skip_special_tokens=*/true);
-    for (int32_t id : spec.prompt) s.decoder->push(id);
-    s.decoder->flush();
+    s.decoder->follow(spec.prompt);
     s.stops = std::make_unique<StopStrings>(spec.stop);
     metrics_.prompt_tokens += spec.prompt.size();
     slots.push_back(std::move(s));

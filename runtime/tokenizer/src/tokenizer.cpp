@@ -402,6 +402,15 @@ std::string StreamingDecoder::push(int32_t id) {
   return unicode::to_valid_utf8(fresh);
 }
 
+void StreamingDecoder::follow(const std::vector<int32_t>& context) {
+  // A few ids are context enough: push() keeps only the last emitted ids as its window, too.
+  constexpr size_t kContextIds = 8;
+  const size_t n = std::min(context.size(), kContextIds);
+  ids_.assign(context.end() - static_cast<std::ptrdiff_t>(n), context.end());
+  prefix_ = ids_.size();
+  prefix_bytes_ = impl_->decode_raw(ids_.data(), ids_.size(), skip_special_, true);
+}
+
 std::string StreamingDecoder::flush() {
   std::string rest;
   if (prefix_ < ids_.size()) {

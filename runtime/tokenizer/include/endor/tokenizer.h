@@ -89,6 +89,10 @@ class StreamingDecoder {
  public:
   explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
   std::string push(int32_t id);
+  // The stream continues `context` (e.g. the prompt): its last ids are decoded with the next ones but
+  // never emitted, so the first new token's text is what it adds in decode(context + ids) -- a leading
+  // space that a Metaspace/Strip decoder drops at the start of a sequence is kept. Drops what is held.
+  void follow(const std::vector<int32_t>& context);
   // Emits what is still held (incomplete UTF-8 becomes U+FFFD) and starts a new stream.
   std::string flush();
 
