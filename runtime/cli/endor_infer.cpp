@@ -89,8 +89,19 @@ void print_stats(const endor::Backend& backend, const endor::Model& model,
 using endor::cli::Offload;
 using endor::cli::setup_offload;
 
+// The counters of `weights` since `earlier`. OffloadStats::operator- does not subtract expert_stall_s
+// (a field added after it): done here.
+endor::OffloadStats offload_since(endor::StreamingWeights& weights, const endor::OffloadStats& earlier) {
+  weights.synchronize();
+  const endor::OffloadStats now = weights.stats();
+  endor::OffloadStats d = now - earlier;
+  d.expert_stall_s = now.expert_stall_s - earlier.expert_stall_s;
+  return d;
+}
+
 // The --stats lines of MoE experts in groups of their own: runs and reads per token, the expert cache's
-// hit rate, and the load balance (per block, the most-run expert's runs over the mean; 1 = even).
+// hit rate, the time compute waited for expert reads (also in the blocks' stall), and the load balance
+// (per block, the most-run expert's runs over the mean; 1 = even).
 void print_expert_stats(const Offload& o, const endor::OffloadStats& d, double per) {
   if (o.placement.expert_groups == 0 || d.expert_counts.size() != o.groups.size()) return;
   std::map<uint32_t, std::pair<uint64_t, std::vector<uint64_t>>> by_layer;  // layer -> (runs, per expert)
@@ -113,13 +124,14 @@ void print_expert_stats(const Offload& o, const endor::OffloadStats& d, double p
   const uint64_t read_bytes = d.expert_bytes[int(endor::Tier::Cpu)] + d.expert_bytes[int(endor::Tier::Disk)];
   const double hit = d.expert_uses > 0 ? double(d.expert_hits) / double(d.expert_uses) : 0;
   std::fprintf(stderr, "  experts: %.1f runs (%.1f off the fast tier), %.1f reads (%s from disk); cache hit rate %.1f %%; "
-               "load balance (max/mean runs per block) %.2f mean, %.2f worst\n", runs * per, d.expert_uses * per,
-               reads * per, endor::format_bytes(uint64_t(d.expert_bytes[int(endor::Tier::Disk)] * per)).c_str(),
-               100 * hit, by_layer.empty() ? 0 : sum / double(by_layer.size()), worst);
+               "compute waited for expert reads %.3f ms; load balance (max/mean runs per block) %.2f mean, %.2f worst\n",
+               runs * per, d.expert_uses * per, reads * per,
+               endor::format_bytes(uint64_t(d.expert_bytes[int(endor::Tier::Disk)] * per)).c_str(), 100 * hit,
+               d.expert_stall_s * 1e3 * per, by_layer.empty() ? 0 : sum / double(by_layer.size()), worst);
   std::fprintf(stderr, "expert-summary: runs=%.2f cached_runs=%.2f hits=%.2f reads=%.2f read_bytes=%.0f disk_bytes=%.0f "
-               "hit_rate=%.4f balance_mean=%.4f balance_worst=%.4f\n", runs * per, d.expert_uses * per,
+               "hit_rate=%.4f stall_ms=%.4f balance_mean=%.4f balance_worst=%.4f\n", runs * per, d.expert_uses * per,
                d.expert_hits * per, reads * per, read_bytes * per, d.expert_bytes[int(endor::Tier::Disk)] * per, hit,
-               by_layer.empty() ? 0 : sum / double(by_layer.size()), worst);
+               d.expert_stall_s * 1e3 * per, by_layer.empty() ? 0 : sum / double(by_layer.size()), worst);
 }
 
 // The --stats offload table: placement, then per decode token the bytes moved per tier, copy and
@@ -394,10 +406,7 @@ int run_batch(endor::Model& model, const endor::Tokenizer* tokenizer, const Batc
                  st.n_prompts, st.n_prompt_tokens, br.batch, st.max_active, st.n_steps, st.n_generated, st.total_ms,
                  st.generated_tokens_per_s(), st.n_decode_steps, st.n_decode_steps ? st.decode_ms / st.n_decode_steps : 0.0);
     endor::OffloadStats d;
-    if (offload.weights) {
-      offload.weights->synchronize();
-      d = offload.weights->stats() - before;
-    }
+    if (offload.weights) d = offload_since(*offload.weights, before);
     char extra[128];
     std::snprintf(extra, sizeof extra, " batch=%zu generated_tokens=%zu generated_tokens_per_s=%.4f", br.batch,
                   st.n_generated, st.generated_tokens_per_s());
@@ -752,10 +761,7 @@ int run_generate_mode(Session& s, const Request& r, endor::Sampler& sampler, Gen
   if (!r.stats) return 0;
   print_stats(backend, *s.model, st, g.seed);
   endor::OffloadStats decode;
-  if (s.offload.weights) {
-    s.offload.weights->synchronize();
-    decode = s.offload.weights->stats() - at_first_token;
-  }
+  if (s.offload.weights) decode = offload_since(*s.offload.weights, at_first_token);
   print_offload_stats(s.offload, decode, st.n_decode_steps, st.decode_ms);
   const double per = st.n_decode_steps ? st.decode_ms / st.n_decode_steps : 0;
   print_plan_vs_measured(s.plan, per, per);

@@ -3,7 +3,10 @@
 // routed to, and the logits equal the all-resident model's bit for bit, with the cache on or off.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <numeric>
+#include <set>
 
 #include "endor/expert_groups.h"
 #include "offload_test_util.h"
@@ -51,6 +54,59 @@ Placement experts_on_disk(const ContainerReader& c, uint64_t cache) {
 }
 
 uint64_t sum_of(const std::vector<uint64_t>& v) { return std::accumulate(v.begin(), v.end(), uint64_t(0)); }
+
+// Steps of forward_batch over `prompts` together: the first prefills every prompt (one range of rows
+// each), the next ones decode one token each, its greedy id; per step the last rows' logits and the
+// provider's counters of that step.
+struct BatchTrace {
+  std::vector<std::vector<float>> logits;  // per step: [prompts, vocab]
+  std::vector<OffloadStats> stats;         // per step
+};
+
+BatchTrace run_steps(Model& model, StreamingWeights& weights, const std::vector<std::vector<int32_t>>& prompts,
+                     size_t steps) {
+  const size_t V = model.config().vocab;
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (const auto& p : prompts) caches.push_back(model.make_cache(p.size() + steps));
+  std::vector<int32_t> last(prompts.size());
+  BatchTrace t;
+  for (size_t s = 0; s < steps; ++s) {
+    std::vector<Model::SequenceStep> batch;
+    for (size_t k = 0; k < prompts.size(); ++k)
+      batch.push_back(s == 0 ? Model::SequenceStep{prompts[k].data(), prompts[k].size(), caches[k].get()}
+                             : Model::SequenceStep{&last[k], 1, caches[k].get()});
+    weights.synchronize();
+    const OffloadStats before = weights.stats();
+    std::vector<float> logits;
+    model.forward_batch(batch.data(), batch.size(), logits);
+    weights.synchronize();
+    t.stats.push_back(weights.stats() - before);
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      const float* row = logits.data() + k * V;
+      last[k] = int32_t(std::max_element(row, row + V) - row);
+    }
+    t.logits.push_back(std::move(logits));
+  }
+  return t;
+}
+
+BatchTrace run_steps_on_disk(const ContainerReader& c, const Placement& p,
+                             const std::vector<std::vector<int32_t>>& prompts, size_t steps) {
+  auto backend = make_cpu_backend(1);
+  StreamingOptions o;
+  o.prefetch = 1;
+  auto weights = make_streaming_weights(c, *backend, p, o);
+  auto model = load_model(c, *backend, weights.get());
+  return run_steps(*model, *weights, prompts, steps);
+}
+
+// The expert groups one step ran (expert_counts > 0).
+std::set<uint32_t> experts_run(const OffloadStats& s) {
+  std::set<uint32_t> g;
+  for (size_t i = 0; i < s.expert_counts.size(); ++i)
+    if (s.expert_counts[i] > 0) g.insert(uint32_t(i));
+  return g;
+}
 
 }  // namespace
 
@@ -175,6 +231,10 @@ TEST_CASE("experts: routed reads from disk give the resident logits bit for bit,
       CHECK(s.stats.expert_fills[int(Tier::Disk)] + s.stats.expert_hits == uses);
       CHECK(s.stats.expert_disk.reads == s.stats.expert_fills[int(Tier::Disk)]);
       CHECK(s.stats.bytes[int(Tier::Disk)] == 0);  // no block streamed
+      // The compute's waits for expert reads are counted (their exact time cannot be asserted): present
+      // whenever an off-tier expert ran, and part of the stall.
+      CHECK(s.stats.expert_stall_s > 0);
+      CHECK(s.stats.stall_s >= s.stats.expert_stall_s);
       if (cache_on) {
         // 64 slots hold every expert: each is read at most once, every later run is a hit.
         CHECK(s.stats.expert_fills[int(Tier::Disk)] <= n_experts);
@@ -208,4 +268,85 @@ TEST_CASE("experts: routed reads from disk give the resident logits bit for bit,
     CHECK(budget.resident_experts > 0);
     CHECK(bit_equal(run_moe(*c, &budget, prompt, steps).logits, resident.logits));
   }
+}
+
+TEST_CASE("experts: a batched decode step reads each routed expert once for all its sequences; logits as alone") {
+  // Every expert on disk and no cache: each step's reads are exactly its expert runs. Decoding K
+  // sequences together, one MoE call per block serves the decode rows, so a step reads the DISTINCT
+  // experts its sequences chose (the union of what each runs alone), not their sum.
+  TempDir dir;
+  for (const char* fixture : {"qwen3-moe-tiny", "mixtral-tiny"}) {
+    CAPTURE(fixture);
+    const std::string path = dir.file(std::string(fixture) + ".endor");
+    REQUIRE(test::run_command(test::endor_pack() + " prune " + test::fixture_dir(fixture) + " -o " + path +
+                              " --sparsity 0.5 --quant int4 >/dev/null 2>&1") == 0);
+    auto c = ContainerReader::open(path);
+    const ModelConfig cfg = parse_model_config(c->manifest().config, path);
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t k = 0; k < 5; ++k) {
+      std::vector<int32_t> p = prompt_ids(3 + 2 * k, uint32_t(cfg.vocab));
+      for (int32_t& id : p) id = int32_t((uint32_t(id) + 37 * k) % cfg.vocab);
+      prompts.push_back(p);
+    }
+    const size_t steps = 6;
+    const Placement p = experts_on_disk(*c, 0);
+    REQUIRE_FALSE(p.expert_cache);
+    const BatchTrace batch = run_steps_on_disk(*c, p, prompts, steps);
+    std::vector<BatchTrace> alone;
+    for (const auto& prompt : prompts) alone.push_back(run_steps_on_disk(*c, p, {prompt}, steps));
+    const size_t V = cfg.vocab;
+    uint64_t sum_alone = 0, distinct = 0;
+    for (size_t s = 1; s < steps; ++s) {  // the decode steps
+      CAPTURE(s);
+      std::set<uint32_t> all;
+      for (size_t k = 0; k < prompts.size(); ++k) {
+        CAPTURE(k);
+        CHECK(std::memcmp(batch.logits[s].data() + k * V, alone[k].logits[s].data(), V * sizeof(float)) == 0);
+        const std::set<uint32_t> mine = experts_run(alone[k].stats[s]);
+        CHECK(mine.size() == size_t(cfg.n_layers) * cfg.top_k);
+        CHECK(alone[k].stats[s].expert_fills[int(Tier::Disk)] == mine.size());
+        sum_alone += mine.size();
+        all.insert(mine.begin(), mine.end());
+      }
+      const OffloadStats& d = batch.stats[s];
+      CHECK(experts_run(d) == all);
+      for (uint32_t g : all) CHECK(d.expert_counts[g] == 1);  // one run serves every row routed to it
+      CHECK(d.expert_fills[int(Tier::Disk)] == all.size());
+      CHECK(d.expert_disk.reads == all.size());
+      distinct += all.size();
+    }
+    // The sequences shared experts (else the counts above could not tell a union from a sum).
+    INFO("expert reads over the decode steps: ", distinct, " batched, ", sum_alone, " alone in all");
+    CHECK(distinct < sum_alone);
+    // The prefill step: every prompt's rows route on their own, the logits are each prompt's alone.
+    for (size_t k = 0; k < prompts.size(); ++k)
+      CHECK(std::memcmp(batch.logits[0].data() + k * V, alone[k].logits[0].data(), V * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("experts: endor-infer --stats reports the time compute waited for expert reads, within the stall") {
+  TempDir dir;
+  const std::string path = dir.file("q.endor");
+  REQUIRE(test::run_command(test::endor_pack() + " prune " + test::fixture_dir("qwen3-moe-tiny") + " -o " + path +
+                            " --sparsity 0.5 --quant int4 >/dev/null 2>&1") == 0);
+  // --cpu-mem 10K: every block and every expert on disk, no cache: each routed expert is read.
+  const auto r = test::run_capture(test::endor_infer() + " " + path + " --device cpu --threads 1 --ids \"1 5 9 13\" -n 6 "
+                                   "--temperature 0 --ignore-eos --stats --cpu-mem 10K --expert-cache 0", dir);
+  INFO("stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("; compute waited for expert reads ") != std::string::npos);
+  // key=value of the first line that starts with `line`; -1 when absent.
+  auto value = [&](const std::string& line, const std::string& key) {
+    const size_t at = r.err.find(line);
+    if (at == std::string::npos) return -1.0;
+    const size_t end = r.err.find('\n', at);
+    const size_t k = r.err.find(" " + key + "=", at);
+    if (k == std::string::npos || k > end) return -1.0;
+    return std::stod(r.err.substr(k + key.size() + 2));
+  };
+  const double expert_stall = value("expert-summary:", "stall_ms");
+  const double stall = value("offload-summary:", "stall_ms");
+  CHECK(value("expert-summary:", "reads") > 0);
+  CHECK(expert_stall >= 0);  // present (an absent key reads -1)
+  CHECK(stall >= expert_stall);
 }

@@ -47,11 +47,17 @@ class Engine {
   // one (the gap between them counts as stall).
   virtual void block_begin(bool follows_block) = 0;
   virtual void block_end() = 0;
+  // Around the wait for an MoE expert's bytes inside a block (ExpertCache::slot): the compute cannot go
+  // on until the expert is in its slot. CPU: the host time between the marks (the compute thread is
+  // what waits); CUDA: the compute stream's time from before its wait for the fill to after it. Counted
+  // as stall (stall_s and expert_stall_s), not as the block's compute.
+  virtual void expert_wait_begin() {}
+  virtual void expert_wait_end() {}
 
   // Waits for all queued copies (and, CUDA, the compute stream).
   virtual void synchronize() = 0;
-  // Adds finished copies' and blocks' times to `stats` (copy_s, copy_bytes, compute_s, stall_s)
-  // and forgets them; never blocks.
+  // Adds finished copies' and blocks' times to `stats` (copy_s, copy_bytes, compute_s, stall_s,
+  // expert_stall_s) and forgets them; never blocks.
   virtual void collect(OffloadStats& stats) = 0;
 };
 

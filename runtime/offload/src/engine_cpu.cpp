@@ -64,12 +64,20 @@ class CpuEngine final : public Engine {
 
   void block_begin(bool follows_block) override {
     block_start_ = Clock::now();
+    block_waits_s_ = 0;
     if (follows_block && have_last_end_) stall_s_ += seconds_between(last_end_, block_start_);
   }
   void block_end() override {
     last_end_ = Clock::now();
     have_last_end_ = true;
-    compute_s_ += seconds_between(block_start_, last_end_);
+    compute_s_ += seconds_between(block_start_, last_end_) - block_waits_s_;
+  }
+  void expert_wait_begin() override { wait_start_ = Clock::now(); }
+  void expert_wait_end() override {
+    const double s = seconds_between(wait_start_, Clock::now());
+    block_waits_s_ += s;
+    stall_s_ += s;
+    expert_stall_s_ += s;
   }
 
   void synchronize() override {}
@@ -78,16 +86,18 @@ class CpuEngine final : public Engine {
     stats.copy_bytes += copy_bytes_;
     stats.compute_s += compute_s_;
     stats.stall_s += stall_s_;
-    copy_s_ = compute_s_ = stall_s_ = 0;
+    stats.expert_stall_s += expert_stall_s_;
+    copy_s_ = compute_s_ = stall_s_ = expert_stall_s_ = 0;
     copy_bytes_ = 0;
   }
 
  private:
   Backend& backend_;
   std::vector<void*> slots_;
-  Clock::time_point block_start_, last_end_;
+  Clock::time_point block_start_, last_end_, wait_start_;
   bool have_last_end_ = false;
-  double copy_s_ = 0, compute_s_ = 0, stall_s_ = 0;
+  double block_waits_s_ = 0;  // expert waits inside the open block (not its compute)
+  double copy_s_ = 0, compute_s_ = 0, stall_s_ = 0, expert_stall_s_ = 0;
   uint64_t copy_bytes_ = 0;
 };
 

@@ -4,9 +4,13 @@
 //   wait_filled(s): compute waits filled[s]
 //   release_slot(s): record freed[s] on compute
 // Disk staging buffers go back to the reader from a host function queued after their copy.
-// Copy and block times come from timing events, harvested without blocking in collect().
+// Copy and block times come from timing events, harvested without blocking in collect(); so does the
+// compute stream's wait for a routed expert's fill (a pair of events around its cudaStreamWaitEvent: the
+// second completes when both the work before it and the fill are done, so their gap is the time the
+// stream idled for the expert).
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine.h"
@@ -62,7 +66,10 @@ class CudaEngine final : public Engine {
     for (const BlockRecord& b : blocks_) {
       cudaEventDestroy(b.start);
       cudaEventDestroy(b.end);
+      destroy_waits(b);
     }
+    destroy_waits(open_);
+    if (wait_start_) cudaEventDestroy(wait_start_);
     if (last_end_) cudaEventDestroy(last_end_);
     if (open_.start) cudaEventDestroy(open_.start);
     for (cudaEvent_t e : pool_) cudaEventDestroy(e);
@@ -151,6 +158,19 @@ class CudaEngine final : public Engine {
     if (blocks_.size() > kHarvestAt) harvest();
   }
 
+  void expert_wait_begin() override {
+    if (!open_.start) return;  // outside a block: not timed
+    if (!wait_start_) wait_start_ = event();  // (else one begun before an error: recorded again)
+    check(cudaEventRecord(wait_start_, compute_), "cudaEventRecord(expert wait start)");
+  }
+  void expert_wait_end() override {
+    if (!wait_start_) return;
+    cudaEvent_t end = event();
+    check(cudaEventRecord(end, compute_), "cudaEventRecord(expert wait end)");
+    open_.waits.push_back({wait_start_, end});
+    wait_start_ = nullptr;
+  }
+
   void synchronize() override {
     activate();
     check(cudaStreamSynchronize(copy_), "cudaStreamSynchronize(copy)");
@@ -164,7 +184,8 @@ class CudaEngine final : public Engine {
     stats.copy_bytes += copy_bytes_;
     stats.compute_s += compute_s_;
     stats.stall_s += stall_s_;
-    copy_s_ = compute_s_ = stall_s_ = 0;
+    stats.expert_stall_s += expert_stall_s_;
+    copy_s_ = compute_s_ = stall_s_ = expert_stall_s_ = 0;
     copy_bytes_ = 0;
   }
 
@@ -178,7 +199,14 @@ class CudaEngine final : public Engine {
   struct BlockRecord {
     cudaEvent_t start = nullptr, end = nullptr;
     bool follows = false;
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> waits;  // expert waits inside the block
   };
+  static void destroy_waits(const BlockRecord& b) {
+    for (const auto& w : b.waits) {
+      cudaEventDestroy(w.first);
+      cudaEventDestroy(w.second);
+    }
+  }
 
   void activate() {
     int current = -1;
@@ -221,7 +249,15 @@ class CudaEngine final : public Engine {
     }
     while (!blocks_.empty() && finished(blocks_.front().end)) {
       const BlockRecord& b = blocks_.front();
-      compute_s_ += elapsed_ms(b.start, b.end) * 1e-3;
+      double waited = 0;
+      for (const auto& w : b.waits) {
+        waited += elapsed_ms(w.first, w.second) * 1e-3;
+        pool_.push_back(w.first);
+        pool_.push_back(w.second);
+      }
+      compute_s_ += elapsed_ms(b.start, b.end) * 1e-3 - waited;
+      stall_s_ += waited;
+      expert_stall_s_ += waited;
       if (b.follows && last_end_) stall_s_ += elapsed_ms(last_end_, b.start) * 1e-3;
       if (last_end_) pool_.push_back(last_end_);
       last_end_ = b.end;
@@ -240,8 +276,9 @@ class CudaEngine final : public Engine {
   std::deque<BlockRecord> blocks_;
   BlockRecord open_;                // begun, not ended
   cudaEvent_t last_end_ = nullptr;  // end of the last harvested block (stall of the next)
+  cudaEvent_t wait_start_ = nullptr;  // an expert wait begun, not ended
   std::vector<cudaEvent_t> pool_;
-  double copy_s_ = 0, compute_s_ = 0, stall_s_ = 0;
+  double copy_s_ = 0, compute_s_ = 0, stall_s_ = 0, expert_stall_s_ = 0;
   uint64_t copy_bytes_ = 0;
 };
 

@@ -107,6 +107,8 @@ uint32_t ExpertCache::slot(uint32_t group, const ExpertSource& source) {
   in_use_ = -1;
   expected_.erase(group);
   uses_ += 1;
+  // From here to the compute's wait for the fill, the compute cannot go on: stall (Engine).
+  engine_.expert_wait_begin();
   auto it = where_.find(group);
   uint32_t s;
   if (it != where_.end()) {
@@ -128,6 +130,7 @@ uint32_t ExpertCache::slot(uint32_t group, const ExpertSource& source) {
   slot.last_use = ++tick_;
   in_use_ = s;
   engine_.wait_filled(first_slot_ + s);
+  engine_.expert_wait_end();
   return first_slot_ + s;
 }
 

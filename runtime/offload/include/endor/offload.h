@@ -214,7 +214,10 @@ struct OffloadStats {
   double copy_s = 0;                 // time the copies into slots took (CUDA: copy-stream events)
   uint64_t copy_bytes = 0;           // bytes of the copies timed in copy_s
   double compute_s = 0;              // time blocks computed (CUDA: compute-stream events)
-  double stall_s = 0;                // time between consecutive blocks spent waiting for weights
+  double stall_s = 0;                // time compute waited for weights: between consecutive blocks, and
+                                     // inside MoE blocks for routed experts (expert_stall_s)
+  double expert_stall_s = 0;         // of stall_s: compute waiting for an expert's read (CUDA: the compute
+                                     // stream's wait for its fill); not in compute_s
   double host_wait_s = 0;            // host thread blocked waiting for disk reads
   DiskReaderStats disk;              // the reader's own counters (disk groups)
   // MoE experts in groups of their own: runs of an expert (use_expert), those of a cached or resident
