@@ -3,7 +3,7 @@
 benchmark (bench/moe/run.sh): config.json of Qwen3MoeForCausalLM or MixtralForCausalLM (the fields
 tests/fixtures/models/qwen3-moe-tiny and mixtral-tiny have), generation_config.json, sharded safetensors
 + model.safetensors.index.json, and the tokenizer of the matching tiny fixture (a byte-level BPE of 512
-ids; the ids past it are unused, which endor-infer --ids and a GGUF export accept). Streams tensor by
+ids) with <extra_N> entries up to the model's vocabulary, so that every generated id decodes. Streams tensor by
 tensor in row chunks (numpy only, no torch): well under 1 GB of memory whatever the size. The data is
 throwaway: never commit it.
 
@@ -13,14 +13,18 @@ Shapes (--shape):
                  (1.25 GB of f16 a block, embed + head 1.24 GB)
   mixtral-8x7b   hidden 4096, 8 experts, top-2, intermediate 14336, 32 / 8 heads, vocab 32000;
                  32 blocks in the real model (2.8 GB of f16 a block)
---layers N keeps the widths with N decoder blocks. Weights N(0, 0.02^2), norm weights 1 + N(0, 0.1^2).
+--layers N keeps the widths with N decoder blocks. Weights N(0, 0.02^2), norm weights 1 + N(0, 0.1^2), except:
+the token embedding N(0, 1) and the Linears that write into the residual stream (o_proj, the experts'
+down_proj / w2) N(0, 0.002^2) (GPT-2's 0.02 / sqrt(2 * blocks) for the real block count). With every
+weight at 0.02 the attention output (about the mean of the context's values: the same vector every step)
+outweighs the embedding 50 to 1, every router sees the same input and picks the same top-k for every
+token; this way each token routes on its own embedding, about uniformly over the experts.
 
 Usage: make_moe_checkpoint.py OUT_DIR --shape qwen3-30b-a3b --layers 4 [--seed 0] [--shard-bytes 2G]
 """
 import argparse
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -37,6 +41,7 @@ SHAPES = {
                          rope_theta=1000000.0, eps=1e-5, fixture="mixtral-tiny"),
 }
 BOS, EOS = 510, 511  # the fixtures' tokenizer's special ids
+RESIDUAL = 0.002     # o_proj and the experts' down projections (see the docstring)
 
 
 def block_plan(s, i):
@@ -45,7 +50,7 @@ def block_plan(s, i):
     p = f"model.layers.{i}."
     plan = [(p + "input_layernorm.weight", (h,), 0.1),
             (p + "self_attn.q_proj.weight", (q, h), 0.02), (p + "self_attn.k_proj.weight", (kv, h), 0.02),
-            (p + "self_attn.v_proj.weight", (kv, h), 0.02), (p + "self_attn.o_proj.weight", (h, q), 0.02)]
+            (p + "self_attn.v_proj.weight", (kv, h), 0.02), (p + "self_attn.o_proj.weight", (h, q), RESIDUAL)]
     if s["family"] == "qwen3_moe":
         plan += [(p + "self_attn.q_norm.weight", (s["head_dim"],), 0.1),
                  (p + "self_attn.k_norm.weight", (s["head_dim"],), 0.1)]
@@ -55,17 +60,17 @@ def block_plan(s, i):
         for e in range(s["experts"]):
             x = f"{p}mlp.experts.{e}."
             plan += [(x + "gate_proj.weight", (w, h), 0.02), (x + "up_proj.weight", (w, h), 0.02),
-                     (x + "down_proj.weight", (h, w), 0.02)]
+                     (x + "down_proj.weight", (h, w), RESIDUAL)]
     else:
         plan.append((p + "block_sparse_moe.gate.weight", (s["experts"], h), 0.02))
         for e in range(s["experts"]):
             x = f"{p}block_sparse_moe.experts.{e}."
-            plan += [(x + "w1.weight", (w, h), 0.02), (x + "w3.weight", (w, h), 0.02), (x + "w2.weight", (h, w), 0.02)]
+            plan += [(x + "w1.weight", (w, h), 0.02), (x + "w3.weight", (w, h), 0.02), (x + "w2.weight", (h, w), RESIDUAL)]
     return plan
 
 
 def tensor_plan(s, layers):
-    plan = [("model.embed_tokens.weight", (s["vocab"], s["hidden"]), 0.02)]
+    plan = [("model.embed_tokens.weight", (s["vocab"], s["hidden"]), 1.0)]
     for i in range(layers):
         plan += block_plan(s, i)
     plan += [("model.norm.weight", (s["hidden"],), 0.1), ("lm_head.weight", (s["vocab"], s["hidden"]), 0.02)]
@@ -88,6 +93,18 @@ def config_json(s, layers):
         c.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
                   "intermediate_size": s["expert_width"], "router_jitter_noise": 0.0, "router_aux_loss_coef": 0.02})
     return c
+
+
+def padded_tokenizer(path, vocab):
+    """The fixture's tokenizer.json with vocab entries <extra_N> for every id it leaves unused below
+    `vocab`, so that every id the model can generate decodes (endor-infer --prompts prints text)."""
+    with open(path, encoding="utf-8") as f:
+        tok = json.load(f)
+    used = set(tok["model"]["vocab"].values()) | {a["id"] for a in tok.get("added_tokens", [])}
+    for i in range(vocab):
+        if i not in used:
+            tok["model"]["vocab"][f"<extra_{i}>"] = i
+    return tok
 
 
 def parse_size(text):
@@ -129,7 +146,8 @@ def main():
     with open(os.path.join(a.out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": BOS, "eos_token_id": EOS, "do_sample": False}, f, indent=2)
     fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "models", s["fixture"])
-    shutil.copy(os.path.join(fixture, "tokenizer.json"), os.path.join(a.out, "tokenizer.json"))
+    with open(os.path.join(a.out, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(padded_tokenizer(os.path.join(fixture, "tokenizer.json"), s["vocab"]), f, ensure_ascii=False)
     plan = tensor_plan(s, layers)
     total = sum(int(np.prod(t[1])) * 2 for t in plan)
     shards = shard(plan, parse_size(a.shard_bytes))

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# The MoE benchmark of issue 39 on the CPU device: a random-weight checkpoint of the Qwen3-30B-A3B or
+# Mixtral-8x7B shape (tools/make_moe_checkpoint.py), packed by this build's endor-pack, decoded by
+# endor-infer and by llama.cpp on the same weights. One phase per call, so every lock hold stays short.
+#
+# Usage: bench/moe/run.sh PHASE OUT_DIR
+#   gen       write the checkpoint (skipped when present)
+#   pack V    pack one variant: dense (convert --dtype f16), int4k (--sparsity 0 --quant int4k
+#             --quant-head int4k), int4-50 (magnitude 50 % --quant int4 --quant-head int4),
+#             f16-50 (magnitude 50 %, f16)
+#   gguf      export the dense file to F16 GGUF (endor-pack export --to gguf), llama-quantize it
+#             to Q4_K_M and Q4_0
+#   ram       in RAM: decode tokens/s of int4k, int4-50, f16-50 (endor-infer --plan) and Q4_K_M, Q4_0, F16
+#             (llama-bench -p 0 -n N), ROUNDS interleaved rounds
+#   probe     the disk rate (bench_offload_probe, O_DIRECT sequential reads of the int4-50 file)
+#   disk      from disk, --cpu-mem = a quarter of the int4-50 file's expert bytes for int4-50 and for
+#             dense (the same budget), expert cache on (default size) and off (--expert-cache 0),
+#             each with --plan; ROUNDS interleaved rounds
+#   batch     from disk under the same budget: --prompts (8 lines) at --batch 8 against --batch 1, --plan
+#   table     bench/moe/table.py over OUT_DIR
+# Every timed command runs under /tmp/endor-build.lock at normal priority (packing: nice 19), one
+# flock per phase and round (each well under 10 minutes); the load average is logged beside it.
+# OUT_DIR gets small text files only: one log per run, budget.txt, probe.txt, env.txt.
+#
+# Environment (defaults): ENDOR_MOE_SHAPE (qwen3-30b-a3b; or mixtral-8x7b), ENDOR_MOE_LAYERS (4; mixtral 1),
+# ENDOR_MOE_WORK ($HOME/.cache/endor/moe: checkpoints and packed files, never in the repository),
+# ENDOR_BUILD (build), LLAMA_BIN ($HOME/.cache/endor/peers/llama-build/bin), ENDOR_MOE_ROUNDS (2),
+# ENDOR_MOE_TOKENS (32 decode tokens), ENDOR_MOE_THREADS (2).
+set -uo pipefail
+
+phase=${1:-}
+[[ -z "$phase" ]] && { sed -n '2,27p' "$0" >&2; exit 2; }
+shift
+variant=""
+[[ "$phase" == pack ]] && { variant=${1:-}; shift; }
+out=${1:-}
+[[ -z "$out" ]] && { echo "error: no OUT_DIR" >&2; exit 2; }
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+shape=${ENDOR_MOE_SHAPE:-qwen3-30b-a3b}
+case "$shape" in qwen3-30b-a3b) def_layers=4 ;; mixtral-8x7b) def_layers=1 ;; *) echo "error: unknown shape $shape" >&2; exit 2 ;; esac
+layers=${ENDOR_MOE_LAYERS:-$def_layers}
+work=${ENDOR_MOE_WORK:-$HOME/.cache/endor/moe}/$shape-$layers
+build=${ENDOR_BUILD:-$root/build}
+llama=${LLAMA_BIN:-$HOME/.cache/endor/peers/llama-build/bin}
+rounds=${ENDOR_MOE_ROUNDS:-2}
+tokens=${ENDOR_MOE_TOKENS:-32}
+threads=${ENDOR_MOE_THREADS:-2}
+lock=/tmp/endor-build.lock
+pack=$build/packer/endor-pack
+infer=$build/runtime/endor-infer
+ckpt=$work/ckpt
+mkdir -p "$out" "$work"
+prompt_ids="1 100 200 300 400 500 600 700"
+# Sampled at temperature 1 (seed 1), not greedy: a random-weight model's greedy decode repeats one token,
+# and one token routes to the same experts every step (the cache would hit every time). llama-bench
+# feeds random tokens for the same reason.
+
+declare -A pack_args=([dense]="convert --dtype f16"
+                      [int4k]="prune --sparsity 0 --quant int4k --quant-head int4k"
+                      [int4-50]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head int4"
+                      [f16-50]="prune --sparsity 0.5 --method magnitude --dtype f16")
+file_of() { echo "$work/$1.endor"; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+note() { echo "== $(date -u +%H:%M:%S) [load $(load)] $*"; }
+# warm FILE: its pages into the page cache (in-RAM runs read it from there).
+warm() { cat "$1" >/dev/null; }
+
+write_env() {
+  { echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+    echo "cores: $(nproc); memory: $(free -g | awk '/Mem:/{print $2}') GiB"
+    echo "shape: $shape, $layers blocks; threads: $threads; decode tokens: $tokens; rounds: $rounds"
+    echo "commit: $(git -C "$root" rev-parse --short HEAD)"
+    [[ -x "$llama/llama-bench" ]] && echo "llama.cpp: $("$llama/llama-bench" --version 2>&1 | head -1)"
+  } >"$out/env.txt"
+}
+
+do_gen() {
+  [[ -f "$ckpt/config.json" ]] && { note "checkpoint: $ckpt present"; return 0; }
+  note "checkpoint: $shape, $layers blocks -> $ckpt"
+  flock "$lock" nice -n 19 python3 "$root/tools/make_moe_checkpoint.py" "$ckpt" --shape "$shape" --layers "$layers" ||
+    { echo "error: make_moe_checkpoint.py failed"; exit 1; }
+}
+
+do_pack() {
+  [[ -n "${pack_args[$variant]:-}" ]] || { echo "error: unknown variant '$variant' (dense, int4k, int4-50, f16-50)"; exit 2; }
+  local f; f=$(file_of "$variant")
+  [[ -f "$f" ]] && { note "pack $variant: $f present"; return 0; }
+  note "pack $variant: endor-pack ${pack_args[$variant]}"
+  # shellcheck disable=SC2086
+  flock "$lock" nice -n 19 /usr/bin/time -f "pack $variant: %e s, peak RSS %M KB" \
+    "$pack" ${pack_args[$variant]} "$ckpt" -o "$f.tmp" 2>&1 | grep -v '^pack: ' | tee "$out/pack-$variant.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || { rm -f "$f.tmp"; echo "error: packing $variant failed"; exit 1; }
+  mv "$f.tmp" "$f"
+}
+
+do_gguf() {
+  [[ -x "$llama/llama-quantize" ]] || { echo "error: no $llama/llama-quantize (bench/peers/build_llama.sh)"; exit 1; }
+  local f16=$work/f16.gguf
+  if [[ ! -f "$f16" ]]; then
+    note "gguf: export --to gguf"
+    flock "$lock" nice -n 19 "$pack" export "$(file_of dense)" --to gguf -o "$f16.tmp" >"$out/gguf-export.log" 2>&1 ||
+      { tail -3 "$out/gguf-export.log"; rm -f "$f16.tmp"; exit 1; }
+    mv "$f16.tmp" "$f16"
+  fi
+  for q in Q4_K_M Q4_0; do
+    [[ -f "$work/$q.gguf" ]] && continue
+    note "gguf: llama-quantize $q"
+    flock "$lock" nice -n 19 "$llama/llama-quantize" "$f16" "$work/$q.gguf.tmp" "$q" 2 >"$out/quantize-$q.log" 2>&1 ||
+      { tail -3 "$out/quantize-$q.log"; rm -f "$work/$q.gguf.tmp"; exit 1; }
+    mv "$work/$q.gguf.tmp" "$work/$q.gguf"
+    tail -2 "$out/quantize-$q.log"
+  done
+  ls -la "$work"/*.gguf
+}
+
+# endor_run LOG FILE ARGS...: one endor-infer decode with --stats (greedy, ids prompt).
+endor_run() {
+  local log=$1 f=$2
+  shift 2
+  { echo "# $(date -u +%FT%TZ) load $(load): endor-infer $(basename "$f") --threads $threads -n $((tokens + 1)) $*"
+    timeout 540 "$infer" "$f" --ids "$prompt_ids" -n $((tokens + 1)) --ignore-eos --temperature 1 --seed 1 --threads "$threads" \
+      --stats "$@" 2>&1 >/dev/null
+    echo "# exit $?"; } >"$log"
+  grep -E "^(decode:|plan-summary|plan-vs-measured|expert-summary)" "$log" | cut -c1-200
+}
+
+do_ram() {
+  write_env
+  for r in $(seq 1 "$rounds"); do
+    note "ram: round $r"
+    flock "$lock" bash -c "$(declare -f endor_run warm load); $(declare -p infer threads tokens prompt_ids); set -uo pipefail
+      for v in int4k int4-50 f16-50; do warm '$work'/\$v.endor; endor_run '$out'/ram-\$v-r$r.log '$work'/\$v.endor --plan; done
+      for q in Q4_K_M Q4_0 F16; do
+        g='$work'/\$q.gguf; [[ \$q == F16 ]] && g='$work'/f16.gguf
+        warm \$g
+        { echo \"# \$(date -u +%FT%TZ) load \$(load): llama-bench -m \$(basename \$g) -t $threads -p 0 -n $tokens -r 1\"
+          timeout 540 '$llama'/llama-bench -m \$g -t $threads -p 0 -n $tokens -r 1 -o csv 2>&1; echo \"# exit \$?\"; } >'$out'/ram-llama-\$q-r$r.log
+        grep -E 'tg$tokens|avg_ts|\"' '$out'/ram-llama-\$q-r$r.log | tail -1 | cut -c1-200
+      done"
+  done
+}
+
+# The budget: a quarter of the int4-50 file's expert bytes (endor-pack inspect --json: experts per block).
+budget_bytes() {
+  "$pack" inspect "$(file_of int4-50)" --json | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["experts"]
+print(sum(b["bytes"] for b in e) // 4)'
+}
+
+do_probe() {
+  [[ -f "$out/probe.txt" ]] && return 0
+  note "probe: disk rate"
+  flock "$lock" "$build/bench/bench_offload_probe" --container "$(file_of int4-50)" --disk-bytes 1G --device cpu \
+    >"$out/probe.txt" 2>&1 || { cat "$out/probe.txt"; exit 1; }
+  echo "load $(load)" >>"$out/probe.txt"
+  cat "$out/probe.txt"
+}
+
+do_disk() {
+  write_env
+  do_probe
+  local b; b=$(budget_bytes) || exit 1
+  echo "cpu_mem_bytes=$b (a quarter of the int4-50 file's expert bytes)" >"$out/budget.txt"
+  for r in $(seq 1 "$rounds"); do
+    note "disk: round $r (--cpu-mem $b)"
+    flock "$lock" bash -c "$(declare -f endor_run load); $(declare -p infer threads tokens prompt_ids); set -uo pipefail
+      for v in int4-50 dense; do
+        endor_run '$out'/disk-\$v-cache-r$r.log '$work'/\$v.endor --cpu-mem $b --plan
+        endor_run '$out'/disk-\$v-nocache-r$r.log '$work'/\$v.endor --cpu-mem $b --expert-cache 0 --plan
+      done"
+  done
+}
+
+do_batch() {
+  write_env
+  local b; b=$(budget_bytes) || exit 1
+  local prompts=$out/prompts.txt
+  printf '%s\n' "In the beginning" "The capital of France is" "Once upon a time" "A mixture of experts" \
+    "The quick brown fox" "Compression of weights" "Reading from the disk" "Eight sequences at once" >"$prompts"
+  for r in $(seq 1 "$rounds"); do
+    note "batch: round $r (--cpu-mem $b)"
+    flock "$lock" bash -c "$(declare -f load); set -uo pipefail
+      for n in 8 1; do
+        { echo \"# \$(date -u +%FT%TZ) load \$(load): endor-infer int4-50.endor --prompts prompts.txt --batch \$n -n $tokens --cpu-mem $b --plan --stats --threads $threads\"
+          timeout 540 '$infer' '$work'/int4-50.endor --prompts '$prompts' --batch \$n -n $tokens --ignore-eos --temperature 1 --seed 1 \
+            --threads $threads --cpu-mem $b --plan --stats 2>&1 >/dev/null; echo \"# exit \$?\"; } >'$out'/batch-\$n-r$r.log
+        grep -E '^(batch|plan-vs-measured|expert-summary|offload-summary)' '$out'/batch-\$n-r$r.log | cut -c1-200
+      done"
+  done
+}
+
+case "$phase" in
+  gen) do_gen ;;
+  pack) do_pack ;;
+  gguf) do_gguf ;;
+  ram) do_ram ;;
+  probe) do_probe ;;
+  disk) do_disk ;;
+  batch) do_batch ;;
+  table) python3 "$root/bench/moe/table.py" "$out" ;;
+  *) echo "error: unknown phase '$phase'" >&2; exit 2 ;;
+esac
