@@ -4,7 +4,8 @@
 // `::cuemu::Config(g, b, smem, s).launch<k>("k", args)`, `__shared__` declarations become
 // per-block storage poisoned with 0xFF bytes at the start of every block) and is then compiled as
 // C++ with this header first. Host code (.cpp) compiles unchanged against the toolkit's headers and
-// links cuemu_runtime.cpp (the CUDA runtime API) and cublas_shim.cpp instead of cudart/cuBLAS.
+// links cuemu_api.cpp (the CUDA runtime API), cuemu_runtime.cpp (its execution engine) and
+// cublas_shim.cpp instead of cudart/cuBLAS.
 //
 // Execution model (cuemu_runtime.cpp): every CUDA thread is a fiber (Boost.Context fcontext); the
 // threads of a block run on one OS thread until they block at __syncthreads or a warp collective,

@@ -1,4 +1,4 @@
-// Internal to cuemu: what the runtime (cuemu_runtime.cpp) offers the cuBLAS shim.
+// Internal to cuemu: what the runtime (cuemu_runtime.cpp, cuemu_api.cpp) offers the cuBLAS shim.
 #pragma once
 
 #include <string>
