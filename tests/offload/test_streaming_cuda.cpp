@@ -3,8 +3,10 @@
 // than 8 tokens (decoded panels + cuBLAS from a slot) and single-token decode (fused kernels from
 // a slot) — for every prefetch depth, mixed tiers, every fixture architecture, and the block API in
 // any order; plus stats and the bandwidth probe; and generate() sampling on the device (greedy ids
-// equal the CPU backend's, sampled ids the host sampler's). Without a CUDA device every test returns at once
-// and one line "no CUDA device: skipping N GPU tests (...)" marks the binary skipped for ctest.
+// equal the CPU backend's, sampled ids the host sampler's); MoE experts read from pinned host memory and
+// disk into the expert cache's device slots (resident logits, the CPU device's cache counts). Without a
+// CUDA device every test returns at once and one line "no CUDA device: skipping N GPU tests (...)"
+// marks the binary skipped for ctest.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -53,6 +55,36 @@ Streamed streamed_logits(const ContainerReader& c, const Placement& p, uint32_t 
   auto backend = make_cuda_backend(0);
   StreamingOptions o;
   o.prefetch = prefetch;
+  auto weights = make_streaming_weights(c, *backend, p, o);
+  Streamed s;
+  {
+    auto model = load_model(c, *backend, weights.get());
+    s.logits = run_sequence(*model, prompt, steps);
+  }
+  weights->synchronize();
+  s.stats = weights->stats();
+  return s;
+}
+
+// A placement of an MoE container packed by expert: each group's tier from tier_of (embed and head stay
+// on the device), an expert cache of `cache` bytes (0: off), prefetch 1.
+Placement moe_placement(const ContainerReader& c, bool cuda, const std::function<Tier(const GroupDemand&)>& tier_of,
+                        uint64_t cache) {
+  PlacementRequest r;
+  r.groups = group_demands(c.manifest());
+  for (GroupDemand& g : r.groups)
+    if (g.streamable || g.expert) g.manifest_tier = tier_of(g);
+  r.cuda = cuda;
+  r.prefetch = 1;
+  r.expert_cache = cache;
+  return place_groups(r);
+}
+
+// On the exact CPU backend (f32 activations, as the CUDA backend's fused kernels), so both route alike.
+Streamed cpu_streamed(const ContainerReader& c, const Placement& p, const std::vector<int32_t>& prompt, size_t steps) {
+  auto backend = make_exact_cpu_backend(1);
+  StreamingOptions o;
+  o.prefetch = 1;
   auto weights = make_streaming_weights(c, *backend, p, o);
   Streamed s;
   {
@@ -224,6 +256,61 @@ GPU_TEST_CASE("offload cuda: MoE fixtures give transformers' logits (1e-4 relati
       const Placement p = placement_with(*c, true, 1, [tier](const std::string&) { return tier; });
       CHECK(bit_equal(streamed_logits(*c, p, 1, prompt, 4).logits, resident));
     }
+  }
+}
+
+GPU_TEST_CASE("offload cuda: MoE experts off the GPU (pinned host, disk) decoded on the device: resident logits, CPU's counts") {
+  // Attention, router and the hot experts (expert 0 of each block) on the GPU; the other experts in
+  // pinned host memory (odd) or on disk (even), read when routed into the expert cache's device slots
+  // and computed there in their compressed form. Also every block and expert off the GPU. The logits
+  // equal the all-resident CUDA run's bit for bit; the cache's uses, hits and reads equal the CPU
+  // device's with the same experts off its fast tier (same routing on these fixtures).
+  REQUIRE_GPU();
+  TempDir dir;
+  auto expert_tier = [](const GroupDemand& g) {
+    return g.expert_index == 0 ? Tier::Gpu : g.expert_index % 2 ? Tier::Cpu : Tier::Disk;
+  };
+  const std::function<Tier(const GroupDemand&)> tierings[] = {
+      [&](const GroupDemand& g) { return g.expert ? expert_tier(g) : Tier::Gpu; },
+      [&](const GroupDemand& g) { return g.expert ? (g.expert_index % 2 ? Tier::Disk : Tier::Cpu) : (g.layer % 2 ? Tier::Cpu : Tier::Disk); },
+  };
+  for (const char* fixture : {"qwen3-moe-tiny", "mixtral-tiny"}) {
+    CAPTURE(fixture);
+    const std::string out = dir.file(std::string(fixture) + ".endor");
+    REQUIRE(test::run_command(test::endor_pack() + " prune --method magnitude --sparsity 0.5 --quant int4 " +
+                              test::fixture_dir(fixture) + " -o " + out + " >/dev/null 2>&1") == 0);
+    auto c = ContainerReader::open(out);
+    const std::vector<int32_t> prompt = prompt_ids(11, 512);
+    const size_t steps = 4;
+    const std::vector<float> resident = resident_logits(*c, prompt, steps);
+    for (size_t t = 0; t < std::size(tierings); ++t)
+      for (const uint64_t cache : {uint64_t(1) << 20, uint64_t(0)}) {
+        CAPTURE(t);
+        CAPTURE(cache);
+        const Placement p = moe_placement(*c, true, tierings[t], cache);
+        REQUIRE(p.expert_slots >= 2);
+        REQUIRE(p.expert_cache == (cache > 0));
+        const Streamed s = streamed_logits(*c, p, 1, prompt, steps);
+        CHECK(bit_equal(s.logits, resident));
+        const OffloadStats& d = s.stats;
+        const uint64_t from_cpu = d.expert_fills[int(Tier::Cpu)], from_disk = d.expert_fills[int(Tier::Disk)];
+        CHECK(from_cpu > 0);
+        CHECK(from_disk > 0);
+        CHECK(from_cpu + from_disk + d.expert_hits == d.expert_uses);
+        CHECK(d.expert_disk.reads == from_disk);
+        CHECK(d.expert_stall_s >= 0);
+        CHECK(d.stall_s >= d.expert_stall_s);
+        if (cache == 0) CHECK(d.expert_hits == 0);
+        // The CPU device with the same experts off its fast tier (there: on disk).
+        const Placement cpu_p = moe_placement(
+            *c, false, [&](const GroupDemand& g) { return g.expert && tierings[t](g) != Tier::Gpu ? Tier::Disk : Tier::Cpu; },
+            cache);
+        const Streamed cpu = cpu_streamed(*c, cpu_p, prompt, steps);
+        CHECK(d.expert_uses == cpu.stats.expert_uses);
+        CHECK(d.expert_hits == cpu.stats.expert_hits);
+        CHECK(from_cpu + from_disk == cpu.stats.expert_fills[int(Tier::Disk)]);
+        CHECK(d.expert_counts == cpu.stats.expert_counts);
+      }
   }
 }
 
