@@ -9,6 +9,7 @@
 
 #include "context.h"
 #include "half.h"
+#include "int4_dense.h"
 #include "ops.h"
 
 namespace endor {
@@ -19,11 +20,14 @@ using cpu::detail::Context;
 class CpuWeight final : public Weight {
  public:
   explicit CpuWeight(const TensorView& view) : view_(view) {}
+  // A re-encoded copy (int4_dense.h): the weight reads it instead of the caller's bytes.
+  explicit CpuWeight(std::unique_ptr<cpu::detail::DenseInt4> dense) : view_(dense->view), dense_(std::move(dense)) {}
   const TensorLayout& layout() const override { return view_.layout; }
   const TensorView& view() const { return view_; }
 
  private:
-  TensorView view_;  // points into the caller's mapping; no copy
+  TensorView view_;  // points into the caller's mapping (no copy), or into dense_
+  std::unique_ptr<cpu::detail::DenseInt4> dense_;
 };
 
 const TensorView& view_of(const Weight& w) {
@@ -88,6 +92,13 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<Weight> prepare_weight(const TensorView& view) override {
     check_weight(view);
+    return std::make_unique<CpuWeight>(view);
+  }
+  std::unique_ptr<Weight> prepare_resident_weight(const TensorView& view) override {
+    check_weight(view);
+    if (view.layout.value_type == ValueType::I4 && view.layout.encoding == Encoding::Bitmap &&
+        cpu::detail::int4_dense_enabled(ctx_.options, ctx_.kernels->name))
+      if (auto dense = cpu::detail::densify_int4_bitmap(view)) return std::make_unique<CpuWeight>(std::move(dense));
     return std::make_unique<CpuWeight>(view);
   }
 

@@ -52,7 +52,9 @@ const Weight& WeightStore::matrix(const TensorSpec& spec) {
   // And whether an int4 tensor is 2:4 (the CPU one-token kernel's gather path), from the file's
   // bytes: a streamed weight is prepared before its slot is filled, and keeps this view's flag.
   view.two_of_four = info.value_type == ValueType::I4 && is_two_of_four(view);
-  std::unique_ptr<Weight> w = provider_ ? provider_->prepare(backend_, view, info.group) : backend_.prepare_weight(view);
+  // Without a provider every weight stays in the mapping: the backend may re-encode it once
+  // (the CPU backend: bitmap int4 as dense int4 where cpu::Options::int4_dense says so).
+  std::unique_ptr<Weight> w = provider_ ? provider_->prepare(backend_, view, info.group) : backend_.prepare_resident_weight(view);
   const Weight* raw = w.get();
   weights_by_group_[info.group].push_back(std::move(w));
   matrices_[info.name] = raw;

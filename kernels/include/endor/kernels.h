@@ -82,6 +82,10 @@ class Backend {
   // bitmap view must have passed validate_bitmap() (the reader's verify_all() does that): the
   // kernels trust the index. prepare_weight checks the layout's own consistency only.
   virtual std::unique_ptr<Weight> prepare_weight(const TensorView&) = 0;
+  // The same for a weight whose bytes are already in memory and stay there (not a streamed slot
+  // filled after preparing): a backend may re-encode it once here. The CPU backend stores bitmap
+  // int4 as dense int4 where cpu::Options::int4_dense says so. Default: prepare_weight.
+  virtual std::unique_ptr<Weight> prepare_resident_weight(const TensorView& v) { return prepare_weight(v); }
   // Decoded rows of a weight (embedding lookup): out[t, :] = W[ids[t], :] as f32.
   // Throws endor::Error when an id is outside [0, rows).
   virtual void embed(const Weight& table, const int32_t* host_ids, size_t n_tokens, float* out) = 0;
@@ -187,12 +191,21 @@ enum class LinearPath : uint8_t { Auto, Fused, RowDecode, PanelGemm };
 // Which GEMM PanelGemm calls: Auto = oneDNN when the build found it, else the built-in one.
 enum class GemmImpl : uint8_t { Auto, Builtin };
 
+// Resident bitmap int4 weights re-encoded at load time as dense int4 (issue 40): their absent
+// columns take their group's zero code z (z·S + M = 0 exactly), so the dense kernel, which expands
+// nothing, computes the same function at 4/3 of the bytes (0.5 against 0.375 bytes a weight at
+// 50 %). Auto: on where the int8-activation kernels run on AVX-512 VNNI of an AMD CPU (Zen 4: the
+// bitmap word's expand costs more than its bytes save; bench/RESULTS.md, NOTES.md issue 40), off
+// elsewhere; ENDOR_INT4_DENSE=on|off|auto overrides Auto. Never under Options::exact.
+enum class Int4Dense : uint8_t { Auto, Off, On };
+
 struct Options {
   int n_threads = 0;                      // worker-pool threads; 0 = omp_get_max_threads() (every core)
   Isa isa = Isa::Auto;
   LinearPath linear_path = LinearPath::Auto;
   GemmImpl gemm = GemmImpl::Auto;
   size_t gemm_min_tokens = 0;             // Auto path: T >= this uses PanelGemm; 0 = per weight (above)
+  Int4Dense int4_dense = Int4Dense::Auto;  // resident bitmap int4 as dense int4 (above)
   // false (default): int8, int8g and int4 weights multiply activations quantized to int8 per 32-column
   // block (integer dot products: vpdpbusd with AVX-512 VNNI, vpmaddubsw with AVX2); prefill paths
   // multiply the same dequantized activations, so decode and prefill compute one function. Dense
