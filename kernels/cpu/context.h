@@ -54,6 +54,7 @@ struct Context {
   ScratchBuffer act_scratch;     // int8 activations: the quantized x (QuantizedX)
   ScratchBuffer xhat_scratch;    // int8 activations on non-fused paths: x̂ = d·q as f32
   ScratchBuffer half_x_scratch;  // f16 activations: x rounded to f16 (uint16 bits)
+  ScratchBuffer half_x_wide_scratch;  // and those values widened to f32 for token blocks (linear.cpp)
   ScratchBuffer kv_k_scratch;    // f16 KV cache: the keys attention reads, widened to f32
   ScratchBuffer kv_v_scratch;    // and the values
   std::vector<uint8_t> half_ok;  // f16 activations: whether each token of the call fits f16

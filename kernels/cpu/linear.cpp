@@ -122,24 +122,50 @@ void linear_fused_q8(Context& ctx, const TensorView& w, const QuantizedX& qx, si
   });
 }
 
+// Widened copies of f16 x for blocks of several tokens: x's f16 values as f32 (exact), so the
+// kernel's FMAs read x from memory instead of converting each token's x again for every row
+// (dot_rows_hx widens 16 values per 16 weights: at 4 tokens a word, 16 conversions beside 16 FMAs;
+// the head of a batch-8 step spent half its time there). dot_rows on the widened values is
+// dot_rows_hx's function (weight_kernels.h), so a row's result is the one-token call's. Only while
+// a block's x stays small in L1 (the one-token reason for f16 x); null otherwise.
+constexpr uint64_t kWideXMaxCols = 1024;
+const float* widen_for_blocks(Context& ctx, const uint16_t* xh, size_t n_tokens, uint64_t cols) {
+  if (!xh || n_tokens < 2 || cols > kWideXMaxCols) return nullptr;
+  float* xw = ctx.half_x_wide_scratch.floats(n_tokens * cols);
+  widen_half(xh, xw, n_tokens * cols);  // tokens beyond f16 (half_ok 0) are never read from it
+  return xw;
+}
+
+// Rows a kernel call takes while later token blocks follow: as many as keep ~16 KiB of f16 weights
+// (a dense f16 row of 576 columns: 14 rows) in L1 for the next block, instead of a task's whole
+// range (the head's 3072 rows, 3.5 MiB, read from memory once per block). Rows are independent:
+// the same results at any split.
+uint64_t rows_between_blocks(uint64_t cols) { return std::max<uint64_t>(8, 8192 / std::max<uint64_t>(cols, 1)); }
+
 // Rows [r0, r1) of w times tokens [0, n_tokens) of x (f32) or of xh (x rounded to f16; null: f32
-// for every token), in blocks of fused_block() tokens. half_ok[t] false: token t keeps f32 x, alone
-// in its call (only under batch invariance does xh hold such tokens).
+// for every token; xw: xh widened, widen_for_blocks, or null), in blocks of fused_block() tokens.
+// half_ok[t] false: token t keeps f32 x, alone in its call (only under batch invariance does xh
+// hold such tokens).
 void dot_rows_blocks(const Context& ctx, const TensorView& w, uint64_t r0, uint64_t r1, const float* x,
-                     const uint16_t* xh, size_t n_tokens, float* y) {
+                     const uint16_t* xh, const float* xw, size_t n_tokens, float* y) {
   const uint64_t rows = w.layout.rows, cols = w.layout.cols;
   const WeightKernels& k = *ctx.kernels;
   const size_t block = fused_block(ctx, w.layout, false);
-  for (size_t t0 = 0; t0 < n_tokens;) {
-    size_t nt = std::min(block, n_tokens - t0);
-    if (xh) {  // a run of tokens that all fit f16, or one that does not
-      size_t run = 1;
-      while (run < nt && ctx.half_ok[t0 + run] == ctx.half_ok[t0]) ++run;
-      nt = ctx.half_ok[t0] ? run : 1;
+  const uint64_t step = n_tokens > block ? rows_between_blocks(cols) : r1 - r0;
+  for (uint64_t a = r0; a < r1; a += step) {
+    const uint64_t b = std::min(r1, a + step);
+    for (size_t t0 = 0; t0 < n_tokens;) {
+      size_t nt = std::min(block, n_tokens - t0);
+      if (xh) {  // a run of tokens that all fit f16, or one that does not
+        size_t run = 1;
+        while (run < nt && ctx.half_ok[t0 + run] == ctx.half_ok[t0]) ++run;
+        nt = ctx.half_ok[t0] ? run : 1;
+      }
+      if (xh && ctx.half_ok[t0] && xw) k.dot_rows(w, a, b, xw + t0 * cols, cols, nt, y + t0 * rows, rows);
+      else if (xh && ctx.half_ok[t0]) k.dot_rows_hx(w, a, b, xh + t0 * cols, cols, nt, y + t0 * rows, rows);
+      else k.dot_rows(w, a, b, x + t0 * cols, cols, nt, y + t0 * rows, rows);
+      t0 += nt;
     }
-    if (xh && ctx.half_ok[t0]) k.dot_rows_hx(w, r0, r1, xh + t0 * cols, cols, nt, y + t0 * rows, rows);
-    else k.dot_rows(w, r0, r1, x + t0 * cols, cols, nt, y + t0 * rows, rows);
-    t0 += nt;
   }
 }
 
@@ -148,10 +174,11 @@ void linear_fused(Context& ctx, const TensorView& w, const float* x, const uint1
   const uint64_t rows = w.layout.rows, cols = w.layout.cols;
   const size_t chunk = rows_per_task(rows, ctx.n_threads);
   const int64_t n_chunks = int64_t((rows + chunk - 1) / chunk);
+  const float* xw = widen_for_blocks(ctx, xh, n_tokens, cols);
   // Token blocks as linear_fused_q8's: a task's rows stay in cache from one block to the next.
   ctx.pool.run(n_chunks, threads_for(rows * cols * n_tokens, ctx.n_threads), [&](int64_t b, int) {
     const uint64_t r0 = uint64_t(b) * chunk, r1 = std::min<uint64_t>(rows, r0 + chunk);
-    dot_rows_blocks(ctx, w, r0, r1, x, xh, n_tokens, y);
+    dot_rows_blocks(ctx, w, r0, r1, x, xh, xw, n_tokens, y);
   });
 }
 
@@ -304,6 +331,7 @@ void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const floa
   bool any_half = false;
   for (size_t i = 0; i < n_jobs; ++i) any_half = any_half || half_activations(ctx, *jobs[i].w);
   const uint16_t* xh = any_half ? round_into_scratch(ctx, x, n_tokens, jobs[0].w->layout.cols) : nullptr;
+  const float* xw = widen_for_blocks(ctx, xh, n_tokens, jobs[0].w->layout.cols);
   // Token blocks of fused_block() as in linear_fused: a task's rows stay in cache between them.
   ctx.pool.run(n_tasks, threads_for(work, ctx.n_threads), [&](int64_t i, int) {
     const LinearGroupTask& t = tasks[size_t(i)];
@@ -313,7 +341,8 @@ void linear_group(Context& ctx, const LinearJob* jobs, size_t n_jobs, const floa
       for (size_t t0 = 0; t0 < n_tokens; t0 += block)
         k.dot_rows_q8(*t.job->w, t.r0, t.r1, qx.token(t0), std::min(block, n_tokens - t0), t.job->y + t0 * rows, rows);
     } else {
-      dot_rows_blocks(ctx, *t.job->w, t.r0, t.r1, x, half_activations(ctx, *t.job->w) ? xh : nullptr, n_tokens, t.job->y);
+      const bool half = half_activations(ctx, *t.job->w);
+      dot_rows_blocks(ctx, *t.job->w, t.r0, t.r1, x, half ? xh : nullptr, half ? xw : nullptr, n_tokens, t.job->y);
     }
     if (const float* b = t.job->bias)
       for (size_t tok = 0; tok < n_tokens; ++tok)

@@ -76,6 +76,21 @@ __attribute__((always_inline)) inline void for_each_code_word(const TensorView& 
   }
 }
 
+// The int32 → f32 conversion of a word's sums without vcvtdq2ps: the sums start from
+// kMagic + start (add_magic), so a lane holds the bits of the float 1.5·2^23 + sum, and one
+// subtraction gives the sum as f32, exactly as vcvtdq2ps does (|sum| < 2^18 < 2^22: 4 products of
+// 255·127 plus start's 4·128·127). Why: on Intel cores vpdpbusd and vcvtdq2ps of 512 bits both
+// issue on port 0 only, so a token's word cost 2 cycles there while port 5 idled; vsubps issues
+// on either. The one-token kernels keep vcvtdq2ps (their port 5 carries the expand).
+constexpr int32_t kMagic = 0x4B400000;  // the bits of 12582912.0f = 1.5·2^23
+inline void add_magic(int32_t* start, uint64_t words) {
+  for (uint64_t i = 0; i < words * 16; i += 16)
+    _mm512_store_si512(start + i, _mm512_add_epi32(_mm512_load_si512(start + i), _mm512_set1_epi32(kMagic)));
+}
+__attribute__((always_inline)) inline __m512 magic_to_ps(__m512i s) {
+  return _mm512_sub_ps(_mm512_castsi512_ps(s), _mm512_set1_ps(12582912.0f));
+}
+
 template <ValueType VT, int NT>
 void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y, size_t ys) {
   const TensorLayout& L = w.layout;
@@ -89,7 +104,10 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
   for (int t = 0; t < NT; ++t) {
     const QuantizedX xt = qx.token(size_t(t));
     word_scales(xt, words, dv + t * words * 16);
-    if constexpr (VT != ValueType::I4) int8_starts(xt, words, start + t * words * 16);
+    if constexpr (VT != ValueType::I4) {
+      int8_starts(xt, words, start + t * words * 16);
+      add_magic(start + t * words * 16, words);
+    }
     if (VT == ValueType::I4) dense_group_sums(xt, L, group_p + t * L.groups_per_row);
   }
   CodeScratch scratch;
@@ -155,13 +173,20 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
       if constexpr (VT != ValueType::I4) {
         const __m512i u = _mm512_xor_si512(codes, _mm512_set1_epi8(char(0x80)));
         if constexpr (VT == ValueType::I8G) bs.next_word();
-        for (int t = 0; t < NT; ++t) {
-          const size_t at = (t * words + wi) * 16;
-          const __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512(start + at), u, _mm512_loadu_si512(qx.q + t * qx.q_stride + 64 * wi));
-          __m512 f = _mm512_load_ps(dv + at);
-          if constexpr (VT == ValueType::I8G) f = _mm512_mul_ps(f, bs.vec);  // d_b·S_g(b)
-          acc[t][wi % kA] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), f, acc[t][wi % kA]);
-        }
+        // The chain as a constant index in each branch: with acc[t][wi % 2] the compiler kept the
+        // 2·NT accumulators on the stack, a store-to-load round trip per FMA (same sums either way).
+        auto tokens = [&](auto chain_tag) {
+          constexpr int A = decltype(chain_tag)::value;
+          for (int t = 0; t < NT; ++t) {
+            const size_t at = (t * words + wi) * 16;
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512(start + at), u, _mm512_loadu_si512(qx.q + t * qx.q_stride + 64 * wi));
+            __m512 f = _mm512_load_ps(dv + at);
+            if constexpr (VT == ValueType::I8G) f = _mm512_mul_ps(f, bs.vec);  // d_b·S_g(b)
+            acc[t][A] = _mm512_fmadd_ps(magic_to_ps(s), f, acc[t][A]);
+          }
+        };
+        if (wi & 1) tokens(std::integral_constant<int, kA - 1>{});
+        else tokens(std::integral_constant<int, 0>{});
       } else {
         const __m512i pres = presence ? _mm512_maskz_mov_epi8(k, ones) : zero;  // only the presence path reads it
         if (row_z) codes = _mm512_mask_blend_epi8(k, zv, codes);

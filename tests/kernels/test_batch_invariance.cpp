@@ -37,6 +37,8 @@ struct Form {
 const Form kForms[] = {
     {"dense f32", Encoding::Dense, ValueType::F32, 0, Int4Params::F16, 200},
     {"dense f16", Encoding::Dense, ValueType::F16, 0, Int4Params::F16, 200},
+    // f16 x widened once for a block of tokens (linear.cpp), in row runs shorter than a thread's range
+    {"dense f16 1024", Encoding::Dense, ValueType::F16, 0, Int4Params::F16, 1024},
     {"dense bf16", Encoding::Dense, ValueType::BF16, 0, Int4Params::F16, 200},
     {"dense int8", Encoding::Dense, ValueType::I8, 0, Int4Params::F16, 200},
     {"dense int8g", Encoding::Dense, ValueType::I8G, 32, Int4Params::F16, 192},
