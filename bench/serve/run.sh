@@ -10,20 +10,26 @@
 #   1b:      the 1 B Llama shape with random f16 weights (tools/make_big_checkpoint.py, as bench/peers),
 #            int4 @ 50 %, every block streamed from disk each step (--cpu-mem 0); endor-serve only.
 #
-# Usage: bench/serve/run.sh [--models smollm2,1b] [--rounds N] [--threads N] [--parallel N] OUT_DIR
+# Usage: bench/serve/run.sh [--models smollm2,1b] [--rounds N] [--threads N] [--parallel N] [--levels 1,4,8,16]
+#                           [--busy] OUT_DIR
+# --levels: the concurrency levels (default 1,4,8,16). --busy: a competing CPU load during the timed
+# rounds (issue 37): a shell loop at nice 10 pinned to core 1 (taskset -c 1), bounded by `timeout`
+# and ended with the rounds, so one of the servers' cores is shared as on a machine that does other things.
 # Environment: ENDOR_BUILD (default build), ENDOR_SERVE_CACHE (default ~/.cache/endor/serve) for the
 # made files, ENDOR_PEERS_CACHE (default ~/.cache/endor/peers) for llama.cpp (bench/peers/build_llama.sh
 # builds it; without llama-server the llama rows are left out, saying so).
 # OUT_DIR gets run.log, results.jsonl and table.md.
 set -uo pipefail
-models=smollm2,1b rounds=3 threads=2 parallel=8 out=""
+models=smollm2,1b rounds=3 threads=2 parallel=8 levels=1,4,8,16 busy=0 out=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --parallel) parallel=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --levels) levels=$2; shift 2 ;;
+    --busy) busy=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) echo "bench/serve/run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) out=$1; shift ;;
   esac
@@ -42,7 +48,8 @@ note() { echo "== [$(date +%T)] $*"; }
 die() { echo "bench/serve/run.sh: $*" >&2; exit 1; }
 for b in "$pack" "$serve"; do [[ -x "$b" ]] || die "$b not built (cmake --build build --target endor-pack endor-serve)"; done
 note "$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores; commit $(git -C "$root" rev-parse --short HEAD)"
-note "command: bench/serve/run.sh --models $models --rounds $rounds --threads $threads --parallel $parallel"
+note "command: bench/serve/run.sh --models $models --rounds $rounds --threads $threads --parallel $parallel --levels $levels$( ((busy)) && echo ' --busy')"
+note "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---- files ------------------------------------------------------------------------------------
 IFS=, read -r -a model_list <<<"$models"
@@ -134,10 +141,17 @@ done
 # Load per level: SmolLM2 2 requests a client of 64 tokens; the 1 B from disk 1 request of 24.
 results="$out/results.jsonl"
 : >"$results"
+if ((busy)); then
+  command -v taskset >/dev/null || die "--busy needs taskset (util-linux)"
+  timeout 3600 nice -n 10 taskset -c 1 sh -c 'while :; do :; done' &
+  pids+=($!)
+  note "busy: a shell loop at nice 10 on core 1 (pid $!) for the timed rounds"
+fi
+IFS=, read -r -a level_list <<<"$levels"
 for r in $(seq "$rounds"); do
   order=("${labels[@]}")
   if ((r % 2 == 0)); then order=(); for ((i=${#labels[@]}-1; i>=0; i--)); do order+=("${labels[$i]}"); done; fi
-  for c in 1 4 8 16; do
+  for c in "${level_list[@]}"; do
     for l in "${order[@]}"; do
       if [[ "$l" == *1b* ]]; then per=1 n=24; else per=2 n=64; fi
       line=$(python3 "$root/bench/serve/loadgen.py" --port "${port[$l]}" --concurrency "$c" --requests-per-client "$per" \
@@ -147,4 +161,5 @@ for r in $(seq "$rounds"); do
     done
   done
 done
+note "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 "$root/bench/serve/table.py" "$results" | tee "$out/table.md"

@@ -30,6 +30,15 @@ constexpr int64_t kPreemptedWaitNs = 300'000;
 // and with a fixed 2 s window a few of those escalated to seconds of one-thread decode
 // (2026-11-25: 2569 of ~7000 runs of a 1 B decode made serial on a quiet machine by 10 stalls).
 constexpr int64_t kCleanResetNs = 50'000'000;
+// The back-off only pays where contention costs more than the workers bring: a parallel run loses
+// its stalls (the caller waiting for a descheduled worker's task), a run on the caller alone loses
+// the other threads' share, 1 - 1/n of it. The pool keeps the stalls' share of its parallel time
+// (both halved every kShareWindowNs of parallel time, so the share follows the last ~0.1-0.2 s) and
+// backs off only while that share is over half the break-even, (1 - 1/n) / 2. Small runs (a decode
+// at batch 1: ~20 µs each, a stall the competing program's whole timeslice) cross it at once;
+// a batched step's runs (8 tokens: ~10x longer, the same stalls) stay parallel on a core shared
+// with a nice-10 program (bench/serve/README.md, --busy).
+constexpr int64_t kShareWindowNs = 200'000'000;
 
 int64_t spin_ns_from_env() {
   const char* s = std::getenv("ENDOR_SPIN_US");
@@ -119,6 +128,19 @@ void ThreadPool::worker_main(int thread) {
   }
 }
 
+void ThreadPool::note_parallel(int64_t ran_ns, int64_t stall_ns, int64_t now) {
+  parallel_ns_ += ran_ns;
+  stall_ns_ += stall_ns;
+  if (parallel_ns_ > kShareWindowNs) parallel_ns_ /= 2, stall_ns_ /= 2;
+  if (stall_ns == 0) return;
+  ++contended_runs_;
+  // stall share > (1 - 1/n) / 2, in integers: 2n·stall > (n - 1)·parallel.
+  if (2 * int64_t(n_threads_) * stall_ns_ <= int64_t(n_threads_ - 1) * parallel_ns_) return;
+  backoff_ns_ = backoff_ns_ == 0 ? backoff_.min_ns : std::min(2 * backoff_ns_, backoff_.max_ns);
+  serial_until_ns_ = now + backoff_ns_;
+  clean_since_ns_ = serial_until_ns_;
+}
+
 void ThreadPool::run_erased(int64_t n_tasks, TaskFn fn, void* ctx) {
   std::lock_guard<std::mutex> run_lock(run_mutex_);
   parked_.store(false, std::memory_order_relaxed);
@@ -138,6 +160,7 @@ void ThreadPool::run_erased(int64_t n_tasks, TaskFn fn, void* ctx) {
   }
   if (workers_.empty()) start_workers();
   for (int64_t base = 0; base < n_tasks; base += kMaxTasks) {
+    const int64_t t_begin = t_start;
     const uint32_t count = uint32_t(std::min(kMaxTasks, n_tasks - base));
     fn_ = fn;
     ctx_ = ctx;
@@ -151,6 +174,7 @@ void ThreadPool::run_erased(int64_t n_tasks, TaskFn fn, void* ctx) {
     }
     const int64_t own = drain(gen, 0);
     // Every task is claimed; wait for those still running on workers.
+    int64_t stall = 0;
     if (done_.load(std::memory_order_acquire) != int64_t(count)) {
       const int64_t t_drained = now_ns(), yield_at = t_drained + kCallerSpinNs;
       for (int i = 1; done_.load(std::memory_order_acquire) != int64_t(count); ++i) {
@@ -159,14 +183,12 @@ void ThreadPool::run_erased(int64_t n_tasks, TaskFn fn, void* ctx) {
       }
       const int64_t t_done = now_ns(), waited = t_done - t_drained;
       const int64_t per_task = own > 0 ? (t_drained - t_start) / own : 0;
-      if (waited > kPreemptedWaitNs && waited > 4 * per_task) {
-        ++contended_runs_;
-        backoff_ns_ = backoff_ns_ == 0 ? backoff_.min_ns : std::min(2 * backoff_ns_, backoff_.max_ns);
-        serial_until_ns_ = t_done + backoff_ns_;
-        clean_since_ns_ = serial_until_ns_;
-      }
+      if (waited > kPreemptedWaitNs && waited > 4 * per_task) stall = waited;
       t_start = t_done;
+    } else {
+      t_start = now_ns();
     }
+    note_parallel(t_start - t_begin, stall, t_start);
     if (backoff_ns_ != 0 && t_start - clean_since_ns_ > std::max(kCleanResetNs, 2 * backoff_ns_)) backoff_ns_ = 0;
     if (error_) {  // no task of this run is running any more: the first exception goes to the caller
       std::exception_ptr e;

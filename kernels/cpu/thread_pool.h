@@ -9,9 +9,11 @@
 //     claims nothing: the others, the caller included, take its share, and the caller waits only
 //     for tasks actually claimed and still running, never for a thread to show up;
 //   - notices when a worker was descheduled in the middle of a task (the caller waited for it far
-//     longer than a task takes: another program wants the core) and then runs on the caller alone
-//     for a back-off period (5 ms, doubling to 1 s while it comes back soon after each), so a busy core costs
-//     a share of one core instead of a timeslice per parallel region;
+//     longer than a task takes: another program wants the core) and, while such stalls take more
+//     than (1 - 1/n) / 2 of its parallel time, runs on the caller alone for a back-off period (5 ms,
+//     doubling to 1 s while it comes back soon after each), so a busy core costs a share of one core
+//     instead of a timeslice per parallel region where the regions are short (decode at batch 1),
+//     and long regions (a batched step) keep every thread;
 //   - lets an idle worker spin for a bounded time (ENDOR_SPIN_US, default 200 µs: long enough to
 //     catch the next region of a decode step, short enough that a paused generation costs nothing)
 //     and then sleep on a condition variable; a waiting caller yields its core after a short spin.
@@ -86,6 +88,9 @@ class ThreadPool {
   void run_erased(int64_t n_tasks, TaskFn fn, void* ctx);
   void start_workers();
   void worker_main(int thread);
+  // After a parallel run of ran_ns with a stall of stall_ns (0: none): counts it in the stalls'
+  // share of parallel time and starts a back-off where the share is over the break-even.
+  void note_parallel(int64_t ran_ns, int64_t stall_ns, int64_t now);
   // Claims and runs tasks of generation gen until none is left; returns how many it ran.
   int64_t drain(uint32_t gen, int thread);
 
@@ -96,6 +101,7 @@ class ThreadPool {
   // Contention back-off (touched by the caller under run_mutex_ only).
   int64_t serial_until_ns_ = 0, backoff_ns_ = 0, clean_since_ns_ = 0;
   int64_t contended_runs_ = 0, serialised_runs_ = 0;
+  int64_t parallel_ns_ = 0, stall_ns_ = 0;  // decayed sums: parallel run time, stalls within it
 
   // The current job (written by run_erased before the generation is published).
   TaskFn fn_ = nullptr;
