@@ -17,6 +17,7 @@
 #             dense (the same budget), expert cache on (default size) and off (--expert-cache 0),
 #             each with --plan; ROUNDS interleaved rounds
 #   batch     from disk under the same budget: --prompts (8 lines) at --batch 8 against --batch 1, --plan
+#   measure   ram, probe, disk and batch in one lock hold (when other jobs queue on the lock)
 #   table     bench/moe/table.py over OUT_DIR
 # Every timed command runs under /tmp/endor-build.lock at normal priority (packing: nice 19), one
 # flock per phase and round (each well under 10 minutes); the load average is logged beside it.
@@ -52,15 +53,17 @@ infer=$build/runtime/endor-infer
 ckpt=$work/ckpt
 mkdir -p "$out" "$work"
 prompt_ids="1 100 200 300 400 500 600 700"
-# Sampled at temperature 1 (seed 1), not greedy: a random-weight model's greedy decode repeats one token,
-# and one token routes to the same experts every step (the cache would hit every time). llama-bench
-# feeds random tokens for the same reason.
+# Greedy: with make_moe_checkpoint.py's scales each token routes on its own embedding and the greedy
+# ids wander over the vocabulary (routing about uniform, as with llama-bench's random tokens). Not
+# sampled: sampling 151936 logits costs endor-infer ~25 ms a token here, more than the blocks.
 
 declare -A pack_args=([dense]="convert --dtype f16"
                       [int4k]="prune --sparsity 0 --quant int4k --quant-head int4k"
                       [int4-50]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head int4"
                       [f16-50]="prune --sparsity 0.5 --method magnitude --dtype f16")
 file_of() { echo "$work/$1.endor"; }
+# locked CMD...: CMD under the lock, unless this run holds it already (phase measure, ENDOR_MOE_LOCKED=1).
+locked() { if [[ -n "${ENDOR_MOE_LOCKED:-}" ]]; then "$@"; else flock "$lock" "$@"; fi; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 note() { echo "== $(date -u +%H:%M:%S) [load $(load)] $*"; }
 # warm FILE: its pages into the page cache (in-RAM runs read it from there).
@@ -96,17 +99,21 @@ do_pack() {
 
 do_gguf() {
   [[ -x "$llama/llama-quantize" ]] || { echo "error: no $llama/llama-quantize (bench/peers/build_llama.sh)"; exit 1; }
+  if [[ -z "${ENDOR_MOE_LOCKED:-}" ]]; then  # one hold at nice 19 for the export and both quantizations
+    flock "$lock" env ENDOR_MOE_LOCKED=1 nice -n 19 "$0" gguf "$out"
+    return
+  fi
   local f16=$work/f16.gguf
   if [[ ! -f "$f16" ]]; then
     note "gguf: export --to gguf"
-    flock "$lock" nice -n 19 "$pack" export "$(file_of dense)" --to gguf -o "$f16.tmp" >"$out/gguf-export.log" 2>&1 ||
+    "$pack" export "$(file_of dense)" --to gguf -o "$f16.tmp" >"$out/gguf-export.log" 2>&1 ||
       { tail -3 "$out/gguf-export.log"; rm -f "$f16.tmp"; exit 1; }
     mv "$f16.tmp" "$f16"
   fi
   for q in Q4_K_M Q4_0; do
     [[ -f "$work/$q.gguf" ]] && continue
     note "gguf: llama-quantize $q"
-    flock "$lock" nice -n 19 "$llama/llama-quantize" "$f16" "$work/$q.gguf.tmp" "$q" 2 >"$out/quantize-$q.log" 2>&1 ||
+    "$llama/llama-quantize" "$f16" "$work/$q.gguf.tmp" "$q" 2 >"$out/quantize-$q.log" 2>&1 ||
       { tail -3 "$out/quantize-$q.log"; rm -f "$work/$q.gguf.tmp"; exit 1; }
     mv "$work/$q.gguf.tmp" "$work/$q.gguf"
     tail -2 "$out/quantize-$q.log"
@@ -119,7 +126,7 @@ endor_run() {
   local log=$1 f=$2
   shift 2
   { echo "# $(date -u +%FT%TZ) load $(load): endor-infer $(basename "$f") --threads $threads -n $((tokens + 1)) $*"
-    timeout 540 "$infer" "$f" --ids "$prompt_ids" -n $((tokens + 1)) --ignore-eos --temperature 1 --seed 1 --threads "$threads" \
+    timeout 540 "$infer" "$f" --ids "$prompt_ids" -n $((tokens + 1)) --ignore-eos --temperature 0 --threads "$threads" \
       --stats "$@" 2>&1 >/dev/null
     echo "# exit $?"; } >"$log"
   grep -E "^(decode:|plan-summary|plan-vs-measured|expert-summary)" "$log" | cut -c1-200
@@ -129,7 +136,7 @@ do_ram() {
   write_env
   for r in $(seq 1 "$rounds"); do
     note "ram: round $r"
-    flock "$lock" bash -c "$(declare -f endor_run warm load); $(declare -p infer threads tokens prompt_ids); set -uo pipefail
+    locked bash -c "$(declare -f endor_run warm load); $(declare -p infer threads tokens prompt_ids); set -uo pipefail
       for v in int4k int4-50 f16-50; do warm '$work'/\$v.endor; endor_run '$out'/ram-\$v-r$r.log '$work'/\$v.endor --plan; done
       for q in Q4_K_M Q4_0 F16; do
         g='$work'/\$q.gguf; [[ \$q == F16 ]] && g='$work'/f16.gguf
@@ -152,7 +159,7 @@ print(sum(b["bytes"] for b in e) // 4)'
 do_probe() {
   [[ -f "$out/probe.txt" ]] && return 0
   note "probe: disk rate"
-  flock "$lock" "$build/bench/bench_offload_probe" --container "$(file_of int4-50)" --disk-bytes 1G --device cpu \
+  locked "$build/bench/bench_offload_probe" --container "$(file_of int4-50)" --disk-bytes 1G --device cpu \
     >"$out/probe.txt" 2>&1 || { cat "$out/probe.txt"; exit 1; }
   echo "load $(load)" >>"$out/probe.txt"
   cat "$out/probe.txt"
@@ -165,7 +172,7 @@ do_disk() {
   echo "cpu_mem_bytes=$b (a quarter of the int4-50 file's expert bytes)" >"$out/budget.txt"
   for r in $(seq 1 "$rounds"); do
     note "disk: round $r (--cpu-mem $b)"
-    flock "$lock" bash -c "$(declare -f endor_run load); $(declare -p infer threads tokens prompt_ids); set -uo pipefail
+    locked bash -c "$(declare -f endor_run load); $(declare -p infer threads tokens prompt_ids); set -uo pipefail
       for v in int4-50 dense; do
         endor_run '$out'/disk-\$v-cache-r$r.log '$work'/\$v.endor --cpu-mem $b --plan
         endor_run '$out'/disk-\$v-nocache-r$r.log '$work'/\$v.endor --cpu-mem $b --expert-cache 0 --plan
@@ -181,17 +188,24 @@ do_batch() {
     "The quick brown fox" "Compression of weights" "Reading from the disk" "Eight sequences at once" >"$prompts"
   for r in $(seq 1 "$rounds"); do
     note "batch: round $r (--cpu-mem $b)"
-    flock "$lock" bash -c "$(declare -f load); set -uo pipefail
+    locked bash -c "$(declare -f load); set -uo pipefail
       for n in 8 1; do
         { echo \"# \$(date -u +%FT%TZ) load \$(load): endor-infer int4-50.endor --prompts prompts.txt --batch \$n -n $tokens --cpu-mem $b --plan --stats --threads $threads\"
-          timeout 540 '$infer' '$work'/int4-50.endor --prompts '$prompts' --batch \$n -n $tokens --ignore-eos --temperature 1 --seed 1 \
+          timeout 540 '$infer' '$work'/int4-50.endor --prompts '$prompts' --batch \$n -n $tokens --ignore-eos --temperature 0 \
             --threads $threads --cpu-mem $b --plan --stats 2>&1 >/dev/null; echo \"# exit \$?\"; } >'$out'/batch-\$n-r$r.log
         grep -E '^(batch|plan-vs-measured|expert-summary|offload-summary)' '$out'/batch-\$n-r$r.log | cut -c1-200
       done"
   done
 }
 
+# The logs are committed: no machine paths in them.
+scrub() { sed -i -e "s#$HOME/#~/#g" -e "s#$root/#./#g" "$out"/* 2>/dev/null; }
+trap scrub EXIT
+
 case "$phase" in
+  measure)  # ram, probe, disk and batch in one lock hold (a few minutes), at normal priority
+    if [[ -z "${ENDOR_MOE_LOCKED:-}" ]]; then exec flock "$lock" env ENDOR_MOE_LOCKED=1 "$0" measure "$out"; fi
+    do_ram; do_probe; do_disk; do_batch ;;
   gen) do_gen ;;
   pack) do_pack ;;
   gguf) do_gguf ;;

@@ -95,7 +95,7 @@ def disk_gbps(out):
 def disk_table(out):
     gbps = disk_gbps(out)
     rows = [f"disk rate (probe): {gbps} GB/s\n",
-            "| from disk | tok/s | MB read/token | hit rate | floor ms | ms/token | x floor | plan ms | plan/measured | load |",
+            "| from disk | tok/s | MB read/token | hit rate | floor ms | ms/token | x floor | plan ms | measured/plan | load |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     figures = {}
     for v in ["int4-50", "dense"]:
