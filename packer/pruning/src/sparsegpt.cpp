@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "checks.h"
+#include "quantizer.h"
 #include "symmetric.h"
 #include "endor/format.h"
 #include "endor/pruning.h"
@@ -68,66 +70,23 @@ void check_options(const SparseGptOptions& o, size_t n_in) {
 
 namespace {
 
-// What one sparsegpt_prune call decided up front, shared by its steps. The quantizer is the
-// options' dtype; the queries below are what the steps ask of it.
+// What one sparsegpt_prune call decided up front, shared by its steps. Everything about the stored
+// form is the quantizer's (quantizer.h).
 struct Plan {
   size_t n_out = 0, n_in = 0;
-  Quantization quant;  // opt.quant.dtype
-  bool int8() const { return quant == Dtype::Int8; }    // one scale per row
-  bool int8g() const { return quant == Dtype::Int8g; }  // int8 codes, f16 scale per group
-  bool int4() const { return quant && is_int4(*quant); }
-  bool coded() const { return quant == Dtype::Int4k; }  // int4 parameters coded (always static)
   bool fixed = false;
-  bool statics = false;   // int4 parameters chosen from the input W (static groups)
-  bool statics8 = false;  // int8g scales chosen from the input W
   bool prunes = false;
-  size_t group = 0, groups_per_row = 0;
   std::vector<size_t> perm;  // perm[c]: the original column of working column c
   std::vector<float> u;      // the upper Cholesky factor of the dampened H⁻¹, in working order
-  std::vector<float> scales8;  // int8g: the widened group scales, [n_out, groups_per_row]
-  StaticInt4Params sp;
 };
 
 Plan make_plan(size_t n_out, size_t n_in, const SparseGptOptions& opt) {
   Plan p;
   p.n_out = n_out;
   p.n_in = n_in;
-  p.quant = opt.quant.dtype;
   p.fixed = opt.fixed_mask != nullptr;
-  p.statics = p.int4() && (p.coded() || opt.static_groups || opt.act_order || p.fixed);
-  // int8g: static scales (from the input W) where groups are not reached in column order.
-  p.statics8 = p.int8g() && (opt.static_groups || opt.act_order);
   p.prunes = !p.fixed && (opt.target.is_n_of_m() || opt.target.ratio > 0.0);
-  const bool grouped = p.quant && is_grouped(*p.quant);
-  p.group = grouped ? opt.quant.group_size : 0;
-  p.groups_per_row = grouped ? (n_in + p.group - 1) / p.group : 0;
   return p;
-}
-
-// The result's buffers, and int8's row scales (quantizer.find_params(W) runs on the input W,
-// before dead columns are zeroed).
-void allocate_result(SparseGptResult& res, Plan& p, const float* w) {
-  const size_t numel = p.n_out * p.n_in;
-  res.mask.assign(numel, 0);
-  if (p.int8g()) {
-    res.group_size = uint32_t(p.group);
-    res.group_scales_f16.assign(p.n_out * p.groups_per_row, 0);
-    p.scales8.assign(p.n_out * p.groups_per_row, 0.0f);
-    res.int8_codes.assign(numel, 0);
-  }
-  if (p.int8()) {
-    res.row_scales.resize(p.n_out);
-    for (size_t r = 0; r < p.n_out; ++r) res.row_scales[r] = int8_row_scale(w + r * p.n_in, p.n_in);
-    res.int8_codes.assign(numel, 0);
-  }
-  if (p.int4()) {
-    res.group_size = uint32_t(p.group);
-    if (!p.coded()) {
-      res.group_scales_f16.assign(p.n_out * p.groups_per_row, 0);
-      res.group_mins_f16.assign(p.n_out * p.groups_per_row, 0);
-    }
-    res.int4_codes.assign(numel, 0);
-  }
 }
 
 // act_order: work on the columns in order of decreasing H_jj (stable), i.e. on W·P and PᵀHP.
@@ -158,32 +117,12 @@ void factor_hessian(Plan& p, float* w, const float* h, const SparseGptOptions& o
     for (size_t r = 0; r < p.n_out; ++r) w[r * n_in + p.perm[j]] = 0.0f;
 }
 
-// Static groups: every group's parameters from the (dead-zeroed) input W, int4's squared errors
-// weighted by H_jj when searching a range; int8g's scales over each group's kept entries.
-void choose_static_params(Plan& p, SparseGptResult& res, const float* w, const float* h, const SparseGptOptions& opt) {
-  const size_t n_in = p.n_in;
-  if (p.statics) {
-    std::vector<float> hdiag(n_in);
-    for (size_t j = 0; j < n_in; ++j) hdiag[j] = h[j * n_in + j];
-    p.sp = choose_int4_params(w, p.n_out, n_in, opt.quant, hdiag.data(), opt.fixed_mask);
-    if (p.coded()) {
-      res.super_scales_f16 = p.sp.super_scales_f16;
-      res.param_codes = p.sp.param_codes;
-    } else {
-      res.group_scales_f16 = p.sp.scales_f16;
-      res.group_mins_f16 = p.sp.mins_f16;
-    }
-  }
-  if (p.statics8)
-    for (size_t r = 0; r < p.n_out; ++r)
-      for (size_t g = 0; g < p.groups_per_row; ++g) {
-        float amax = 0.0f;
-        for (size_t c = g * p.group; c < std::min(n_in, (g + 1) * p.group); ++c)
-          if (!p.fixed || !opt.fixed_mask[r * n_in + c]) amax = std::max(amax, std::fabs(w[r * n_in + c]));
-        const size_t q = r * p.groups_per_row + g;
-        res.group_scales_f16[q] = int8g_scale(amax);
-        p.scales8[q] = f16_to_f32(res.group_scales_f16[q]);
-      }
+// Static parameters (quantizer.h): from the (dead-zeroed) input W, with the Hessian's diagonal.
+void choose_static_params(const Plan& p, detail::Quantizer& quant, const float* w, const float* h,
+                          const SparseGptOptions& opt) {
+  std::vector<float> hdiag(p.n_in);
+  for (size_t j = 0; j < p.n_in; ++j) hdiag[j] = h[j * p.n_in + j];
+  quant.choose_static(w, hdiag.data(), opt.fixed_mask);
 }
 
 // Unstructured: one threshold over rows × block columns [i1, i2) of the block-start W (the
@@ -206,17 +145,17 @@ void mask_block(const Plan& p, SparseGptResult& res, const float* w, size_t i1, 
 }
 
 // Row r through block columns [i1, i2): each column decided (N:M groups as they start), quantized
-// (group parameters as groups start), its error e = (x − q)/d written to row_err and fed back to
-// the rest of the block. Returns the row's Σ (x − q)²/d². Rows are independent within a block.
-double sweep_row(const Plan& p, SparseGptResult& res, std::vector<float>& scales8, float* w, size_t r, size_t i1,
+// (the quantizer choosing parameters as it is reached), its error e = (x − q)/d written to row_err
+// and fed back to the rest of the block. Returns the row's Σ (x − q)²/d². Rows are independent
+// within a block.
+double sweep_row(const Plan& p, SparseGptResult& res, detail::Quantizer& quant, float* w, size_t r, size_t i1,
                  size_t i2, const SparseGptOptions& opt, float* row_err) {
-  const size_t n_in = p.n_in, group = p.group, groups_per_row = p.groups_per_row;
+  const size_t n_in = p.n_in;
   const SparsityTarget& target = opt.target;
   float* row = w + r * n_in;
   uint8_t* mask = &res.mask[r * n_in];
   float nm_score[256];
   std::vector<float> nm_big;
-  Int4GroupParams gp;
   double loss = 0.0;
   for (size_t i = 0; i < i2 - i1; ++i) {
     const size_t c = i1 + i;
@@ -233,55 +172,9 @@ double sweep_row(const Plan& p, SparseGptResult& res, std::vector<float>& scales
       }
       detail::mark_lowest_n(sc, target.m, target.n, mask + c);
     }
-    if (p.int4() && !p.statics && (c % group == 0 || i == 0)) {
-      const size_t g = c / group;
-      if (c % group == 0) {
-        gp = int4_group_params(row + c, std::min(group, n_in - c));
-        res.group_scales_f16[r * groups_per_row + g] = gp.scale_f16;
-        res.group_mins_f16[r * groups_per_row + g] = gp.min_f16;
-      } else {  // a group that started in an earlier block
-        gp.scale_f16 = res.group_scales_f16[r * groups_per_row + g];
-        gp.min_f16 = res.group_mins_f16[r * groups_per_row + g];
-        gp.scale = f16_to_f32(gp.scale_f16);
-        gp.min = f16_to_f32(gp.min_f16);
-      }
-    }
-    if (p.int8g() && !p.statics8 && c % group == 0) {
-      // The group's scale over its entries as they stand now, leaving out those already
-      // marked pruned (this block's unstructured mask, a fixed mask, an N:M group decided).
-      float amax = 0.0f;
-      for (size_t k = c; k < std::min(n_in, c + group); ++k)
-        if (!mask[k]) amax = std::max(amax, std::fabs(row[k]));
-      const size_t q = r * groups_per_row + c / group;
-      res.group_scales_f16[q] = int8g_scale(amax);
-      scales8[q] = f16_to_f32(res.group_scales_f16[q]);
-    }
+    quant.reach(r, c, row, mask);
     const float x = row[c], d = u_row[c];
-    const size_t oc = p.perm[c];  // the original column
-    float q = 0.0f;
-    if (!mask[c]) {
-      if (p.int8g()) {
-        const float sc = scales8[r * groups_per_row + oc / group];
-        const int8_t code = int8g_code(x, sc);
-        res.int8_codes[r * n_in + oc] = code;
-        q = int8_value(code, sc);
-      } else if (p.int8()) {
-        const int8_t code = int8_code(x, res.row_scales[r]);
-        res.int8_codes[r * n_in + oc] = code;
-        q = int8_value(code, res.row_scales[r]);
-      } else if (p.statics) {
-        const size_t k = r * groups_per_row + oc / group;
-        const uint8_t code = int4_code_on(x, p.sp.scales[k], p.sp.mins[k]);
-        res.int4_codes[r * n_in + oc] = code;
-        q = float(code) * p.sp.scales[k] + p.sp.mins[k];  // as SPEC.md §6.6 decodes it
-      } else if (p.int4()) {
-        const uint8_t code = int4_code(x, gp);
-        res.int4_codes[r * n_in + c] = code;
-        q = int4_value(code, gp);
-      } else {
-        q = x;
-      }
-    }
+    const float q = mask[c] ? 0.0f : quant.quantize(r, c, p.perm[c], x);
     const float e = (x - q) / d;
     const float l = (x - q) * (x - q) / (d * d);
     loss += l;
@@ -304,11 +197,11 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
   detail::check_finite(kFn, h, n_in * n_in, "Hessian");
 
   SparseGptResult res;
-  res.dtype = opt.quant.dtype;
   Plan p = make_plan(n_out, n_in, opt);
-  allocate_result(res, p, w);
+  res.mask.assign(numel, 0);
+  const std::unique_ptr<detail::Quantizer> quant = detail::make_quantizer(opt, n_out, n_in, w, res);
   factor_hessian(p, w, h, opt);
-  choose_static_params(p, res, w, h, opt);
+  choose_static_params(p, *quant, w, h, opt);
   if (p.fixed)  // the given mask, in working column order
     for (size_t r = 0; r < n_out; ++r)
       for (size_t c = 0; c < n_in; ++c) res.mask[r * n_in + c] = opt.fixed_mask[r * n_in + p.perm[c]] != 0;
@@ -330,7 +223,7 @@ SparseGptResult sparsegpt_prune(float* w, size_t n_out, size_t n_in, const float
     if (p.prunes && !opt.target.is_n_of_m()) mask_block(p, res, w, i1, i2, opt.target.ratio, score);
 #pragma omp parallel for schedule(static)
     for (long long rr = 0; rr < (long long)n_out; ++rr)
-      row_loss[size_t(rr)] += sweep_row(p, res, p.scales8, w, size_t(rr), i1, i2, opt, &err[size_t(rr) * bs]);
+      row_loss[size_t(rr)] += sweep_row(p, res, *quant, w, size_t(rr), i1, i2, opt, &err[size_t(rr) * bs]);
     if (i2 < n_in) {
       // W[:, i2:] -= Err1 · U[i1:i2, i2:]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n_out), int(n_in - i2), int(count), -1.0f,

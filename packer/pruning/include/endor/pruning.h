@@ -173,7 +173,11 @@ struct SparseGptOptions {
   SparsityTarget target = SparsityTarget::unstructured(0.5);
   size_t block_size = 128;  // columns per lazy-update block; an N:M m must divide it
   float percdamp = 0.01f;   // H += percdamp·mean(diag H)·I
-  QuantSpec quant;          // joint quantization of the kept weights (None: prune only)
+  // Joint quantization of the kept weights (None: prune only). The sweep asks one quantizer object
+  // built from this, act_order, static_groups and fixed_mask (src/quantizer.h) for each kept
+  // weight's stored value; the quantizer chooses the row and group parameters (up front, static,
+  // or as the sweep reaches a group) and writes them and the codes into the result.
+  QuantSpec quant;
   // GPTQ's --act-order: columns processed in order of decreasing Hessian diagonal (the inputs with
   // the most activation energy first, while the most columns remain to absorb their error). Implies
   // static groups. Not with N:M (whose groups are consecutive columns).
