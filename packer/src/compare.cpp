@@ -13,9 +13,9 @@
 #include <sstream>
 
 #include "detail.h"
-#include "endor/gguf.h"
 #include "endor/checkpoint.h"
 #include "endor/compare.h"
+#include "endor/gguf.h"
 #include "endor/pack.h"
 #include "endor/prune.h"
 #ifdef ENDOR_PACKER_HAVE_KERNELS
@@ -190,6 +190,18 @@ std::string describe(const nlohmann::json& prov) {
 double gbps(uint64_t bytes, double s) { return s > 0 ? double(bytes) / s / 1e9 : 0.0; }
 double pct(uint64_t a, uint64_t b) { return b ? 100.0 * double(a) / double(b) : 0.0; }
 
+// A row's decode speeds in GB/s (Endor multithreaded and single-threaded by pair_fmt, then zstd's per
+// level by one_fmt): the text table and the CSV print the same numbers in their own formats.
+void append_speeds(std::ostream& o, const CompareRow& row, const char* pair_fmt, const char* one_fmt) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, pair_fmt, gbps(row.dense_bytes, row.endor_mt_s), gbps(row.dense_bytes, row.endor_1t_s));
+  o << buf;
+  for (double s : row.zstd_s) {
+    std::snprintf(buf, sizeof buf, one_fmt, gbps(row.dense_bytes, s));
+    o << buf;
+  }
+}
+
 }  // namespace
 
 CompareReport compare_sizes(const std::string& input, const PackOptions& po, const CompareOptions& co,
@@ -296,12 +308,7 @@ std::string render_compare_table(const CompareReport& r) {
       std::snprintf(buf, sizeof buf, " %7.2f%%", pct(b, row.dense_bytes));
       o << buf;
     }
-    std::snprintf(buf, sizeof buf, " | %8.2f %8.2f", gbps(row.dense_bytes, row.endor_mt_s), gbps(row.dense_bytes, row.endor_1t_s));
-    o << buf;
-    for (double s : row.zstd_s) {
-      std::snprintf(buf, sizeof buf, " %8.2f", gbps(row.dense_bytes, s));
-      o << buf;
-    }
+    append_speeds(o, row, " | %8.2f %8.2f", " %8.2f");
     o << "\n";
   };
   for (const CompareRow& row : r.rows) line(row);
@@ -324,13 +331,7 @@ std::string render_compare_csv(const CompareReport& r) {
       << row.endor_bytes;
     for (uint64_t b : row.zstd_bytes) o << "," << b;
     for (uint64_t b : row.endor_zstd_bytes) o << "," << b;
-    char buf[64];
-    std::snprintf(buf, sizeof buf, ",%.4f,%.4f", gbps(row.dense_bytes, row.endor_mt_s), gbps(row.dense_bytes, row.endor_1t_s));
-    o << buf;
-    for (double s : row.zstd_s) {
-      std::snprintf(buf, sizeof buf, ",%.4f", gbps(row.dense_bytes, s));
-      o << buf;
-    }
+    append_speeds(o, row, ",%.4f,%.4f", ",%.4f");
     o << "\n";
   };
   for (const CompareRow& row : r.rows) line(row);

@@ -233,19 +233,22 @@ void check_output_is_not_input(const std::string& output, const Checkpoint& ck) 
 using packer_detail::check_output_is_not_input;
 using packer_detail::validate_options;
 
+namespace {
+// --method's spellings: the one table both directions read.
+constexpr std::pair<PruneMethod, const char*> kPruneMethodNames[] = {
+    {PruneMethod::Magnitude, "magnitude"}, {PruneMethod::Wanda, "wanda"}, {PruneMethod::SparseGpt, "sparsegpt"},
+    {PruneMethod::Gptq, "gptq"}};
+}  // namespace
+
 const char* to_string(PruneMethod m) {
-  switch (m) {
-    case PruneMethod::Magnitude: return "magnitude";
-    case PruneMethod::Wanda: return "wanda";
-    case PruneMethod::SparseGpt: return "sparsegpt";
-    case PruneMethod::Gptq: return "gptq";
-  }
+  for (const auto& [method, name] : kPruneMethodNames)
+    if (method == m) return name;
   return "?";
 }
 
 std::optional<PruneMethod> parse_prune_method(std::string_view s) {
-  for (PruneMethod m : {PruneMethod::Magnitude, PruneMethod::Wanda, PruneMethod::SparseGpt, PruneMethod::Gptq})
-    if (s == to_string(m)) return m;
+  for (const auto& [method, name] : kPruneMethodNames)
+    if (s == name) return method;
   return std::nullopt;
 }
 
