@@ -574,6 +574,29 @@ TEST_CASE("tier budgets are applied to the packed groups") {
   remove_tree(dir);
 }
 
+TEST_CASE("pack_checkpoint follows the prune spec, not the subcommand's name") {
+  const std::string dir = make_temp_dir("command");
+  endor::test::LlamaDims d;
+  d.dtype = "F32";
+  endor::test::write_llama_checkpoint(dir + "/ck", d);
+  // A spec the data-free pruner cannot run is refused under any command name (it was checked only
+  // under "prune"), before anything is written.
+  for (const char* command : {"convert", "prune", "compare"}) {
+    PackOptions o = prune_options(0.0);
+    o.command = command;
+    o.prune.sparsity_ramp = 0.1;
+    CHECK_THROWS_WITH_AS(pack_checkpoint(dir + "/ck", dir + "/bad.endor", o), doctest::Contains("--sparsity-ramp"), Error);
+    CHECK(!std::ifstream(dir + "/bad.endor").good());
+  }
+  // An active spec prunes whatever the name: the same tensors pruned under "convert" as under "prune".
+  PackOptions as_prune = prune_options(0.5), as_convert = prune_options(0.5);
+  as_convert.command = "convert";
+  const PackSummary a = pack_checkpoint(dir + "/ck", dir + "/a.endor", as_prune);
+  const PackSummary b = pack_checkpoint(dir + "/ck", dir + "/b.endor", as_convert);
+  CHECK(a.pruned_tensors > 0);
+  CHECK(b.pruned_tensors == a.pruned_tensors);
+}
+
 TEST_CASE("failures leave no output and no temporary file; the input is untouched") {
   const std::string dir = make_temp_dir("atomic");
   endor::test::LlamaDims d;
