@@ -89,7 +89,7 @@ TEST_CASE("int4 dense re-encoding: refused where the copy would not be the same 
   }
 }
 
-TEST_CASE("int4 dense re-encoding: the rule (on, off, auto = AMD with the AVX-512 VNNI kernels, never exact, ENDOR_INT4_DENSE)") {
+TEST_CASE("int4 dense re-encoding: the rule (off unless ENDOR_INT4_DENSE says on, or auto = AMD with the AVX-512 VNNI kernels; never exact)") {
   cpu::Options o;
   o.int4_dense = cpu::Int4Dense::On;
   CHECK(cpu::detail::int4_dense_enabled(o, "portable"));
@@ -99,7 +99,10 @@ TEST_CASE("int4 dense re-encoding: the rule (on, off, auto = AMD with the AVX-51
   o.int4_dense = cpu::Int4Dense::Off;
   CHECK_FALSE(cpu::detail::int4_dense_enabled(o, "avx512-vbmi2"));
   o.int4_dense = cpu::Int4Dense::Auto;
-  ::unsetenv("ENDOR_INT4_DENSE");
+  ::unsetenv("ENDOR_INT4_DENSE");  // opt-in: off on every CPU
+  CHECK_FALSE(cpu::detail::int4_dense_enabled(o, "avx512-vbmi2"));
+  CHECK_FALSE(cpu::detail::int4_dense_enabled(o, "avx2+f16c+fma"));
+  ::setenv("ENDOR_INT4_DENSE", "auto", 1);
   CHECK_FALSE(cpu::detail::int4_dense_enabled(o, "avx2+f16c+fma"));  // only the AVX-512 set
   __builtin_cpu_init();
   const bool amd_vnni = __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512vnni");
