@@ -92,11 +92,9 @@ constexpr PruneMethod kDefaultPruneMethod = PruneMethod::Magnitude;  // this bui
 #endif
 
 // --dtype (pack and export): the float type tensors are written in.
-ValueType parse_dtype_option(const cxxopts::ParseResult& r) {
+Dtype parse_dtype_option(const cxxopts::ParseResult& r) {
   const std::string d = r["dtype"].as<std::string>();
-  if (d == "f16") return ValueType::F16;
-  if (d == "bf16") return ValueType::BF16;
-  if (d == "f32") return ValueType::F32;
+  if (const std::optional<Dtype> t = parse_dtype(d); t && is_float(*t)) return *t;
   throw UsageError("--dtype must be f16, bf16 or f32, got '" + d + "'");
 }
 

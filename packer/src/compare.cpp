@@ -224,7 +224,7 @@ CompareReport compare_sizes(const std::string& input, const PackOptions& po, con
   if (S_ISDIR(st.st_mode) || is_gguf_file(input)) {  // a checkpoint: folder or GGUF
     std::unique_ptr<Pruner> pruner;
     if (po.prune.active()) pruner = make_pruner(po.prune);
-    if (po.dtype && *po.dtype != ValueType::F16 && *po.dtype != ValueType::BF16 && *po.dtype != ValueType::F32)
+    if (po.dtype && !is_float(*po.dtype))
       throw Error("--dtype must be f16, bf16 or f32");
     const std::unique_ptr<Checkpoint> ck = Checkpoint::open(input);
     rep.description = base_name(input) + ": " + describe(make_provenance(input, po));

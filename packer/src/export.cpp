@@ -94,7 +94,7 @@ ValueType float_type_for(const TensorInfo& t, const std::vector<float>* decoded,
 
 ValueType export_float_type(ExportJob& job, const TensorInfo& t) {
   if (job.options.dtype || t.value_type == ValueType::F16 || t.value_type == ValueType::BF16 || t.value_type == ValueType::F32)
-    return float_type_for(t, nullptr, job.options.dtype);
+    return float_type_for(t, nullptr, job.options.dtype ? std::optional<ValueType>(value_type_of(*job.options.dtype)) : std::nullopt);
   const std::vector<float> w = decode_tensor(job.reader, t);
   const ValueType vt = float_type_for(t, &w, std::nullopt);
   job.widened += vt == ValueType::F32 && t.source_dtype != "F32" && t.source_dtype != "F64";
@@ -298,7 +298,7 @@ ExportSummary export_container(const std::string& endor_path, const std::string&
   std::string out = out_in;
   while (out.size() > 1 && out.back() == '/') out.pop_back();
   if (out.empty()) throw Error("export: the output path is empty");
-  if (o.dtype && *o.dtype != ValueType::F16 && *o.dtype != ValueType::BF16 && *o.dtype != ValueType::F32)
+  if (o.dtype && !is_float(*o.dtype))
     throw Error("export: --dtype must be f16, bf16 or f32");
   if (o.max_shard_bytes == 0) throw Error("export: the shard size must be positive");
   const std::unique_ptr<ContainerReader> reader = ContainerReader::open(endor_path);

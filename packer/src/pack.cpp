@@ -197,7 +197,7 @@ std::string group_name(const TensorRole& r, const std::string& canonical_name) {
 namespace packer_detail {
 
 void validate_options(const PackOptions& o) {
-  if (o.dtype && *o.dtype != ValueType::F16 && *o.dtype != ValueType::BF16 && *o.dtype != ValueType::F32)
+  if (o.dtype && !is_float(*o.dtype))
     throw Error(std::string("--dtype must be f16, bf16 or f32, got ") + to_string(*o.dtype));
   if ((grouped(o.quant) || grouped(o.quant_head)) && o.group_size == 0) throw Error("--group-size must be at least 1");
   if (!o.int8_regex.empty()) {
@@ -266,7 +266,7 @@ TensorTreatment plan_treatment(const CheckpointTensor& t, const PackOptions& o) 
   TensorTreatment tr;
   // An MoE router keeps the source's dtype whatever --dtype says: its logits pick the experts, and
   // a rounded router can send a token to other experts (docs/moe.md).
-  tr.dtype = dtype_of(o.dtype && !t.role.router ? *o.dtype : default_value_type(t.dtype));
+  tr.dtype = o.dtype && !t.role.router ? *o.dtype : dtype_of(default_value_type(t.dtype));
   bool in_scope = t.role.prunable;
   if (in_scope && !o.skip_regex.empty()) in_scope = !std::regex_search(t.name, std::regex(o.skip_regex));
   tr.prune = in_scope && o.prune.active();

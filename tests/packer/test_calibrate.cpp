@@ -437,10 +437,10 @@ TEST_CASE("sparsegpt's updated weights: stored f16 from a bf16 checkpoint (withi
   };
   struct Case {
     std::string method;
-    std::optional<ValueType> dtype;
+    std::optional<Dtype> dtype;
     ValueType stored;
   };
-  for (const Case& k : {Case{"sparsegpt", std::nullopt, ValueType::F16}, Case{"sparsegpt", ValueType::BF16, ValueType::BF16},
+  for (const Case& k : {Case{"sparsegpt", std::nullopt, ValueType::F16}, Case{"sparsegpt", Dtype::BF16, ValueType::BF16},
                         Case{"wanda", std::nullopt, ValueType::BF16}}) {
     CAPTURE(k.method);
     CAPTURE(k.dtype.has_value());

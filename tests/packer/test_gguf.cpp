@@ -107,7 +107,7 @@ TEST_CASE("gguf: the tiny llama equals transformers' GGUF loader bit for bit (de
 
   // Packed in f32 and bf16 the stored blobs are identical too.
   for (ValueType vt : {ValueType::F32, ValueType::BF16}) {
-    o.dtype = vt;
+    o.dtype = dtype_of(vt);
     for (size_t i = 0; i < g->tensors().size(); ++i) {
       const CheckpointTensor &a = g->tensors()[i], &b = h->tensors()[i];
       const PreparedTensor pa = prepare_tensor(*g, a, plan_treatment(a, o), nullptr, o);

@@ -245,7 +245,7 @@ TEST_CASE("prune 50% per row matches the fixtures' reference variants bit for bi
       const std::string variant_s = variant;
       CAPTURE(variant_s);
       PackOptions o = prune_options(0.5);
-      o.dtype = ValueType::F16;
+      o.dtype = Dtype::F16;
       if (std::string(variant) == "mag50_int8") o.quant = Dtype::Int8;
       if (std::string(variant) == "mag50_int4") {
         o.quant = Dtype::Int4;
@@ -279,7 +279,7 @@ TEST_CASE("--quant-head: the embedding and lm_head quantized within one step of 
       CAPTURE(to_string(qh));
       const std::string dir = make_temp_dir("quant-head");
       PackOptions plain = prune_options(0.5);
-      plain.dtype = ValueType::F32;
+      plain.dtype = Dtype::F32;
       PackOptions o = plain;
       o.quant_head = qh;
       o.group_size = 32;
@@ -346,7 +346,7 @@ TEST_CASE("convert keeps values: same dtype bit-identical, f32 -> f16 rounded to
     CHECK(bits_equal(decode(*r, t.name), src));
   }
   PackOptions f16;
-  f16.dtype = ValueType::F16;
+  f16.dtype = Dtype::F16;
   pack_checkpoint(fixture("llama-tiny"), dir + "/b.endor", f16);
   const auto ck32 = Checkpoint::open(fixture("llama-tiny"));
   const auto r16 = ContainerReader::open(dir + "/b.endor");

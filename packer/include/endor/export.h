@@ -41,7 +41,7 @@ std::optional<ExportTarget> parse_export_target(std::string_view);
 
 struct ExportOptions {
   ExportTarget target = ExportTarget::Hf;
-  std::optional<ValueType> dtype;               // F16/BF16/F32 forced; nullopt = the exact rule above
+  std::optional<Dtype> dtype;                   // F16/BF16/F32 forced; nullopt = the exact rule above
   uint64_t max_shard_bytes = 5ull << 30;         // safetensors shard limit (hf, compressed-tensors)
   std::string tool_version;                      // recorded in the output's metadata
 };

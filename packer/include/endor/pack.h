@@ -36,7 +36,7 @@ struct PackOptions {
   // The endor-pack subcommand, recorded as provenance "command" only: what is done follows from
   // prune and quant, never from this name.
   std::string command = "convert";     // "convert" | "prune" | "compare"
-  std::optional<ValueType> dtype;      // F16/BF16/F32; nullopt = each tensor's source dtype
+  std::optional<Dtype> dtype;          // F16/BF16/F32; nullopt = each tensor's source dtype
   PruneSpec prune;                     // inactive = no pruning
   Quantization quant;                  // nullopt: none
   // The token embedding and the lm_head (tied: the one matrix) quantized too, never pruned; int4
