@@ -89,16 +89,6 @@ void print_stats(const endor::Backend& backend, const endor::Model& model,
 using endor::cli::Offload;
 using endor::cli::setup_offload;
 
-// The counters of `weights` since `earlier`. OffloadStats::operator- does not subtract expert_stall_s
-// (a field added after it): done here.
-endor::OffloadStats offload_since(endor::StreamingWeights& weights, const endor::OffloadStats& earlier) {
-  weights.synchronize();
-  const endor::OffloadStats now = weights.stats();
-  endor::OffloadStats d = now - earlier;
-  d.expert_stall_s = now.expert_stall_s - earlier.expert_stall_s;
-  return d;
-}
-
 // The --stats lines of MoE experts in groups of their own: runs and reads per token, the expert cache's
 // hit rate, the time compute waited for expert reads (also in the blocks' stall), and the load balance
 // (per block, the most-run expert's runs over the mean; 1 = even).
@@ -406,7 +396,10 @@ int run_batch(endor::Model& model, const endor::Tokenizer* tokenizer, const Batc
                  st.n_prompts, st.n_prompt_tokens, br.batch, st.max_active, st.n_steps, st.n_generated, st.total_ms,
                  st.generated_tokens_per_s(), st.n_decode_steps, st.n_decode_steps ? st.decode_ms / st.n_decode_steps : 0.0);
     endor::OffloadStats d;
-    if (offload.weights) d = offload_since(*offload.weights, before);
+    if (offload.weights) {
+      offload.weights->synchronize();
+      d = offload.weights->stats() - before;
+    }
     char extra[128];
     std::snprintf(extra, sizeof extra, " batch=%zu generated_tokens=%zu generated_tokens_per_s=%.4f", br.batch,
                   st.n_generated, st.generated_tokens_per_s());
@@ -761,7 +754,10 @@ int run_generate_mode(Session& s, const Request& r, endor::Sampler& sampler, Gen
   if (!r.stats) return 0;
   print_stats(backend, *s.model, st, g.seed);
   endor::OffloadStats decode;
-  if (s.offload.weights) decode = offload_since(*s.offload.weights, at_first_token);
+  if (s.offload.weights) {
+    s.offload.weights->synchronize();
+    decode = s.offload.weights->stats() - at_first_token;
+  }
   print_offload_stats(s.offload, decode, st.n_decode_steps, st.decode_ms);
   const double per = st.n_decode_steps ? st.decode_ms / st.n_decode_steps : 0;
   print_plan_vs_measured(s.plan, per, per);

@@ -313,6 +313,9 @@ TEST_CASE("experts: a batched decode step reads each routed expert once for all 
       for (uint32_t g : all) CHECK(d.expert_counts[g] == 1);  // one run serves every row routed to it
       CHECK(d.expert_fills[int(Tier::Disk)] == all.size());
       CHECK(d.expert_disk.reads == all.size());
+      // Per step (OffloadStats::operator-): the step's own wait for expert reads, within its stall.
+      CHECK(d.expert_stall_s >= 0);
+      CHECK(d.expert_stall_s <= d.stall_s + 1e-12);
       distinct += all.size();
     }
     // The sequences shared experts (else the counts above could not tell a union from a sum).

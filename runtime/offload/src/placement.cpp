@@ -327,6 +327,7 @@ OffloadStats OffloadStats::operator-(const OffloadStats& e) const {
   d.copy_bytes -= e.copy_bytes;
   d.compute_s -= e.compute_s;
   d.stall_s -= e.stall_s;
+  d.expert_stall_s -= e.expert_stall_s;
   d.host_wait_s -= e.host_wait_s;
   d.disk.reads -= e.disk.reads;
   d.disk.bytes -= e.disk.bytes;
