@@ -108,6 +108,14 @@ std::set<uint32_t> experts_run(const OffloadStats& s) {
   return g;
 }
 
+// `fixture` packed at int4 @ 50 % into `dir` and opened.
+std::unique_ptr<ContainerReader> pack_int4_50(const TempDir& dir, const std::string& fixture) {
+  const std::string path = dir.file(fixture + ".endor");
+  REQUIRE(test::run_command(test::endor_pack() + " prune " + test::fixture_dir(fixture) + " -o " + path +
+                            " --sparsity 0.5 --quant int4 >/dev/null 2>&1") == 0);
+  return ContainerReader::open(path);
+}
+
 }  // namespace
 
 TEST_CASE("experts: the packer gives each expert a group of its own, after its block's dense part") {
@@ -201,11 +209,8 @@ TEST_CASE("experts: routed reads from disk give the resident logits bit for bit,
   TempDir dir;
   for (const char* fixture : {"qwen3-moe-tiny", "mixtral-tiny"}) {
     CAPTURE(fixture);
-    const std::string path = dir.file(std::string(fixture) + ".endor");
-    REQUIRE(test::run_command(test::endor_pack() + " prune " + test::fixture_dir(fixture) + " -o " + path +
-                              " --sparsity 0.5 --quant int4 >/dev/null 2>&1") == 0);
-    auto c = ContainerReader::open(path);
-    const ModelConfig cfg = parse_model_config(c->manifest().config, path);
+    const std::unique_ptr<ContainerReader> c = pack_int4_50(dir, fixture);
+    const ModelConfig cfg = parse_model_config(c->manifest().config, c->path());
     const std::vector<int32_t> prompt = prompt_ids(9, uint32_t(cfg.vocab));
     const size_t steps = 6;
     const MoeRun resident = run_moe(*c, nullptr, prompt, steps);
@@ -277,11 +282,8 @@ TEST_CASE("experts: a batched decode step reads each routed expert once for all 
   TempDir dir;
   for (const char* fixture : {"qwen3-moe-tiny", "mixtral-tiny"}) {
     CAPTURE(fixture);
-    const std::string path = dir.file(std::string(fixture) + ".endor");
-    REQUIRE(test::run_command(test::endor_pack() + " prune " + test::fixture_dir(fixture) + " -o " + path +
-                              " --sparsity 0.5 --quant int4 >/dev/null 2>&1") == 0);
-    auto c = ContainerReader::open(path);
-    const ModelConfig cfg = parse_model_config(c->manifest().config, path);
+    const std::unique_ptr<ContainerReader> c = pack_int4_50(dir, fixture);
+    const ModelConfig cfg = parse_model_config(c->manifest().config, c->path());
     std::vector<std::vector<int32_t>> prompts;
     for (size_t k = 0; k < 5; ++k) {
       std::vector<int32_t> p = prompt_ids(3 + 2 * k, uint32_t(cfg.vocab));

@@ -50,20 +50,26 @@ struct Streamed {
   OffloadStats stats;
 };
 
-Streamed streamed_logits(const ContainerReader& c, const Placement& p, uint32_t prefetch,
-                         const std::vector<int32_t>& prompt, size_t steps) {
-  auto backend = make_cuda_backend(0);
+// `steps` tokens of `prompt` on `backend`, its weights streamed as placement p says; the counters at the end.
+Streamed run_streamed(Backend& backend, const ContainerReader& c, const Placement& p, uint32_t prefetch,
+                      const std::vector<int32_t>& prompt, size_t steps) {
   StreamingOptions o;
   o.prefetch = prefetch;
-  auto weights = make_streaming_weights(c, *backend, p, o);
+  auto weights = make_streaming_weights(c, backend, p, o);
   Streamed s;
   {
-    auto model = load_model(c, *backend, weights.get());
+    auto model = load_model(c, backend, weights.get());
     s.logits = run_sequence(*model, prompt, steps);
   }
   weights->synchronize();
   s.stats = weights->stats();
   return s;
+}
+
+Streamed streamed_logits(const ContainerReader& c, const Placement& p, uint32_t prefetch,
+                         const std::vector<int32_t>& prompt, size_t steps) {
+  auto backend = make_cuda_backend(0);
+  return run_streamed(*backend, c, p, prefetch, prompt, steps);
 }
 
 // A placement of an MoE container packed by expert: each group's tier from tier_of (embed and head stay
@@ -83,17 +89,7 @@ Placement moe_placement(const ContainerReader& c, bool cuda, const std::function
 // On the exact CPU backend (f32 activations, as the CUDA backend's fused kernels), so both route alike.
 Streamed cpu_streamed(const ContainerReader& c, const Placement& p, const std::vector<int32_t>& prompt, size_t steps) {
   auto backend = make_exact_cpu_backend(1);
-  StreamingOptions o;
-  o.prefetch = 1;
-  auto weights = make_streaming_weights(c, *backend, p, o);
-  Streamed s;
-  {
-    auto model = load_model(c, *backend, weights.get());
-    s.logits = run_sequence(*model, prompt, steps);
-  }
-  weights->synchronize();
-  s.stats = weights->stats();
-  return s;
+  return run_streamed(*backend, c, p, 1, prompt, steps);
 }
 
 // The ids of a generation whose every token is picked by the host sampler from forward()'s
