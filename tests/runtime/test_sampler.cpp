@@ -2,11 +2,14 @@
 // prefix, and sampled frequencies follow softmax(logits / T).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
 
+#include "endor/kernels.h"
 #include "endor/runtime.h"
 
 using endor::Sampler;
@@ -126,4 +129,32 @@ TEST_CASE("generation_config decides greedy vs sampling like transformers' gener
   CHECK(o.top_p == doctest::Approx(0.9));
   CHECK(o.top_k == 50);  // GenerationConfig's default
   CHECK(o.seed == 5);
+}
+
+TEST_CASE("without top-k every candidate is ordered by (logit desc, id asc), as a comparison sort orders them") {
+  // sample_logits orders a whole vocabulary with a radix sort of the logits' bits; the contract is
+  // the comparison (NaN as -inf, -0 equal to +0, ties by id). Vocabularies with many ties, signed
+  // zeros, infinities and NaNs, and a Qwen3-sized one.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(151936)}) {
+    for (uint64_t seed = 0; seed < 3; ++seed) {
+      std::vector<float> v = random_logits(n, seed + 100 * n);
+      std::mt19937_64 rng(seed);
+      const float specials[] = {0.0f, -0.0f, inf, -inf, nan, 1.0f, -1.0f, 1e-40f, -1e-40f};
+      for (float& x : v)
+        if (rng() % 4 == 0) x = specials[rng() % 9];
+        else if (rng() % 3 == 0) x = std::round(x);  // ties between ordinary values
+      endor::SamplingScratch scratch;
+      endor::SamplingParams p;
+      p.temperature = 0.8f;
+      endor::sample_logits(v.data(), v.size(), p, 0.5, scratch);
+      std::vector<uint32_t> expect(n);
+      for (size_t i = 0; i < n; ++i) expect[i] = uint32_t(i);
+      auto key = [&](uint32_t i) { return std::isnan(v[i]) ? -inf : v[i]; };
+      std::sort(expect.begin(), expect.end(),
+                [&](uint32_t a, uint32_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); });
+      REQUIRE(scratch.order.size() == n);
+      CHECK(scratch.order == expect);
+    }
+  }
 }

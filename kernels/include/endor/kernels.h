@@ -56,6 +56,7 @@ struct SamplingParams {
 struct SamplingScratch {
   std::vector<uint32_t> order;
   std::vector<double> probs;
+  std::vector<uint64_t> items, moved;  // the radix sort's (every candidate kept)
 };
 // The reference pick, on the host; every backend's sample() equals it. u01 in [0, 1) is the random
 // draw (unused when greedy): softmax(logit / temperature) over the kept candidates in double, then
