@@ -73,12 +73,14 @@ void add_prune_options(cxxopts::Options& o) {
                   "conversations rendered by the model's template: scripts/chat_calibration.py)", cxxopts::value<std::string>())
     ("calib-samples", "calibration windows drawn from --calib (default 128), or sequences the model generates (default 128)", cxxopts::value<uint64_t>())
     ("calib-seqlen", "tokens per calibration window (default: max_position_embeddings with --calib, else 128)", cxxopts::value<uint64_t>())
-    ("seed", "seed of the calibration window sampling (std::mt19937_64)", cxxopts::value<uint64_t>()->default_value("0"));
+    ("seed", "seed of the calibration window sampling (std::mt19937_64)", cxxopts::value<uint64_t>()->default_value("0"))
+    ("min-expert-tokens", "MoE, wanda|sparsegpt|gptq: an expert routed fewer calibration tokens is pruned by magnitude "
+                          "(gptq: rounded to nearest) instead (default 128; docs/moe.md)", cxxopts::value<uint64_t>());
 }
 
 bool any_prune_option_given(const cxxopts::ParseResult& r) {
   for (const char* k : {"sparsity", "sparsity-ramp", "method", "pattern", "scope", "quant", "quant-head", "group-size", "skip", "calib", "calib-ids", "dtype", "int8", "act-order", "clip",
-                        "calib-samples", "calib-seqlen", "seed"})
+                        "calib-samples", "calib-seqlen", "seed", "min-expert-tokens"})
     if (r.count(k)) return true;
   return false;
 }
@@ -131,7 +133,7 @@ void parse_sparsity_options(const cxxopts::ParseResult& r, PruneSpec& p, bool re
   }
   // Nothing pruned (--sparsity 0, e.g. only --quant): the default method has nothing to do.
   if (!r.count("method") && !p.active()) {
-    for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed"})
+    for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed", "min-expert-tokens"})
       if (r.count(k)) throw UsageError(std::string("--") + k + " calibrates pruning; give --sparsity S, --pattern N:M or --method gptq");
     p.method = PruneMethod::Magnitude;
   }
@@ -223,7 +225,7 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
                 " needs calibration support, which this build lacks (runtime, tokenizer or LAPACK missing)");
 #endif
   if (p.method == PruneMethod::Magnitude) {
-    for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed"})
+    for (const char* k : {"calib", "calib-ids", "calib-samples", "calib-seqlen", "seed", "min-expert-tokens"})
       if (r.count(k))
         throw UsageError(std::string("--") + k + " is for --method wanda|sparsegpt|gptq; magnitude pruning needs no data");
   } else if (r.count("calib") && r.count("calib-ids")) {
@@ -325,6 +327,7 @@ int run_pack(const char* cmd, int argc, char** argv) {
       if (r.count("calib-seqlen")) co.seq_len = r["calib-seqlen"].as<uint64_t>();
       if (r.count("calib-seqlen") && co.seq_len == 0) throw UsageError("--calib-seqlen must be at least 1");
       co.seed = r["seed"].as<uint64_t>();
+      if (r.count("min-expert-tokens")) co.min_expert_tokens = r["min-expert-tokens"].as<uint64_t>();
       co.n_threads = threads;
     }
     const PackSummary s = calibrated ? pack_calibrated(src, out, o, co, cb) : pack_checkpoint(src, out, o, cb);

@@ -264,6 +264,31 @@ TEST_CASE("inspect shows an MoE's experts per block (count, top-k, stored bytes,
   remove_tree(dir);
 }
 
+TEST_CASE("--min-expert-tokens sets which MoE experts fall back to magnitude; magnitude itself refuses it") {
+  const std::string dir = make_temp_dir("cli-min-expert");
+  const std::vector<std::string> base = {"prune", fixture("qwen3-moe-tiny"), "-o", dir + "/m.endor", "--method", "wanda",
+                                         "--sparsity", "0.5", "--calib-samples", "2", "--calib-seqlen", "16"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a);
+  };
+  const Run none = with({"--min-expert-tokens", "0"});
+  REQUIRE_MESSAGE(none.exit_code == 0, none.err);
+  CHECK(none.err.find("experts under") == std::string::npos);
+  const Run all = with({"--min-expert-tokens", "1000000"});
+  REQUIRE_MESSAGE(all.exit_code == 0, all.err);
+  // Every expert of the fixture (two MoE blocks of 5) is under a million tokens.
+  CHECK(all.err.find("note: 10 experts under 1000000 calibration tokens (of 10): pruned by magnitude instead of wanda") !=
+        std::string::npos);
+  const Run mag = run({"prune", fixture("qwen3-moe-tiny"), "-o", dir + "/g.endor", "--method", "magnitude", "--sparsity",
+                       "0.5", "--min-expert-tokens", "4"});
+  CHECK(mag.exit_code == 2);
+  CHECK(mag.err.find("--min-expert-tokens is for --method wanda|sparsegpt|gptq") != std::string::npos);
+  CHECK(list_dir(dir).size() == 1);  // the refused run wrote nothing
+  remove_tree(dir);
+}
+
 TEST_CASE("an explicit magnitude prune at >= 30 % says what it costs; below 30 %, and without pruning, nothing is said") {
   const std::string dir = make_temp_dir("cli-mag");
   const Run at50 = run({"prune", fixture("llama-tiny"), "-o", dir + "/a.endor", "--sparsity", "0.5", "--method", "magnitude"});
