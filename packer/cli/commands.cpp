@@ -78,6 +78,16 @@ void add_prune_options(cxxopts::Options& o) {
                           "(gptq: rounded to nearest) instead (default 128; docs/moe.md)", cxxopts::value<uint64_t>());
 }
 
+// The summary line's "(N <how>)": the method, and how many of those tensors were MoE experts' Linears
+// that the fallback treated instead (too few calibration tokens).
+std::string pruned_how(const PruneSpec& p, const PackSummary& s) {
+  const bool gptq = p.method == PruneMethod::Gptq;
+  std::string how = gptq ? "quantized by GPTQ" : p.active() ? "pruned by " + std::string(to_string(p.method)) : "pruned";
+  if (s.fallback_tensors)
+    how += ", " + std::to_string(s.fallback_tensors) + " of them " + (gptq ? "rounded to nearest" : "by magnitude");
+  return how;
+}
+
 bool any_prune_option_given(const cxxopts::ParseResult& r) {
   for (const char* k : {"sparsity", "sparsity-ramp", "method", "pattern", "scope", "quant", "quant-head", "group-size", "skip", "calib", "calib-ids", "dtype", "int8", "act-order", "clip",
                         "calib-samples", "calib-seqlen", "seed", "min-expert-tokens"})
@@ -349,10 +359,7 @@ int run_pack(const char* cmd, int argc, char** argv) {
     std::printf("wrote %s: %s, %.1f%% of the %s source; %llu tensors (%llu %s) in %.1f s\n", out.c_str(),
                 format_bytes(s.file_bytes).c_str(), s.source_bytes ? 100.0 * double(s.file_bytes) / double(s.source_bytes) : 0.0,
                 format_bytes(s.source_bytes).c_str(), (unsigned long long)s.tensors, (unsigned long long)s.pruned_tensors,
-                o.prune.method == PruneMethod::Gptq ? "quantized by GPTQ"
-                : o.prune.active()                   ? (std::string("pruned by ") + to_string(o.prune.method)).c_str()
-                                                     : "pruned",
-                secs);
+                pruned_how(o.prune, s).c_str(), secs);
     return 0;
   });
 }

@@ -474,6 +474,7 @@ struct BlockCalibrator {
   PhaseSeconds seconds;
   std::map<std::string, uint64_t> tokens;  // the current block's Linears: calibration tokens seen
   uint64_t experts = 0, experts_under = 0;  // MoE experts calibrated, and those under co.min_expert_tokens
+  uint64_t linears_under = 0;               // the Linears of the experts under it (the fallback's tensors)
   std::set<std::string> counted;  // the current block's experts already counted
 
   void calibrate(uint32_t l) {
@@ -548,6 +549,7 @@ struct BlockCalibrator {
       experts += 1;
       experts_under += few;
     }
+    linears_under += few;  // called once per Linear
     return few;
   }
 
@@ -734,6 +736,7 @@ PackSummary pack_calibrated(const std::string& source_dir, const std::string& ou
   PackSummary summary = pack_checkpoint_with_pruner(source_dir, output_path, o, &spilled, cb, provenance);
   summary.experts = blocks.experts;
   summary.experts_under = blocks.experts_under;
+  summary.fallback_tensors = blocks.linears_under;
   summary.min_expert_tokens = co.min_expert_tokens;
   return summary;
 }

@@ -281,6 +281,9 @@ TEST_CASE("--min-expert-tokens sets which MoE experts fall back to magnitude; ma
   // Every expert of the fixture (two MoE blocks of 5) is under a million tokens.
   CHECK(all.err.find("note: 10 experts under 1000000 calibration tokens (of 10): pruned by magnitude instead of wanda") !=
         std::string::npos);
+  // The summary splits the pruned tensors: 10 experts x (gate, up, down) by the fallback.
+  CHECK(all.out.find(" pruned by wanda, 30 of them by magnitude) in ") != std::string::npos);
+  CHECK(none.out.find(" of them by magnitude") == std::string::npos);
   const Run mag = run({"prune", fixture("qwen3-moe-tiny"), "-o", dir + "/g.endor", "--method", "magnitude", "--sparsity",
                        "0.5", "--min-expert-tokens", "4"});
   CHECK(mag.exit_code == 2);

@@ -80,6 +80,7 @@ struct PackSummary {
   // Calibrated packs of an MoE model: the experts (block x expert) the method calibrated, and those
   // that received under min_expert_tokens calibration tokens and were pruned by magnitude instead.
   uint64_t experts = 0, experts_under = 0, min_expert_tokens = 0;
+  uint64_t fallback_tensors = 0;  // of pruned_tensors, the Linears of those experts (pruned by the fallback)
 };
 
 // What the packer does to one tensor under the options.
