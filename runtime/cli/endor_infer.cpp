@@ -118,10 +118,19 @@ void print_expert_stats(const Offload& o, const endor::OffloadStats& d, double p
                runs * per, d.expert_uses * per, reads * per,
                endor::format_bytes(uint64_t(d.expert_bytes[int(endor::Tier::Disk)] * per)).c_str(), 100 * hit,
                d.expert_stall_s * 1e3 * per, by_layer.empty() ? 0 : sum / double(by_layer.size()), worst);
+  if (d.expert_prefetch_reads > 0)
+    std::fprintf(stderr, "  expert prefetch: %.1f reads (%s) of the next block's guessed experts, %.1f used by it, %.1f "
+                 "evicted unused (%s wasted)\n", d.expert_prefetch_reads * per,
+                 endor::format_bytes(uint64_t(d.expert_prefetch_bytes * per)).c_str(), d.expert_prefetch_used * per,
+                 d.expert_prefetch_wasted * per, endor::format_bytes(uint64_t(d.expert_prefetch_wasted_bytes * per)).c_str());
   std::fprintf(stderr, "expert-summary: runs=%.2f cached_runs=%.2f hits=%.2f reads=%.2f read_bytes=%.0f disk_bytes=%.0f "
-               "hit_rate=%.4f stall_ms=%.4f balance_mean=%.4f balance_worst=%.4f\n", runs * per, d.expert_uses * per,
-               d.expert_hits * per, reads * per, read_bytes * per, d.expert_bytes[int(endor::Tier::Disk)] * per, hit,
-               d.expert_stall_s * 1e3 * per, by_layer.empty() ? 0 : sum / double(by_layer.size()), worst);
+               "hit_rate=%.4f stall_ms=%.4f balance_mean=%.4f balance_worst=%.4f prefetch_reads=%.2f "
+               "prefetch_bytes=%.0f prefetch_used=%.2f prefetch_wasted=%.2f prefetch_wasted_bytes=%.0f\n",
+               runs * per, d.expert_uses * per, d.expert_hits * per, reads * per, read_bytes * per,
+               d.expert_bytes[int(endor::Tier::Disk)] * per, hit, d.expert_stall_s * 1e3 * per,
+               by_layer.empty() ? 0 : sum / double(by_layer.size()), worst, d.expert_prefetch_reads * per,
+               d.expert_prefetch_bytes * per, d.expert_prefetch_used * per, d.expert_prefetch_wasted * per,
+               d.expert_prefetch_wasted_bytes * per);
 }
 
 // The --stats offload table: placement, then per decode token the bytes moved per tier, copy and
@@ -194,6 +203,22 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
     disk_mode = probe.mode;
     break;
   }
+  // MoE: experts on disk are read a few MB at a time, scattered over the file, after each router: their
+  // rate is probed apart, on a spread sample of them (up to 64, 128 MiB), all queued at once.
+  std::vector<std::pair<uint64_t, uint64_t>> expert_ranges;
+  for (size_t g = 0; g < demands.size(); ++g)
+    if (o.placement.tiers[g] == endor::Tier::Disk && demands[g].loaded && demands[g].expert)
+      expert_ranges.emplace_back(m.groups[g].offset, m.groups[g].size);
+  if (!expert_ranges.empty()) {
+    std::vector<std::pair<uint64_t, uint64_t>> sample;
+    uint64_t sampled = 0;
+    const size_t n = expert_ranges.size(), stride = n % 37 == 0 ? 1 : 37;  // every 37th, wrapping: spread
+    for (size_t i = 0, j = 0; i < n && sample.size() < 64 && sampled < (uint64_t(128) << 20); ++i, j = (j + stride) % n) {
+      sample.push_back(expert_ranges[j]);
+      sampled += expert_ranges[j].second;
+    }
+    in.expert_disk_gbps = endor::probe_disk_ranges(container.path(), sample).gbps;
+  }
   in.copy_gbps = endor::cpu::measure_copy_bandwidth_gbps(size_t(256) << 20, 1);  // the engine copies on one thread
   for (size_t g = 0; g < demands.size(); ++g) {
     if (!demands[g].streamable || !demands[g].loaded) continue;
@@ -205,6 +230,10 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
   const endor::ModelConfig config = endor::parse_model_config(m.config, container.path());
   in.n_experts = config.n_experts;
   in.top_k = config.top_k;
+  // Prefetch acts where the next block's router is in memory (its dense group not streamed).
+  in.expert_prefetch = o.expert_prefetch;
+  for (size_t g = 0; g < demands.size(); ++g)
+    if (demands[g].streamable && demands[g].loaded && o.placement.tiers[g] == endor::Tier::Disk) in.expert_prefetch = false;
   for (size_t g = 0; g < demands.size(); ++g) {
     if (!demands[g].expert || !demands[g].loaded) continue;
     in.expert_ms = endor::time_linears(container, backend, m.groups[g].tensors,
@@ -233,13 +262,19 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
                  "hit rate %.1f %% (LRU), %.1f reads (%.2f ms) | one expert %.3f ms, compute %.2f ms -> %.2f ms after "
                  "the routers (in the step above)\n", in.top_k, in.n_experts, p.expert_runs, p.expert_disk_runs,
                  100 * p.expert_hit_rate, p.expert_reads, p.expert_read_ms, in.expert_ms, p.expert_compute_ms, p.expert_ms);
+  if (in.n_experts > 0 && p.expert_wasted_reads > 0)
+    std::fprintf(stderr, "plan: expert prefetch: later blocks' reads queued behind the previous block's (%.0f %% guessed "
+                 "right, assumed), %.1f wrong guesses read as well (in the reads above); experts read at %.3f GB/s "
+                 "(scattered expert-sized reads)\n", 100 * in.expert_prefetch_accuracy, p.expert_wasted_reads,
+                 in.expert_disk_gbps);
   std::fprintf(stderr, "plan-summary: batch=%u probe_disk_gbps=%.4f copy_gbps=%.3f block_ms=%.4f head_ms=%.4f read_ms=%.4f "
                "compute_lane_ms=%.4f predicted_step_ms=%.4f predicted_ms_per_token=%.4f bound=%s expert_ms=%.4f "
                "expert_runs=%.3f expert_reads=%.3f expert_hit_rate=%.4f expert_step_ms=%.4f "
-               "predicted_disk_bytes_per_token=%.0f\n", batch, in.disk_gbps,
+               "predicted_disk_bytes_per_token=%.0f expert_disk_gbps=%.4f expert_prefetch=%d "
+               "expert_wasted_reads=%.3f\n", batch, in.disk_gbps,
                in.copy_gbps, in.block_ms, in.head_ms, p.read_ms, p.copy_ms + p.compute_ms + p.head_ms, p.step_ms,
                p.token_ms, p.bound, in.expert_ms, p.expert_runs, p.expert_reads, p.expert_hit_rate, p.expert_ms,
-               double(p.disk_bytes) / p.batch);
+               double(p.disk_bytes) / p.batch, in.expert_disk_gbps, in.expert_prefetch ? 1 : 0, p.expert_wasted_reads);
   return p;
 }
 

@@ -28,6 +28,10 @@ void add_placement_options(cxxopts::Options& options) {
     ("expert-cache", "MoE files packed by expert: memory for the cache of routed experts read from the slow tier, "
                      "taken from --cpu-mem (CUDA: --gpu-mem); 0 = no cache (each routed expert read again). "
                      "Default: half of what the budget leaves for experts (docs/moe.md)", cxxopts::value<std::string>())
+    ("expert-prefetch", "MoE experts read into the expert cache: on = also read the experts the next block's "
+                        "router picks on this block's MLP input, behind this block's own reads (a guess: costs "
+                        "reads, never changes results; needs the cache), off = read only what a block routes "
+                        "to (docs/moe.md)", cxxopts::value<std::string>()->default_value("on"))
     ("prefetch", "offloaded blocks in flight ahead of the computing one",
      cxxopts::value<uint32_t>()->default_value("2"))
     ("disk-io", "how disk-tier blocks are read: auto, direct (O_DIRECT, buffered where refused), buffered, "
@@ -43,6 +47,8 @@ void check_placement_options(const cxxopts::ParseResult& args) {
   if (kv != "f32" && kv != "f16") throw UsageError("--kv-dtype must be f32 or f16, got '" + kv + "'");
   if (args["prefetch"].as<uint32_t>() < 1 || args["prefetch"].as<uint32_t>() > 64)
     throw UsageError("--prefetch must be in [1, 64]");
+  const std::string ep = args["expert-prefetch"].as<std::string>();
+  if (ep != "on" && ep != "off") throw UsageError("--expert-prefetch must be on or off, got '" + ep + "'");
   if (!parse_disk_io(args["disk-io"].as<std::string>()))
     throw UsageError("--disk-io must be auto, direct, buffered or cufile");
   size_option(args, "gpu-mem");  // usage errors before anything is opened
@@ -85,6 +91,7 @@ Offload setup_offload(const ContainerReader& container, Backend& backend, const 
         kv_cache_bytes(config.n_layers, kv_capacity, uint64_t(config.n_kv_heads) * config.head_dim, kv_dtype);
   Offload o;
   o.groups = request.groups;
+  o.expert_prefetch = args["expert-prefetch"].as<std::string>() == "on";
   try {
     o.placement = place_groups(request);
   } catch (const Error& e) {
@@ -94,6 +101,7 @@ Offload setup_offload(const ContainerReader& container, Backend& backend, const 
     StreamingOptions options;
     options.prefetch = request.prefetch;
     options.disk_io = *parse_disk_io(args["disk-io"].as<std::string>());
+    options.expert_prefetch = o.expert_prefetch;
     o.weights = make_streaming_weights(container, backend, o.placement, options);
   }
   return o;

@@ -80,6 +80,7 @@ class LlamaModel final : public BlockModel {
   void moe_mlp(uint32_t l, const LlamaLayer& L, const float* h, size_t n, float* out, const LinearInputHook* hook);
   void run_expert(uint32_t l, const LlamaLayer& L, uint32_t e, const float* h, const std::vector<ExpertToken>& tokens,
                   float* out, std::vector<uint8_t>& written, const LinearInputHook* hook);
+  void prefetch_next_experts(uint32_t l, const float* h, size_t n);
   void load_experts(LlamaLayer& L, uint32_t layer, uint64_t& bytes);
   const float* run_head(const float* x, size_t rows) override;
   const Weight** linear_slot(uint32_t layer, Module module, int32_t expert) override;
@@ -93,6 +94,7 @@ class LlamaModel final : public BlockModel {
   RopeParams rope_;
   std::vector<float> router_host_;  // an MoE block's router logits, downloaded for routing
   std::vector<uint32_t> expected_groups_;  // the expert groups a routed MLP call runs (expect_experts)
+  std::vector<uint32_t> prefetch_groups_;  // the next block's guessed expert groups (prefetch_experts)
 };
 
 LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, Backend& backend,
@@ -265,8 +267,30 @@ void LlamaModel::moe_mlp(uint32_t l, const LlamaLayer& L, const float* h, size_t
   for (uint32_t e = 0; e < c.n_experts; ++e)
     if (!routed[e].empty() && L.expert_group[e] != L.group) expected_groups_.push_back(L.expert_group[e]);
   if (!expected_groups_.empty()) store_.expect_experts(expected_groups_.data(), expected_groups_.size());
+  if (!hook && l + 1 < c.n_layers) prefetch_next_experts(l + 1, h, n);
   for (uint32_t e = 0; e < c.n_experts; ++e)
     if (!routed[e].empty()) run_expert(l, L, e, h, routed[e], out, written, hook);
+}
+
+// Expert prefetch (docs/moe.md): block l's router applied to this block's MLP input h guesses the
+// experts block l's own input will pick (the residual stream changes little from one block to the
+// next); the provider reads the guesses behind this block's own reads, so they arrive while this
+// block's experts and the next block's attention compute. Only a guess: block l routes again on its
+// own input, and an expert guessed wrong is a read too many, never another result.
+void LlamaModel::prefetch_next_experts(uint32_t l, const float* h, size_t n) {
+  const ModelConfig& c = config_;
+  const LlamaLayer& N = layers_[l];
+  if (!store_.wants_expert_prefetch(N.group)) return;
+  float* logits = scratch_.get(kRouter, n * c.n_experts);
+  backend_.linear(*N.router, h, n, nullptr, logits);
+  router_host_.resize(n * c.n_experts);
+  backend_.download(router_host_.data(), logits, n * c.n_experts);
+  const std::vector<std::vector<ExpertToken>> routed =
+      route_tokens(router_host_.data(), n, c.n_experts, c.top_k, c.norm_topk_prob);
+  prefetch_groups_.clear();
+  for (uint32_t e = 0; e < c.n_experts; ++e)
+    if (!routed[e].empty() && N.expert_group[e] != N.group) prefetch_groups_.push_back(N.expert_group[e]);
+  if (!prefetch_groups_.empty()) store_.prefetch_experts(prefetch_groups_.data(), prefetch_groups_.size());
 }
 
 // Expert e on its tokens' rows of h: gathered (a run of consecutive rows in one copy), gate/up,

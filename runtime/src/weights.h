@@ -60,6 +60,12 @@ class WeightStore {
   void use_expert(uint32_t group, const Weight** weights, size_t n) {
     if (provider_) provider_->use_expert(group, weights, n);
   }
+  bool wants_expert_prefetch(uint32_t next_block) const {
+    return provider_ && provider_->wants_expert_prefetch(next_block);
+  }
+  void prefetch_experts(const uint32_t* groups, size_t n) {
+    if (provider_) provider_->prefetch_experts(groups, n);
+  }
 
  private:
   const TensorInfo& require(const std::string& name, const std::vector<uint64_t>& shape) const;

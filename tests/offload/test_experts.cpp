@@ -21,18 +21,37 @@ struct MoeRun {
   OffloadStats stats;
 };
 
-MoeRun run_moe(const ContainerReader& c, const Placement* p, const std::vector<int32_t>& prompt, size_t steps) {
+// Greedy decoding: the prompt, then `steps` tokens, each the previous step's argmax; every step's logits.
+std::vector<float> run_greedy(Model& model, const std::vector<int32_t>& prompt, size_t steps,
+                              std::vector<int32_t>& ids) {
+  const uint32_t V = model.config().vocab;
+  std::unique_ptr<KvCache> cache = model.make_cache(prompt.size() + steps + 1);
+  std::vector<float> all, logits;
+  model.forward(prompt.data(), prompt.size(), *cache, true, logits);
+  for (size_t s = 0;; ++s) {
+    all.insert(all.end(), logits.begin(), logits.end());
+    const float* last = logits.data() + logits.size() - V;
+    ids.push_back(int32_t(std::max_element(last, last + V) - last));
+    if (s == steps) break;
+    model.forward(&ids.back(), 1, *cache, false, logits);
+  }
+  return all;
+}
+
+MoeRun run_moe(const ContainerReader& c, const Placement* p, const std::vector<int32_t>& prompt, size_t steps,
+               bool expert_prefetch = true, std::vector<int32_t>* greedy_ids = nullptr) {
   auto backend = make_cpu_backend(1);
   std::unique_ptr<StreamingWeights> weights;
   if (p) {
     StreamingOptions o;
     o.prefetch = 1;
+    o.expert_prefetch = expert_prefetch;
     weights = make_streaming_weights(c, *backend, *p, o);
   }
   MoeRun r;
   {
     auto model = load_model(c, *backend, weights.get());
-    r.logits = run_sequence(*model, prompt, steps);
+    r.logits = greedy_ids ? run_greedy(*model, prompt, steps, *greedy_ids) : run_sequence(*model, prompt, steps);
   }
   if (weights) {
     weights->synchronize();
@@ -354,4 +373,59 @@ TEST_CASE("experts: endor-infer --stats reports the time compute waited for expe
   CHECK(value("expert-summary:", "reads") > 0);
   CHECK(expert_stall >= 0);  // present (an absent key reads -1)
   CHECK(stall >= expert_stall);
+}
+
+TEST_CASE("experts: prefetch of the next block's experts keeps logits and greedy ids; its counters add up") {
+  TempDir dir;
+  for (const char* fixture : {"qwen3-moe-tiny", "mixtral-tiny"}) {
+    CAPTURE(fixture);
+    const std::unique_ptr<ContainerReader> c = pack_int4_50(dir, fixture);
+    const ModelConfig cfg = parse_model_config(c->manifest().config, c->path());
+    const std::vector<int32_t> prompt = prompt_ids(9, uint32_t(cfg.vocab));
+    const size_t steps = 12;
+    std::vector<int32_t> ids_resident;
+    const MoeRun resident = run_moe(*c, nullptr, prompt, steps, true, &ids_resident);
+    REQUIRE(ids_resident.size() == steps + 1);
+    const uint64_t slot_bytes = experts_on_disk(*c, 64 * 8192).expert_slot_bytes;
+    // Every expert on disk; a cache of every expert, and one of a few slots (guesses evict and are evicted).
+    for (const uint32_t slots : {64u, 5u}) {
+      CAPTURE(slots);
+      const Placement p = experts_on_disk(*c, slots * slot_bytes);
+      REQUIRE(p.expert_cache);
+      std::vector<int32_t> ids_off, ids_on;
+      const MoeRun off = run_moe(*c, &p, prompt, steps, false, &ids_off);
+      const MoeRun on = run_moe(*c, &p, prompt, steps, true, &ids_on);
+      CHECK(bit_equal(off.logits, resident.logits));
+      CHECK(bit_equal(on.logits, resident.logits));
+      CHECK(ids_on == ids_resident);
+      CHECK(ids_off == ids_resident);
+      CHECK(on.stats.expert_counts == off.stats.expert_counts);  // the same experts run, as often
+      CHECK(off.stats.expert_prefetch_reads == 0);
+      const OffloadStats& s = on.stats;
+      CHECK(s.expert_prefetch_reads > 0);
+      CHECK(s.expert_prefetch_used > 0);  // the tiny fixtures' next router mostly agrees
+      CHECK(s.expert_prefetch_used + s.expert_prefetch_wasted <= s.expert_prefetch_reads);
+      CHECK(s.expert_prefetch_bytes >= s.expert_prefetch_reads * 4096);
+      CHECK(s.expert_prefetch_wasted_bytes <= s.expert_prefetch_bytes);
+      CHECK((s.expert_prefetch_wasted == 0) == (s.expert_prefetch_wasted_bytes == 0));
+      // A use is a hit, the first use of a read of its own call, or the first use of a guess: the reads
+      // no call used are the guesses that were never used.
+      const uint64_t reads = s.expert_fills[int(Tier::Disk)];
+      CHECK(reads == s.expert_disk.reads);
+      CHECK(s.expert_uses == s.expert_hits + (reads - s.expert_prefetch_reads) + s.expert_prefetch_used);
+      CHECK(off.stats.expert_uses == off.stats.expert_hits + off.stats.expert_fills[int(Tier::Disk)]);
+      if (slots == 64) {
+        // Nothing is evicted: every guess is used later or still cached; no read is repeated.
+        CHECK(s.expert_prefetch_wasted == 0);
+        CHECK(reads <= uint64_t(cfg.n_layers) * cfg.n_experts);
+      }
+    }
+    // No cache (--expert-cache 0): nothing survives a call, so nothing is guessed.
+    const Placement none = experts_on_disk(*c, 0);
+    REQUIRE_FALSE(none.expert_cache);
+    std::vector<int32_t> ids_none;
+    const MoeRun n = run_moe(*c, &none, prompt, steps, true, &ids_none);
+    CHECK(ids_none == ids_resident);
+    CHECK(n.stats.expert_prefetch_reads == 0);
+  }
 }

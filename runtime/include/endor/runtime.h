@@ -128,6 +128,18 @@ class WeightProvider {
     (void)weights;
     (void)n;
   }
+  // Expert prefetch: whether the provider wants a guess at the experts of the block whose group is
+  // `next_block` (its router must be usable now: the group resident), and the guess itself, made on
+  // the current block's MLP input after its own expect_experts (the provider may read them ahead; a
+  // wrong guess costs reads, never results). Defaults: no prefetch.
+  virtual bool wants_expert_prefetch(uint32_t next_block) const {
+    (void)next_block;
+    return false;
+  }
+  virtual void prefetch_experts(const uint32_t* groups, size_t n) {
+    (void)groups;
+    (void)n;
+  }
 };
 
 // ---- model --------------------------------------------------------------------------------------

@@ -15,9 +15,20 @@
 // block's own expert compute. Under uniform routing each expert of a block runs in a step with
 // probability q = 1 - (1 - k/E)^batch; a resident expert is computed in place; a disk expert is
 // found in the LRU cache with probability h = slots / (experts on disk) (an LRU of C slots over N
-// equally likely items holds the requested one with probability C/N), else read. Per block:
-//   t_block = max(reads_b / disk, runs_b · expert_ms) + min(one read, expert_ms)   (the first read
-// has nothing to overlap), and step = max(read lane, compute lane) + Σ_blocks t_block.
+// equally likely items holds the requested one with probability C/N), else read at the rate of
+// scattered expert-sized reads (expert_disk_gbps). The reads of a block are queued at once after its
+// router and each expert computes as soon as its own bytes are in (the cache's slot()), so per block
+//   t_block = max(reads_b / disk, runs_b · expert_ms) + min(one read, expert_ms)
+// (the first read has nothing to overlap), and step = max(read lane, compute lane) + Σ_blocks t_block.
+// With expert prefetch (a share a of each later block's reads guessed and queued behind the previous
+// block's reads, the 1 - a wrong guesses read as well), the disk no longer waits for each router: from
+// the first block's router on it reads every later block's experts back to back while the later
+// blocks' dense parts and experts compute. Then
+//   experts = t_block(first) + max(Σ_later reads_b · (2 - a) / disk, Σ_later (runs_b · expert_ms)
+//             + dense_later) - dense_later + min(one read, expert_ms)
+// where dense_later is the later blocks' share of the dense compute (it was in the compute lane and
+// is now hidden under the reads where the disk bounds). A batch changes only q (the union of its
+// tokens' experts: n_experts · q distinct experts a block) and the tokens per expert run.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -54,7 +65,7 @@ void predict_experts(const Placement& placement, const std::vector<GroupDemand>&
                        ? std::min(1.0, double(placement.expert_slots) / double(on_disk)) : 0.0;
   p.expert_hit_rate = h;
   struct Block {
-    double runs = 0, reads = 0, read_ms = 0, one_read_ms = 0;
+    double runs = 0, reads = 0, read_ms = 0, one_read_ms = 0, bytes = 0;
   };
   std::map<uint32_t, Block> blocks;
   double disk_bytes = 0;
@@ -65,19 +76,46 @@ void predict_experts(const Placement& placement, const std::vector<GroupDemand>&
     b.runs += q;
     if (placement.tiers[g] == fast) continue;
     p.expert_disk_runs += q;
-    const double one = in.disk_gbps > 0 ? double(d.bytes) / (in.disk_gbps * 1e6) : 0;
+    const double rate = in.expert_disk_gbps > 0 ? in.expert_disk_gbps : in.disk_gbps;
+    const double one = rate > 0 ? double(d.bytes) / (rate * 1e6) : 0;
     b.reads += q * (1 - h);
     b.read_ms += q * (1 - h) * one;
     b.one_read_ms = std::max(b.one_read_ms, one);
+    b.bytes += q * (1 - h) * double(d.bytes);
     disk_bytes += q * (1 - h) * double(d.bytes);
   }
+  // Prefetch needs a cache that keeps reads past a call, and at least two blocks.
+  const bool prefetch = in.expert_prefetch && placement.expert_cache && blocks.size() > 1;
+  const double a = std::clamp(in.expert_prefetch_accuracy, 0.0, 1.0);
+  double later_reads = 0, later_read_ms = 0, later_compute = 0, later_first = 0, later_bytes = 0;
+  bool first = true;
   for (const auto& [layer, b] : blocks) {
     const double compute = b.runs * in.expert_ms;
+    const double first_read = b.reads > 0 ? std::min(b.one_read_ms, in.expert_ms) : 0;
     p.expert_runs += b.runs;
     p.expert_reads += b.reads;
     p.expert_read_ms += b.read_ms;
     p.expert_compute_ms += compute;
-    p.expert_ms += std::max(b.read_ms, compute) + (b.reads > 0 ? std::min(b.one_read_ms, in.expert_ms) : 0);
+    if (!prefetch || first) {
+      p.expert_ms += std::max(b.read_ms, compute) + first_read;
+    } else {
+      later_reads += b.reads;
+      later_read_ms += b.read_ms;
+      later_bytes += b.bytes;
+      later_compute += compute;
+      later_first = std::max(later_first, first_read);
+    }
+    first = false;
+  }
+  if (prefetch) {
+    const double wrong = (1 - a) * later_reads;  // the wrong guesses, read as well
+    const double dense_later = p.compute_ms * double(blocks.size() - 1) / double(blocks.size());
+    const double reads_ms = later_read_ms * (2 - a);
+    p.expert_wasted_reads = wrong;
+    p.expert_reads += wrong;
+    p.expert_read_ms += later_read_ms * (1 - a);
+    p.expert_ms += std::max(reads_ms, later_compute + dense_later) - dense_later + later_first;
+    disk_bytes += (1 - a) * later_bytes;
   }
   p.disk_bytes += uint64_t(std::llround(disk_bytes));
 }

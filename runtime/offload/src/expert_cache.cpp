@@ -38,10 +38,21 @@ int64_t ExpertCache::victim(bool protect) const {
   return best;
 }
 
+// A guess evicted or dropped before any call used it: its read was wasted.
+void ExpertCache::drop_prefetched(Slot& slot) {
+  if (!slot.prefetched) return;
+  slot.prefetched = false;
+  prefetched_unused_ -= 1;
+  prefetch_wasted_ += 1;
+  prefetch_wasted_bytes_ += slot.bytes;
+}
+
 void ExpertCache::issue(uint32_t s, uint32_t group, const ExpertSource& source) {
   Slot& slot = slots_[s];
   if (slot.group >= 0) where_.erase(uint32_t(slot.group));
+  drop_prefetched(slot);
   slot.group = group;
+  slot.bytes = source.size;
   slot.unused_read = true;
   where_[group] = s;
   fills_[int(source.tier)] += 1;
@@ -82,6 +93,7 @@ void ExpertCache::complete(uint32_t s) {
       complete_one(p);
     } catch (...) {
       slots_[p].pending = false;
+      drop_prefetched(slots_[p]);
       where_.erase(uint32_t(slots_[p].group));
       slots_[p].group = -1;
       throw;
@@ -92,13 +104,41 @@ void ExpertCache::complete(uint32_t s) {
 
 void ExpertCache::expect(const uint32_t* groups, const ExpertSource* sources, size_t n) {
   expected_.clear();
-  for (size_t i = 0; i < n; ++i) expected_.insert(groups[i]);
+  expect_order_.clear();
   for (size_t i = 0; i < n; ++i) {
-    if (where_.count(groups[i])) continue;
+    expected_.insert(groups[i]);
+    expect_order_.emplace_back(groups[i], sources[i]);
+  }
+  read_expected();
+}
+
+// Starts the reads of the current call's experts not yet cached or read, in its order, while reads may
+// be in flight and a slot no expert of the call needs is free. From expect(), and again from each
+// slot(): a slot freed by the previous expert's compute takes the next read at once (with two slots,
+// one expert reads while the other computes).
+void ExpertCache::read_expected() {
+  for (const auto& [group, source] : expect_order_) {
+    if (!expected_.count(group) || where_.count(group)) continue;
     if (pending_.size() >= max_in_flight_) break;
     const int64_t s = victim(true);
     if (s < 0) break;
+    issue(uint32_t(s), group, source);
+  }
+}
+
+void ExpertCache::prefetch(const uint32_t* groups, const ExpertSource* sources, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (where_.count(groups[i])) continue;
+    if (pending_.size() >= max_in_flight_ || 2 * (prefetched_unused_ + 1) > slots_.size()) break;
+    const int64_t s = victim(true);
+    if (s < 0) break;
     issue(uint32_t(s), groups[i], sources[i]);
+    Slot& slot = slots_[size_t(s)];
+    slot.prefetched = true;
+    slot.last_use = ++tick_;  // as recent as a use: the next call's own reads evict older slots first
+    prefetched_unused_ += 1;
+    prefetch_reads_ += 1;
+    prefetch_bytes_ += sources[i].size;
   }
 }
 
@@ -126,9 +166,15 @@ uint32_t ExpertCache::slot(uint32_t group, const ExpertSource& source) {
   }
   complete(s);
   Slot& slot = slots_[s];
+  if (slot.prefetched) {
+    slot.prefetched = false;
+    prefetched_unused_ -= 1;
+    prefetch_used_ += 1;
+  }
   slot.unused_read = false;
   slot.last_use = ++tick_;
   in_use_ = s;
+  read_expected();  // the slot released above may take the call's next read
   engine_.wait_filled(first_slot_ + s);
   engine_.expert_wait_end();
   return first_slot_ + s;
@@ -138,6 +184,7 @@ void ExpertCache::end_call() {
   if (in_use_ >= 0) engine_.release_slot(first_slot_ + uint32_t(in_use_));
   in_use_ = -1;
   expected_.clear();
+  expect_order_.clear();
   if (!keep_) reset();
 }
 
@@ -148,6 +195,7 @@ void ExpertCache::reset() {
   }
   pending_.clear();
   for (Slot& slot : slots_) {
+    drop_prefetched(slot);
     slot.group = -1;
     slot.unused_read = false;
   }
@@ -157,6 +205,11 @@ void ExpertCache::reset() {
 void ExpertCache::add_stats(OffloadStats& stats) const {
   stats.expert_uses += uses_;
   stats.expert_hits += hits_;
+  stats.expert_prefetch_reads += prefetch_reads_;
+  stats.expert_prefetch_bytes += prefetch_bytes_;
+  stats.expert_prefetch_used += prefetch_used_;
+  stats.expert_prefetch_wasted += prefetch_wasted_;
+  stats.expert_prefetch_wasted_bytes += prefetch_wasted_bytes_;
   for (int t = 0; t < 3; ++t) {
     stats.expert_fills[t] += fills_[t];
     stats.expert_bytes[t] += bytes_[t];

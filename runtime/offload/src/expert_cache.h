@@ -39,6 +39,10 @@ class ExpertCache {
   // The experts a routed MLP runs next, in order (sources[i] of groups[i]): reads start for those not
   // cached while slots that hold none of them are free.
   void expect(const uint32_t* groups, const ExpertSource* sources, size_t n);
+  // Expert prefetch: the experts the next routed MLP is guessed to run; reads start, behind the current
+  // call's, for those not cached while reads may be in flight and slots not wanted by the current
+  // call are free (at most half the slots hold unused guesses). Counted apart (add_stats).
+  void prefetch(const uint32_t* groups, const ExpertSource* sources, size_t n);
   // The engine slot holding `group` once filled (reading it now when absent); compute queued from now
   // on sees its bytes. The previous slot() is released (its compute was queued before this call).
   uint32_t slot(uint32_t group, const ExpertSource& source);
@@ -54,12 +58,16 @@ class ExpertCache {
     uint64_t last_use = 0;      // LRU tick of its last slot()
     bool pending = false;       // a disk read was submitted and its fill not queued yet
     bool unused_read = false;   // read for a call and not used yet (its first use is no hit)
+    bool prefetched = false;    // read by prefetch() and not used yet
+    uint64_t bytes = 0;         // the size of the group it holds
     DiskReader::Ticket ticket = 0;
   };
   int64_t victim(bool protect) const;
   void issue(uint32_t s, uint32_t group, const ExpertSource& source);
   void complete(uint32_t s);
   void complete_one(uint32_t s);
+  void drop_prefetched(Slot& slot);
+  void read_expected();
 
   Engine& engine_;
   DiskReader* reader_;
@@ -70,10 +78,14 @@ class ExpertCache {
   std::vector<Slot> slots_;
   std::unordered_map<uint32_t, uint32_t> where_;  // group -> slot
   std::unordered_set<uint32_t> expected_;         // groups of the current call not yet used
+  std::vector<std::pair<uint32_t, ExpertSource>> expect_order_;  // the current call's groups, in order
   std::deque<uint32_t> pending_;                  // slots with a read in flight, in submission order
   int64_t in_use_ = -1;
   uint64_t tick_ = 0;
   uint64_t uses_ = 0, hits_ = 0, fills_[3] = {0, 0, 0}, bytes_[3] = {0, 0, 0};
+  uint32_t prefetched_unused_ = 0;  // slots holding a guess not used yet
+  uint64_t prefetch_reads_ = 0, prefetch_bytes_ = 0, prefetch_used_ = 0, prefetch_wasted_ = 0;
+  uint64_t prefetch_wasted_bytes_ = 0;
 };
 
 }  // namespace endor::offload

@@ -81,6 +81,8 @@ class StreamingWeightsImpl final : public StreamingWeights {
   void release(uint32_t group) override;
   void expect_experts(const uint32_t* groups, size_t n) override;
   void use_expert(uint32_t group, const Weight** weights, size_t n) override;
+  bool wants_expert_prefetch(uint32_t next_block) const override;
+  void prefetch_experts(const uint32_t* groups, size_t n) override;
 
   const Placement& placement() const override { return placement_; }
   OffloadStats stats() override;
@@ -420,6 +422,25 @@ void StreamingWeightsImpl::expect_experts(const uint32_t* groups, size_t n) {
     expect_sources_.push_back(source_of(groups[i]));
   }
   expert_cache_->expect(expect_groups_.data(), expect_sources_.data(), expect_groups_.size());
+}
+
+// Prefetch needs a cache that keeps what it reads past the call (not --expert-cache 0) and the next
+// block's router in memory now (its dense group resident, not streamed).
+bool StreamingWeightsImpl::wants_expert_prefetch(uint32_t next_block) const {
+  return options_.expert_prefetch && expert_cache_ && placement_.expert_cache && next_block < groups_.size() &&
+         !groups_[next_block].streamed;
+}
+
+void StreamingWeightsImpl::prefetch_experts(const uint32_t* groups, size_t n) {
+  if (!expert_cache_ || !options_.expert_prefetch) return;
+  expect_groups_.clear();
+  expect_sources_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    if (groups[i] >= groups_.size() || !groups_[groups[i]].cached) continue;
+    expect_groups_.push_back(groups[i]);
+    expect_sources_.push_back(source_of(groups[i]));
+  }
+  expert_cache_->prefetch(expect_groups_.data(), expect_sources_.data(), expect_groups_.size());
 }
 
 // An expert about to run: resident ones are used in place; the others are brought into a cache slot

@@ -202,6 +202,10 @@ bool cufile_available(std::string* why);
 struct StreamingOptions {
   uint32_t prefetch = 2;          // k: blocks in flight ahead of the computing one (>= 1)
   DiskIo disk_io = DiskIo::Auto;
+  // MoE: read the experts the next block's router picks on this block's MLP input into the expert
+  // cache right after this block's own reads (--expert-prefetch; docs/moe.md). Acts only where experts
+  // are read into a cache that keeps them (not --expert-cache 0) and the next block's router is resident.
+  bool expert_prefetch = true;
   // Checks every slot fill against the scheduling invariants and throws on a violation (tests).
   bool check_invariants = true;
 };
@@ -225,6 +229,11 @@ struct OffloadStats {
   uint64_t expert_uses = 0, expert_hits = 0;
   uint64_t expert_fills[3] = {0, 0, 0}, expert_bytes[3] = {0, 0, 0};
   std::vector<uint64_t> expert_counts;  // runs per manifest group (index: group; 0 for other groups)
+  // Expert prefetch (StreamingOptions::expert_prefetch): reads issued for the next block's guessed
+  // experts (in expert_fills/expert_bytes too), those a later call used before eviction, and those
+  // evicted or dropped unused (the wasted bytes). used + wasted <= reads (the rest are still cached).
+  uint64_t expert_prefetch_reads = 0, expert_prefetch_bytes = 0, expert_prefetch_used = 0;
+  uint64_t expert_prefetch_wasted = 0, expert_prefetch_wasted_bytes = 0;
   DiskReaderStats expert_disk;       // the expert reader's own counters
   OffloadStats operator-(const OffloadStats& earlier) const;
 };
@@ -258,6 +267,7 @@ std::unique_ptr<StreamingWeights> make_streaming_weights(const ContainerReader& 
 // reads) overlaps the compute thread's lane (staging copies, block compute, head).
 struct CostInputs {
   double disk_gbps = 0;      // O_DIRECT sequential reads of the container (probe_disk_read)
+  double expert_disk_gbps = 0;  // O_DIRECT reads of scattered expert groups (probe_disk_ranges); 0: disk_gbps
   double copy_gbps = 0;      // host copy bandwidth, counted as read + write bytes (measure_copy_bandwidth_gbps)
   double block_ms = 0;       // one decoder block's Linears at this batch's tokens per step (time_linears)
   uint64_t block_bytes = 0;  // that block's bytes: other blocks' compute scales with their bytes
@@ -268,6 +278,12 @@ struct CostInputs {
   // expert's Linears at expert_tokens_per_run(...) tokens.
   uint32_t n_experts = 0, top_k = 0;
   double expert_ms = 0;
+  // Expert prefetch (StreamingOptions::expert_prefetch) where the placement keeps a cache: a share
+  // `expert_prefetch_accuracy` of each later block's reads was guessed on the previous block's input and
+  // is read behind that block's reads; the wrong guesses are read too (cost_model.cpp). The share is
+  // not known before running (uniform routing would make every guess a coin toss): an assumption.
+  bool expert_prefetch = false;
+  double expert_prefetch_accuracy = 0.9;
 };
 struct CostPrediction {
   double read_ms = 0, copy_ms = 0, compute_ms = 0, head_ms = 0;  // per step
@@ -281,6 +297,7 @@ struct CostPrediction {
   // not overlapped with the dense lane; included in step_ms and disk_bytes).
   double expert_runs = 0, expert_disk_runs = 0, expert_hit_rate = 0, expert_reads = 0;
   double expert_read_ms = 0, expert_compute_ms = 0, expert_ms = 0;
+  double expert_wasted_reads = 0;  // of expert_reads: the wrong guesses (prefetch), per step
 };
 CostPrediction predict_step(const Placement& placement, const std::vector<GroupDemand>& groups, const CostInputs& in);
 // The probability that a given expert of a block runs in a step of `batch` tokens, each routed to
@@ -305,6 +322,12 @@ struct DiskProbe {
 };
 DiskProbe probe_disk_read(const std::string& path, uint64_t offset, uint64_t bytes, uint64_t request,
                           bool direct = true);
+// Scattered reads of the given [offset, offset + length) ranges of `path`, in the given order, all
+// submitted at once into one thread's queue as the expert cache submits a block's routed experts
+// (O_DIRECT): delivered bytes per second of wall time. --plan's disk rate for MoE experts (a few MB
+// each, scattered over the file), which a sequential probe can overstate on a virtual disk.
+DiskProbe probe_disk_ranges(const std::string& path, const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                            bool direct = true);
 // True when `backend` is the CUDA backend (false in builds without CUDA).
 bool is_cuda_device(const Backend& backend);
 // Free memory of the CUDA backend's device (cudaMemGetInfo); nullopt for other backends.
