@@ -14,8 +14,8 @@
 #             (llama-bench -p 0 -n N), ROUNDS interleaved rounds
 #   probe     the disk rate (bench_offload_probe, O_DIRECT sequential reads of the int4-50 file)
 #   disk      from disk, --cpu-mem = a quarter of the int4-50 file's expert bytes for int4-50 and for
-#             dense (the same budget), expert cache on (default size) and off (--expert-cache 0),
-#             each with --plan; ROUNDS interleaved rounds
+#             dense (the same budget), expert cache on (default size; int4-50 also with
+#             --expert-prefetch on) and off (--expert-cache 0), each with --plan; ROUNDS interleaved rounds
 #   batch     from disk under the same budget: --prompts (8 lines) at --batch 8 against --batch 1, --plan
 #   measure   ram, probe, disk and batch in one lock hold (when other jobs queue on the lock)
 #   table     bench/moe/table.py over OUT_DIR
@@ -175,6 +175,7 @@ do_disk() {
     locked bash -c "$(declare -f endor_run load); $(declare -p infer threads tokens prompt_ids); set -uo pipefail
       for v in int4-50 dense; do
         endor_run '$out'/disk-\$v-cache-r$r.log '$work'/\$v.endor --cpu-mem $b --plan
+        [[ \$v == int4-50 ]] && endor_run '$out'/disk-\$v-cache-pf-r$r.log '$work'/\$v.endor --cpu-mem $b --expert-prefetch on --plan
         endor_run '$out'/disk-\$v-nocache-r$r.log '$work'/\$v.endor --cpu-mem $b --expert-cache 0 --plan
       done"
   done

@@ -95,11 +95,12 @@ def disk_gbps(out):
 def disk_table(out):
     gbps = disk_gbps(out)
     rows = [f"disk rate (probe): {gbps} GB/s\n",
-            "| from disk | tok/s | MB read/token | hit rate | floor ms | ms/token | x floor | plan ms | measured/plan | load |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+            "| from disk | tok/s | MB read/token | hit rate | prefetched (used) reads/token | expert reads GB/s | floor ms | "
+            "ms/token | x floor | plan ms | measured/plan | load |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     figures = {}
     for v in ["int4-50", "dense"]:
-        for c in ["cache", "nocache"]:
+        for c in ["cache", "cache-pf", "nocache"]:
             texts = runs(out, f"disk-{v}-{c}-r*.log")
             if not texts:
                 continue
@@ -107,13 +108,19 @@ def disk_table(out):
             byts = med([kv(t, "expert-summary").get("disk_bytes", 0) + kv(t, "offload-summary").get("moved_disk_bytes", 0)
                         for t in texts])[0]
             hit = med([kv(t, "expert-summary").get("hit_rate") for t in texts])[0]
+            pf = med([kv(t, "expert-summary").get("prefetch_reads") for t in texts])[0]
+            pfu = med([kv(t, "expert-summary").get("prefetch_used") for t in texts])[0]
+            rate = med([kv(t, "expert-summary").get("read_gbps") for t in texts])[0]
             plan = med([kv(t, "plan-summary").get("predicted_ms_per_token") for t in texts])[0]
             ms = 1000 / tps if tps else None
             floor = byts / (gbps * 1e6) if gbps and byts is not None else None
             figures[(v, c)] = tps
-            rows.append(f"| {v}, cache {'on' if c == 'cache' else 'off'} | {tps:.2f} ({s}) | {byts / 1e6:.1f} | "
-                        f"{100 * (hit or 0):.1f} % | {floor:.1f} | {ms:.1f} | {ms / floor:.2f} | {plan:.1f} | "
-                        f"{ms / plan:.2f} | {load_of(texts[0])} |")
+            label = {"cache": "cache on", "cache-pf": "cache on, --expert-prefetch on", "nocache": "cache off"}[c]
+            pf_text = f"{pf:.1f} ({pfu:.1f})" if pf else "0"
+            rate_text = f"{rate:.2f}" if rate else "?"
+            rows.append(f"| {v}, {label} | {tps:.2f} ({s}) | {byts / 1e6:.1f} | {100 * (hit or 0):.1f} % | {pf_text} | "
+                        f"{rate_text} | {floor:.1f} | {ms:.1f} | {ms / floor:.2f} | {plan:.1f} | {ms / plan:.2f} | "
+                        f"{load_of(texts[0])} |")
     a, b = figures.get(("int4-50", "cache")), figures.get(("dense", "cache"))
     if a and b:
         rows.append(f"\nint4-50 / dense f16 (cache on, same budget): {a / b:.2f}x")
@@ -121,25 +128,29 @@ def disk_table(out):
 
 
 def batch_table(out):
-    rows = ["| from disk | decode-only ms/step | ms/token | tok/s | generated tok/s (prefill incl.) | plan ms/token | load |",
-            "|---|---:|---:|---:|---:|---:|---|"]
+    rows = ["| from disk | decode-only ms/step | ms/token | tok/s | generated tok/s (prefill incl.) | expert reads GB/s | "
+            "plan ms/token | measured/plan | load |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     per = {}
     for n in [1, 8]:
         texts = runs(out, f"batch-{n}-r*.log")
         if not texts:
             continue
-        steps, gen, plan = [], [], []
+        steps, gen, plan, rate = [], [], [], []
         for t in texts:
             m = re.search(r"decode-only steps, ([\d.]+) ms each", t)
             g = re.search(r"tokens in [\d.]+ ms \(([\d.]+) tokens/s, prefill included\)", t)
             steps.append(float(m.group(1)) if m else None)
             gen.append(float(g.group(1)) if g else None)
             plan.append(kv(t, "plan-summary").get("predicted_ms_per_token"))
+            rate.append(kv(t, "expert-summary").get("read_gbps"))
         step, s = med(steps)
+        p = med(plan)[0]
+        r = med(rate)[0]
         ms = step / n
         per[n] = 1000 / ms
         rows.append(f"| --batch {n} | {step:.1f} ({s}) | {ms:.1f} | {1000 / ms:.2f} | {med(gen)[0]:.2f} | "
-                    f"{med(plan)[0]:.1f} | {load_of(texts[0])} |")
+                    f"{r if r else 0:.2f} | {p:.1f} | {ms / p if p else 0:.2f} | {load_of(texts[0])} |")
     if 1 in per and 8 in per:
         rows.append(f"\n--batch 8 / --batch 1 (decode tok/s): {per[8] / per[1]:.2f}x")
     return rows

@@ -120,17 +120,21 @@ void print_expert_stats(const Offload& o, const endor::OffloadStats& d, double p
                d.expert_stall_s * 1e3 * per, by_layer.empty() ? 0 : sum / double(by_layer.size()), worst);
   if (d.expert_prefetch_reads > 0)
     std::fprintf(stderr, "  expert prefetch: %.1f reads (%s) of the next block's guessed experts, %.1f used by it, %.1f "
-                 "evicted unused (%s wasted)\n", d.expert_prefetch_reads * per,
+                 "evicted unused (%s wasted), %.1f wrong ones dropped before their read\n", d.expert_prefetch_reads * per,
                  endor::format_bytes(uint64_t(d.expert_prefetch_bytes * per)).c_str(), d.expert_prefetch_used * per,
-                 d.expert_prefetch_wasted * per, endor::format_bytes(uint64_t(d.expert_prefetch_wasted_bytes * per)).c_str());
+                 d.expert_prefetch_wasted * per, endor::format_bytes(uint64_t(d.expert_prefetch_wasted_bytes * per)).c_str(),
+                 d.expert_prefetch_cancelled * per);
   std::fprintf(stderr, "expert-summary: runs=%.2f cached_runs=%.2f hits=%.2f reads=%.2f read_bytes=%.0f disk_bytes=%.0f "
                "hit_rate=%.4f stall_ms=%.4f balance_mean=%.4f balance_worst=%.4f prefetch_reads=%.2f "
-               "prefetch_bytes=%.0f prefetch_used=%.2f prefetch_wasted=%.2f prefetch_wasted_bytes=%.0f\n",
+               "prefetch_bytes=%.0f prefetch_used=%.2f prefetch_wasted=%.2f prefetch_wasted_bytes=%.0f read_ms=%.4f "
+               "read_gbps=%.4f prefetch_cancelled=%.2f\n",
                runs * per, d.expert_uses * per, d.expert_hits * per, reads * per, read_bytes * per,
                d.expert_bytes[int(endor::Tier::Disk)] * per, hit, d.expert_stall_s * 1e3 * per,
                by_layer.empty() ? 0 : sum / double(by_layer.size()), worst, d.expert_prefetch_reads * per,
                d.expert_prefetch_bytes * per, d.expert_prefetch_used * per, d.expert_prefetch_wasted * per,
-               d.expert_prefetch_wasted_bytes * per);
+               d.expert_prefetch_wasted_bytes * per, d.expert_disk.busy_s * 1e3 * per,
+               d.expert_disk.busy_s > 0 ? double(d.expert_disk.bytes) / d.expert_disk.busy_s / 1e9 : 0.0,
+               d.expert_prefetch_cancelled * per);
 }
 
 // The --stats offload table: placement, then per decode token the bytes moved per tier, copy and
@@ -231,9 +235,10 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
   in.n_experts = config.n_experts;
   in.top_k = config.top_k;
   // Prefetch acts where the next block's router is in memory (its dense group not streamed).
-  in.expert_prefetch = o.expert_prefetch;
+  bool can_prefetch = true;
   for (size_t g = 0; g < demands.size(); ++g)
-    if (demands[g].streamable && demands[g].loaded && o.placement.tiers[g] == endor::Tier::Disk) in.expert_prefetch = false;
+    if (demands[g].streamable && demands[g].loaded && o.placement.tiers[g] == endor::Tier::Disk) can_prefetch = false;
+  in.expert_prefetch = o.expert_prefetch && can_prefetch;
   for (size_t g = 0; g < demands.size(); ++g) {
     if (!demands[g].expert || !demands[g].loaded) continue;
     in.expert_ms = endor::time_linears(container, backend, m.groups[g].tensors,
@@ -251,6 +256,9 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
     if (in.head_ms > 0) break;
   }
   const endor::CostPrediction p = endor::predict_step(o.placement, demands, in);
+  endor::CostInputs other = in;  // the other --expert-prefetch setting, for comparison
+  other.expert_prefetch = can_prefetch && !in.expert_prefetch;
+  const endor::CostPrediction alt = endor::predict_step(o.placement, demands, other);
   std::fprintf(stderr, "plan: batch %u; measured: disk %.3f GB/s (%s), host copy %.2f GB/s, one block's Linears %.3f ms "
                "(%s), lm_head %.3f ms\n", batch, in.disk_gbps, disk_mode.c_str(), in.copy_gbps, in.block_ms,
                endor::format_bytes(in.block_bytes).c_str(), in.head_ms);
@@ -267,6 +275,9 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
                  "right, assumed), %.1f wrong guesses read as well (in the reads above); experts read at %.3f GB/s "
                  "(scattered expert-sized reads)\n", 100 * in.expert_prefetch_accuracy, p.expert_wasted_reads,
                  in.expert_disk_gbps);
+  if (in.n_experts > 0 && alt.token_ms != p.token_ms)
+    std::fprintf(stderr, "plan: with --expert-prefetch %s: predicted %.3f ms per token (%.1f expert reads a step)\n",
+                 other.expert_prefetch ? "on" : "off", alt.token_ms, alt.expert_reads);
   std::fprintf(stderr, "plan-summary: batch=%u probe_disk_gbps=%.4f copy_gbps=%.3f block_ms=%.4f head_ms=%.4f read_ms=%.4f "
                "compute_lane_ms=%.4f predicted_step_ms=%.4f predicted_ms_per_token=%.4f bound=%s expert_ms=%.4f "
                "expert_runs=%.3f expert_reads=%.3f expert_hit_rate=%.4f expert_step_ms=%.4f "

@@ -31,7 +31,8 @@ void add_placement_options(cxxopts::Options& options) {
     ("expert-prefetch", "MoE experts read into the expert cache: on = also read the experts the next block's "
                         "router picks on this block's MLP input, behind this block's own reads (a guess: costs "
                         "reads, never changes results; needs the cache), off = read only what a block routes "
-                        "to (docs/moe.md)", cxxopts::value<std::string>()->default_value("on"))
+                        "to (default: a disk that bounds the step pays more for the wrong guesses than the "
+                        "overlap gains; --plan predicts both; docs/moe.md)", cxxopts::value<std::string>()->default_value("off"))
     ("prefetch", "offloaded blocks in flight ahead of the computing one",
      cxxopts::value<uint32_t>()->default_value("2"))
     ("disk-io", "how disk-tier blocks are read: auto, direct (O_DIRECT, buffered where refused), buffered, "

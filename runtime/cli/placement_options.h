@@ -38,7 +38,7 @@ struct Offload {
   Placement placement;
   std::unique_ptr<StreamingWeights> weights;  // null: every group read in place (CPU)
   std::vector<GroupDemand> groups;            // the container's groups (names, sizes, experts)
-  bool expert_prefetch = true;                // --expert-prefetch on
+  bool expert_prefetch = false;               // --expert-prefetch on
 };
 
 // kv_capacity / max_tokens: the KV cache rows of all sequences held at once and the rows of the

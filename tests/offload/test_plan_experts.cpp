@@ -132,3 +132,45 @@ TEST_CASE("--plan with experts: a batch runs the union of its tokens' experts; a
   CHECK(a.expert_ms == doctest::Approx(4));  // 2 runs of 1 ms in each block
   CHECK(a.step_ms == doctest::Approx(10 + 3 + 4));
 }
+
+TEST_CASE("--plan with experts: prefetch reads later blocks' experts behind the previous block's, guesses cost reads") {
+  PlacementRequest r;
+  r.groups = moe_groups();
+  r.cuda = false;
+  r.cpu_budget = 60 * MiB;  // as above: 4 cache slots, 3 experts of block 0 and all 8 of block 1 on disk
+  const Placement p = place_groups(r);
+  REQUIRE(p.expert_cache);
+  CostInputs in = moe_inputs(1);
+  in.expert_prefetch = true;
+  in.expert_prefetch_accuracy = 0.9;
+  const CostPrediction c = predict_step(p, r.groups, in);
+  const CostPrediction plain = predict_step(p, r.groups, moe_inputs(1));
+  const double one_read = 4.0 * MiB / 1e6;
+  // Block 0 as without prefetch; block 1's reads (2 * 7/11 experts) and 10 % of them again (wrong
+  // guesses) run under block 1's dense part (half the 10 ms of dense compute) and its 2 ms of experts.
+  const double t0 = std::max(3 * 0.25 * 7 / 11 * one_read, 2.0) + 1;
+  const double reads1 = 2 * 7.0 / 11, read1 = reads1 * one_read;
+  CHECK(c.expert_wasted_reads == doctest::Approx(0.1 * reads1));
+  CHECK(c.expert_reads == doctest::Approx(1.75 + 0.1 * reads1));
+  CHECK(double(c.disk_bytes) == doctest::Approx((1.75 + 0.1 * reads1) * 4 * MiB).epsilon(1e-6));
+  CHECK(c.expert_ms == doctest::Approx(t0 + std::max(1.1 * read1, 2.0 + 5) - 5 + 1));
+  CHECK(c.step_ms == doctest::Approx(10 + 3 + c.expert_ms));
+  CHECK(c.step_ms < plain.step_ms);  // the reads hide under block 1's dense part
+  // A slow disk bounds the step: the wrong guesses' reads cost more than the overlap saves.
+  in.disk_gbps = 0.1;
+  CostInputs slow_plain = moe_inputs(1);
+  slow_plain.disk_gbps = 0.1;
+  const CostPrediction s = predict_step(p, r.groups, in), sp = predict_step(p, r.groups, slow_plain);
+  CHECK(s.expert_ms == doctest::Approx(std::max(3 * 0.25 * 7 / 11 * 10 * one_read, 2.0) + 1 + 1.1 * 10 * read1 - 5 + 1));
+  CHECK(s.step_ms > sp.step_ms);
+  // The scattered-read rate, when probed, replaces the sequential one for experts.
+  CostInputs scattered = moe_inputs(1);
+  scattered.expert_disk_gbps = 0.1;
+  CHECK(predict_step(p, r.groups, scattered).expert_ms == doctest::Approx(sp.expert_ms));
+  // No cache (--expert-cache 0): nothing to prefetch into; the prediction is the plain one.
+  r.expert_cache = 0;
+  const Placement off = place_groups(r);
+  in.disk_gbps = 1.0;
+  CostInputs off_plain = moe_inputs(1);
+  CHECK(predict_step(off, r.groups, in).step_ms == doctest::Approx(predict_step(off, r.groups, off_plain).step_ms));
+}

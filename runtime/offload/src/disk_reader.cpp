@@ -340,6 +340,19 @@ void DiskReader::release(Ticket t) {
   s.cv.notify_all();
 }
 
+bool DiskReader::cancel(Ticket t) {
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    Request* r = s.find(t);
+    if (!r || r->state != RequestState::Queued) return false;
+    r->state = RequestState::Released;
+    s.trim();
+  }
+  s.cv.notify_all();
+  return true;
+}
+
 std::string DiskReader::mode() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->mode;

@@ -109,7 +109,33 @@ void ExpertCache::expect(const uint32_t* groups, const ExpertSource* sources, si
     expected_.insert(groups[i]);
     expect_order_.emplace_back(groups[i], sources[i]);
   }
+  cancel_wrong_guesses();
   read_expected();
+}
+
+// Guesses this call does not run whose reads have not started yet are dropped (their slots freed): the
+// disk reads the call's own experts next instead. Not counted as reads (prefetch_cancelled_).
+void ExpertCache::cancel_wrong_guesses() {
+  if (prefetched_unused_ == 0 || !reader_) return;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Slot& slot = slots_[*it];
+    if (!slot.prefetched || expected_.count(uint32_t(slot.group)) || !reader_->cancel(slot.ticket)) {
+      ++it;
+      continue;
+    }
+    where_.erase(uint32_t(slot.group));
+    slot.group = -1;
+    slot.pending = false;
+    slot.prefetched = false;
+    slot.unused_read = false;
+    prefetched_unused_ -= 1;
+    prefetch_cancelled_ += 1;
+    fills_[int(Tier::Disk)] -= 1;
+    bytes_[int(Tier::Disk)] -= slot.bytes;
+    prefetch_reads_ -= 1;
+    prefetch_bytes_ -= slot.bytes;
+    it = pending_.erase(it);
+  }
 }
 
 // Starts the reads of the current call's experts not yet cached or read, in its order, while reads may
@@ -210,6 +236,7 @@ void ExpertCache::add_stats(OffloadStats& stats) const {
   stats.expert_prefetch_used += prefetch_used_;
   stats.expert_prefetch_wasted += prefetch_wasted_;
   stats.expert_prefetch_wasted_bytes += prefetch_wasted_bytes_;
+  stats.expert_prefetch_cancelled += prefetch_cancelled_;
   for (int t = 0; t < 3; ++t) {
     stats.expert_fills[t] += fills_[t];
     stats.expert_bytes[t] += bytes_[t];

@@ -68,6 +68,7 @@ class ExpertCache {
   void complete_one(uint32_t s);
   void drop_prefetched(Slot& slot);
   void read_expected();
+  void cancel_wrong_guesses();
 
   Engine& engine_;
   DiskReader* reader_;
@@ -85,7 +86,7 @@ class ExpertCache {
   uint64_t uses_ = 0, hits_ = 0, fills_[3] = {0, 0, 0}, bytes_[3] = {0, 0, 0};
   uint32_t prefetched_unused_ = 0;  // slots holding a guess not used yet
   uint64_t prefetch_reads_ = 0, prefetch_bytes_ = 0, prefetch_used_ = 0, prefetch_wasted_ = 0;
-  uint64_t prefetch_wasted_bytes_ = 0;
+  uint64_t prefetch_wasted_bytes_ = 0, prefetch_cancelled_ = 0;
 };
 
 }  // namespace endor::offload

@@ -345,6 +345,7 @@ OffloadStats OffloadStats::operator-(const OffloadStats& e) const {
   d.expert_prefetch_used -= e.expert_prefetch_used;
   d.expert_prefetch_wasted -= e.expert_prefetch_wasted;
   d.expert_prefetch_wasted_bytes -= e.expert_prefetch_wasted_bytes;
+  d.expert_prefetch_cancelled -= e.expert_prefetch_cancelled;
   for (size_t g = 0; g < d.expert_counts.size() && g < e.expert_counts.size(); ++g) d.expert_counts[g] -= e.expert_counts[g];
   d.expert_disk.reads -= e.expert_disk.reads;
   d.expert_disk.bytes -= e.expert_disk.bytes;

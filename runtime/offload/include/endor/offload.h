@@ -177,6 +177,9 @@ class DiskReader {
   // Gives ticket t's buffer back to the ring. Callable from any thread (e.g. a CUDA host
   // callback once the copy out of the buffer is done); releasing an unread ticket drops it.
   void release(Ticket t);
+  // Drops ticket t if the reader has not started it (then true: nothing of it is read, as release());
+  // false when it is being read or done (release() it as usual).
+  bool cancel(Ticket t);
   // "O_DIRECT" or "buffered pread (O_DIRECT refused: <reason>)" or "buffered pread (asked)".
   std::string mode() const;
   bool direct() const;
@@ -205,7 +208,7 @@ struct StreamingOptions {
   // MoE: read the experts the next block's router picks on this block's MLP input into the expert
   // cache right after this block's own reads (--expert-prefetch; docs/moe.md). Acts only where experts
   // are read into a cache that keeps them (not --expert-cache 0) and the next block's router is resident.
-  bool expert_prefetch = true;
+  bool expert_prefetch = false;
   // Checks every slot fill against the scheduling invariants and throws on a violation (tests).
   bool check_invariants = true;
 };
@@ -234,6 +237,8 @@ struct OffloadStats {
   // evicted or dropped unused (the wasted bytes). used + wasted <= reads (the rest are still cached).
   uint64_t expert_prefetch_reads = 0, expert_prefetch_bytes = 0, expert_prefetch_used = 0;
   uint64_t expert_prefetch_wasted = 0, expert_prefetch_wasted_bytes = 0;
+  uint64_t expert_prefetch_cancelled = 0;  // guesses the next call did not run, dropped before their read
+                                          // started (in none of the counts above)
   DiskReaderStats expert_disk;       // the expert reader's own counters
   OffloadStats operator-(const OffloadStats& earlier) const;
 };
