@@ -6,7 +6,9 @@
 Every figure is the median over the rounds of the same configuration (with the rounds' spread).
 From disk: bytes read from disk per token = the experts' reads (expert-summary disk_bytes) + the
 blocks' (offload-summary moved_disk_bytes); floor = those bytes / the disk rate of probe.txt
-(bench_offload_probe, O_DIRECT sequential reads); plan = --plan's predicted ms per token.
+(bench_offload_probe, O_DIRECT sequential reads); plan = --plan's predicted ms per token; "plan at the run's
+read rate" = the same with the expert reads timed at the rate the run's expert reader achieved (expert-summary
+read_gbps) instead of --plan's probe a few seconds earlier.
 """
 import glob
 import os
@@ -92,12 +94,23 @@ def disk_gbps(out):
     return float(m.group(1)) if m else None
 
 
+def plan_at_run_rate(t):
+    """--plan's ms a token with the expert reads timed at the rate the run achieved (expert-summary read_gbps)
+    instead of --plan's probe: what is left is the model's error, not the disk's minute-to-minute rate."""
+    ps, es = kv(t, "plan-summary"), kv(t, "expert-summary")
+    pred, byts = ps.get("predicted_ms_per_token"), ps.get("predicted_disk_bytes_per_token", 0)
+    probe, run = ps.get("expert_disk_gbps"), es.get("read_gbps")
+    if pred is None or not probe or not run:
+        return pred
+    return pred + byts / 1e6 * (1 / run - 1 / probe)
+
+
 def disk_table(out):
     gbps = disk_gbps(out)
     rows = [f"disk rate (probe): {gbps} GB/s\n",
             "| from disk | tok/s | MB read/token | hit rate | prefetched (used) reads/token | expert reads GB/s | floor ms | "
-            "ms/token | x floor | plan ms | measured/plan | load |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+            "ms/token | x floor | plan ms | measured/plan | plan at the run's read rate | measured/that | load |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     figures = {}
     for v in ["int4-50", "dense"]:
         for c in ["cache", "cache-pf", "nocache"]:
@@ -111,6 +124,10 @@ def disk_table(out):
             pf = med([kv(t, "expert-summary").get("prefetch_reads") for t in texts])[0]
             pfu = med([kv(t, "expert-summary").get("prefetch_used") for t in texts])[0]
             rate = med([kv(t, "expert-summary").get("read_gbps") for t in texts])[0]
+            # per round: measured / plan at that round's read rate, then the median
+            fair = med([(1000 / endor_decode(t)) / plan_at_run_rate(t) for t in texts
+                        if endor_decode(t) and plan_at_run_rate(t)])[0]
+            fair_ms = med([plan_at_run_rate(t) for t in texts])[0]
             plan = med([kv(t, "plan-summary").get("predicted_ms_per_token") for t in texts])[0]
             ms = 1000 / tps if tps else None
             floor = byts / (gbps * 1e6) if gbps and byts is not None else None
@@ -120,7 +137,7 @@ def disk_table(out):
             rate_text = f"{rate:.2f}" if rate else "?"
             rows.append(f"| {v}, {label} | {tps:.2f} ({s}) | {byts / 1e6:.1f} | {100 * (hit or 0):.1f} % | {pf_text} | "
                         f"{rate_text} | {floor:.1f} | {ms:.1f} | {ms / floor:.2f} | {plan:.1f} | {ms / plan:.2f} | "
-                        f"{load_of(texts[0])} |")
+                        f"{fair_ms:.1f} | {fair:.2f} | {load_of(texts[0])} |")
     a, b = figures.get(("int4-50", "cache")), figures.get(("dense", "cache"))
     if a and b:
         rows.append(f"\nint4-50 / dense f16 (cache on, same budget): {a / b:.2f}x")
@@ -129,14 +146,14 @@ def disk_table(out):
 
 def batch_table(out):
     rows = ["| from disk | decode-only ms/step | ms/token | tok/s | generated tok/s (prefill incl.) | expert reads GB/s | "
-            "plan ms/token | measured/plan | load |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+            "plan ms/token | measured/plan | plan at the run's read rate | load |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     per = {}
     for n in [1, 8]:
         texts = runs(out, f"batch-{n}-r*.log")
         if not texts:
             continue
-        steps, gen, plan, rate = [], [], [], []
+        steps, gen, plan, rate, fair = [], [], [], [], []
         for t in texts:
             m = re.search(r"decode-only steps, ([\d.]+) ms each", t)
             g = re.search(r"tokens in [\d.]+ ms \(([\d.]+) tokens/s, prefill included\)", t)
@@ -144,13 +161,14 @@ def batch_table(out):
             gen.append(float(g.group(1)) if g else None)
             plan.append(kv(t, "plan-summary").get("predicted_ms_per_token"))
             rate.append(kv(t, "expert-summary").get("read_gbps"))
+            fair.append(plan_at_run_rate(t))
         step, s = med(steps)
         p = med(plan)[0]
         r = med(rate)[0]
         ms = step / n
         per[n] = 1000 / ms
         rows.append(f"| --batch {n} | {step:.1f} ({s}) | {ms:.1f} | {1000 / ms:.2f} | {med(gen)[0]:.2f} | "
-                    f"{r if r else 0:.2f} | {p:.1f} | {ms / p if p else 0:.2f} | {load_of(texts[0])} |")
+                    f"{r if r else 0:.2f} | {p:.1f} | {ms / p if p else 0:.2f} | {med(fair)[0]:.1f} | {load_of(texts[0])} |")
     if 1 in per and 8 in per:
         rows.append(f"\n--batch 8 / --batch 1 (decode tok/s): {per[8] / per[1]:.2f}x")
     return rows

@@ -24,6 +24,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -186,7 +187,7 @@ void print_offload_stats(const Offload& o, const endor::OffloadStats& d, size_t 
 // --plan: measures the disk and copy bandwidths and the kernel times of this container at this
 // batch, and prints the cost model's per-step and per-token prediction for the placement.
 endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::Backend& backend, const Offload& o,
-                               uint32_t batch) {
+                               uint32_t batch, bool every_core) {
   const endor::Manifest& m = container.manifest();
   const std::vector<endor::GroupDemand> demands = endor::group_demands(m);
   endor::CostInputs in;
@@ -239,6 +240,7 @@ endor::CostPrediction plan_run(const endor::ContainerReader& container, endor::B
   for (size_t g = 0; g < demands.size(); ++g)
     if (demands[g].streamable && demands[g].loaded && o.placement.tiers[g] == endor::Tier::Disk) can_prefetch = false;
   in.expert_prefetch = o.expert_prefetch && can_prefetch;
+  in.expert_reads_share_cpu = every_core && !endor::is_cuda_device(backend);
   for (size_t g = 0; g < demands.size(); ++g) {
     if (!demands[g].expert || !demands[g].loaded) continue;
     in.expert_ms = endor::time_linears(container, backend, m.groups[g].tensors,
@@ -681,8 +683,12 @@ void open_session(Session& s, Request& r, const cxxopts::ParseResult& args) {
   const KvNeeds needs = kv_needs(s, r);
   endor::Backend& backend = *s.compute.backend;
   s.offload = setup_offload(*s.container, backend, args, needs.kv_capacity, needs.max_tokens, s.compute.kv_dtype);
-  if (args.count("plan"))
-    s.plan = plan_run(*s.container, backend, s.offload, r.mode == Mode::Batch ? uint32_t(r.br.batch) : 1u);
+  if (args.count("plan")) {
+    // The compute threads take every core: 0 (the default, every core) or at least the machine's.
+    const int threads = endor::cli::threads_option(args);
+    const bool every_core = threads == 0 || unsigned(threads) >= std::max(1u, std::thread::hardware_concurrency());
+    s.plan = plan_run(*s.container, backend, s.offload, r.mode == Mode::Batch ? uint32_t(r.br.batch) : 1u, every_core);
+  }
   s.model = endor::load_model(*s.container, backend, s.offload.weights.get());
   s.model->set_kv_dtype(s.compute.kv_dtype);
 }

@@ -167,6 +167,10 @@ TEST_CASE("--plan with experts: prefetch reads later blocks' experts behind the 
   CostInputs scattered = moe_inputs(1);
   scattered.expert_disk_gbps = 0.1;
   CHECK(predict_step(p, r.groups, scattered).expert_ms == doctest::Approx(sp.expert_ms));
+  // Compute threads on every core: a block's expert compute adds to its reads (2 ms of experts a block).
+  CostInputs shared = moe_inputs(1);
+  shared.expert_reads_share_cpu = true;
+  CHECK(predict_step(p, r.groups, shared).expert_ms == doctest::Approx(3 * 0.25 * 7 / 11 * one_read + 2 + read1 + 2));
   // No cache (--expert-cache 0): nothing to prefetch into; the prediction is the plain one.
   r.expert_cache = 0;
   const Placement off = place_groups(r);

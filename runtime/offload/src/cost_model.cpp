@@ -28,7 +28,10 @@
 //             + dense_later) - dense_later + min(one read, expert_ms)
 // where dense_later is the later blocks' share of the dense compute (it was in the compute lane and
 // is now hidden under the reads where the disk bounds). A batch changes only q (the union of its
-// tokens' experts: n_experts · q distinct experts a block) and the tokens per expert run.
+// tokens' experts: n_experts · q distinct experts a block) and the tokens per expert run. Where the
+// compute threads take every core (expert_reads_share_cpu), the reader thread competes with them and
+// the expert compute adds to the reads instead of hiding under them: t_block = reads_b / disk +
+// runs_b · expert_ms, and the later blocks' reads under prefetch take their compute along.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -97,7 +100,7 @@ void predict_experts(const Placement& placement, const std::vector<GroupDemand>&
     p.expert_read_ms += b.read_ms;
     p.expert_compute_ms += compute;
     if (!prefetch || first) {
-      p.expert_ms += std::max(b.read_ms, compute) + first_read;
+      p.expert_ms += in.expert_reads_share_cpu ? b.read_ms + compute : std::max(b.read_ms, compute) + first_read;
     } else {
       later_reads += b.reads;
       later_read_ms += b.read_ms;
@@ -110,7 +113,7 @@ void predict_experts(const Placement& placement, const std::vector<GroupDemand>&
   if (prefetch) {
     const double wrong = (1 - a) * later_reads;  // the wrong guesses, read as well
     const double dense_later = p.compute_ms * double(blocks.size() - 1) / double(blocks.size());
-    const double reads_ms = later_read_ms * (2 - a);
+    const double reads_ms = later_read_ms * (2 - a) + (in.expert_reads_share_cpu ? later_compute : 0);
     p.expert_wasted_reads = wrong;
     p.expert_reads += wrong;
     p.expert_read_ms += later_read_ms * (1 - a);

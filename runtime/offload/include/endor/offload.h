@@ -289,6 +289,10 @@ struct CostInputs {
   // not known before running (uniform routing would make every guess a coin toss): an assumption.
   bool expert_prefetch = false;
   double expert_prefetch_accuracy = 0.9;
+  // The compute threads take every core (CPU device, --threads = the cores): the expert reader thread
+  // then shares them, and a block's expert compute does not hide under its reads but adds to them
+  // (measured on the 2-vCPU bench VM, docs/moe.md).
+  bool expert_reads_share_cpu = false;
 };
 struct CostPrediction {
   double read_ms = 0, copy_ms = 0, compute_ms = 0, head_ms = 0;  // per step
