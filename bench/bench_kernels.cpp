@@ -7,7 +7,7 @@
 // Weights are replicated into a working set larger than the last-level cache (--ws-mib) and the
 // calls rotate through the copies, so every GEMV reads its bytes from DRAM as decode does on a
 // real model. Usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS]
-// [--stream ROUNDS [--sparsity S] [--shape RxC]] [--rows] [--only TEXT]
+// [--stream ROUNDS [--sparsity S] [--shape RxC]] [--rows [--tokens T] [--kernel-only] [--reps N]] [--only TEXT]
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +26,7 @@
 
 #include "endor/format.h"
 #include "endor/kernels.h"
+#include "weight_kernels.h"  // (kernels/cpu) --rows --kernel-only calls the int8-activation kernel itself
 
 using namespace endor;
 
@@ -52,6 +53,16 @@ struct Args {
   // (576 -> 576/192/1536, 1536 -> 576), weights in cache: the compute cost per row that bounds
   // decode of a model this small (its 3.3-bit decoder weights fit the last-level cache).
   bool rows = false;
+  // --tokens T (with --rows): T tokens a call (1-8, the fused kernels' range), the figure ns per row
+  // per token; a batched decode step multiplies its weights by T tokens at once.
+  int row_tokens = 1;
+  // --kernel-only (with --rows): int8-activation forms time the dot_rows_q8 kernel alone, x quantized
+  // once beforehand (linear() quantizes x each call: per token and column, not per row, and on
+  // short rows a visible share); other forms are skipped.
+  bool kernel_only = false;
+  // --reps N (with --rows): best of N timed windows (default 7); more find the quiet moments of a
+  // shared machine.
+  int row_reps = 7;
   // --only TEXT: --stream and --rows measure only the encodings whose label contains TEXT (e.g.
   // "int8": int8 and int8g), so that a few can be compared in more rounds on a shared machine.
   std::string only;
@@ -75,6 +86,9 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--quick") a.quick = true;
     else if (s == "--rows") a.rows = true;
     else if (s == "--only" && i + 1 < argc) a.only = argv[++i];
+    else if (s == "--tokens" && i + 1 < argc) a.row_tokens = std::clamp(std::atoi(argv[++i]), 1, 8);
+    else if (s == "--kernel-only") a.kernel_only = true;
+    else if (s == "--reps" && i + 1 < argc) a.row_reps = std::max(1, std::atoi(argv[++i]));
     else if (s == "--compute-only") a.compute_only = true;
     else if (s == "--stream" && i + 1 < argc) a.stream_rounds = std::atoi(argv[++i]);
     else if (s == "--sparsity" && i + 1 < argc) a.stream_sparsity = std::atof(argv[++i]);
@@ -88,7 +102,7 @@ Args parse_args(int argc, char** argv) {
       a.probe_calls = std::atoi(argv[++i]);
     }
     else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS] [--stream ROUNDS [--sparsity S] [--shape RxC]] [--rows] [--only TEXT]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--ws-mib M] [--quick] [--compute-only] [--probe VT ENC CALLS] [--stream ROUNDS [--sparsity S] [--shape RxC]] [--rows [--tokens T] [--kernel-only] [--reps N]] [--only TEXT]\n");
       std::exit(2);
     }
   }
@@ -269,8 +283,8 @@ int run_probe(const Args& args) {
   return 0;
 }
 
-// The --rows workload: per encoding and shape, thread CPU ns per T=1 fused GEMV row (best of 7),
-// each weight small enough to stay in L2 after the first call.
+// The --rows workload: per encoding and shape, thread CPU ns per fused GEMV row and token (best of
+// --reps, 7) at --tokens T (default 1), each weight small enough to stay in L2 after the first call.
 int run_rows(const Args& args) {
   struct Shape {
     uint64_t rows, cols;
@@ -297,13 +311,15 @@ int run_rows(const Args& args) {
                                {Encoding::Bitmap, ValueType::I8G, 0.5, true, "int8g g32 bmp exact"},
                                {Encoding::Bitmap, ValueType::F16, 0.5, false, "f16 bitmap @50%"},
                                {Encoding::Dense, ValueType::F16, 0.0, false, "f16 dense"}};
-  std::printf("single-thread fused T=1 GEMV, weights in cache, ns per row (best of 7); load %s\n",
-              load_average().c_str());
+  const size_t nt = size_t(args.row_tokens);
+  std::printf("single-thread fused T=%zu GEMV%s, weights in cache, ns per row per token (best of %d); load %s\n", nt,
+              args.kernel_only ? " (dot_rows_q8 alone)" : "", args.row_reps, load_average().c_str());
   std::printf("%-19s", "encoding");
   for (const Shape& s : shapes) std::printf(" %18s", s.what);
   std::printf("\n");
   for (const RowConfig& c : configs) {
     if (std::string(c.label).find(args.only) == std::string::npos) continue;
+    if (args.kernel_only && (c.exact || !cpu::detail::int8_activation_weight(c.vt))) continue;
     std::printf("%-19s", c.label);
     for (const Shape& s : shapes) {
       const std::vector<float> w = c.sparsity < 0 ? random_two_of_four(s.rows, s.cols, 7) : random_sparse(s.rows, s.cols, c.sparsity, 7);
@@ -322,12 +338,22 @@ int run_rows(const Args& args) {
       o.exact = c.exact;  // f32 activations (the dot_rows path) rather than int8 ones
       auto b = make_cpu_backend(o);
       auto wt = b->prepare_weight(v);
-      std::vector<float> x(s.cols), y(s.rows);
+      std::vector<float> x(nt * s.cols), y(nt * s.rows);
       std::mt19937 rng(3);
       std::normal_distribution<float> d(0.0f, 1.0f);
       for (float& xi : x) xi = d(rng);
-      const double sec = cpu_seconds_per_call([&] { b->linear(*wt, x.data(), 1, nullptr, y.data()); });
-      std::printf(" %18.1f", 1e9 * sec / double(s.rows));
+      double sec = 0;
+      if (args.kernel_only) {
+        namespace kd = cpu::detail;
+        std::unique_ptr<uint8_t, FreeDeleter> storage(static_cast<uint8_t*>(
+            std::aligned_alloc(64, (kd::quantized_bytes(nt, s.cols) + 63) / 64 * 64)));
+        const kd::QuantizedX qx = kd::quantize_activations(x.data(), s.cols, nt, s.cols, storage.get());
+        const kd::WeightKernels& k = kd::select_kernels(cpu::Isa::Auto);
+        sec = cpu_seconds_per_call([&] { k.dot_rows_q8(v, 0, s.rows, qx, nt, y.data(), s.rows); }, 0.03, args.row_reps);
+      } else {
+        sec = cpu_seconds_per_call([&] { b->linear(*wt, x.data(), nt, nullptr, y.data()); }, 0.03, args.row_reps);
+      }
+      std::printf(" %18.2f", 1e9 * sec / double(s.rows * nt));
     }
     std::printf("\n");
   }

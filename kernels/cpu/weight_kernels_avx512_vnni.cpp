@@ -1,6 +1,7 @@
 // AVX-512 VNNI int8-activation kernels: dot_rows_q8's dispatch to the one-token kernel of each
-// weight form (weight_kernels_avx512_vnni_{int4,int8}.cpp) and the general kernel of 1 to 8 tokens
-// for int8, int8g and int4 weights. The scheme: weight_kernels_avx512_vnni.h.
+// weight form and to int8/int8g's multi-token kernel (weight_kernels_avx512_vnni_{int4,int8}.cpp),
+// and the general kernel of 1 to 8 tokens for int4 weights and int8g groups those kernels do not
+// take. The scheme: weight_kernels_avx512_vnni.h.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -74,21 +75,6 @@ __attribute__((always_inline)) inline void for_each_code_word(const TensorView& 
       f(c0 / 64, n == 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(k, p), k);
     }
   }
-}
-
-// The int32 → f32 conversion of a word's sums without vcvtdq2ps: the sums start from
-// kMagic + start (add_magic), so a lane holds the bits of the float 1.5·2^23 + sum, and one
-// subtraction gives the sum as f32, exactly as vcvtdq2ps does (|sum| < 2^18 < 2^22: 4 products of
-// 255·127 plus start's 4·128·127). Why: on Intel cores vpdpbusd and vcvtdq2ps of 512 bits both
-// issue on port 0 only, so a token's word cost 2 cycles there while port 5 idled; vsubps issues
-// on either. The one-token kernels keep vcvtdq2ps (their port 5 carries the expand).
-constexpr int32_t kMagic = 0x4B400000;  // the bits of 12582912.0f = 1.5·2^23
-inline void add_magic(int32_t* start, uint64_t words) {
-  for (uint64_t i = 0; i < words * 16; i += 16)
-    _mm512_store_si512(start + i, _mm512_add_epi32(_mm512_load_si512(start + i), _mm512_set1_epi32(kMagic)));
-}
-__attribute__((always_inline)) inline __m512 magic_to_ps(__m512i s) {
-  return _mm512_sub_ps(_mm512_castsi512_ps(s), _mm512_set1_ps(12582912.0f));
 }
 
 template <ValueType VT, int NT>
@@ -232,11 +218,19 @@ void dot_rows_q8_t(const TensorView& w, uint64_t r0, uint64_t r1, const Quantize
 template <ValueType VT>
 void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
   if (VT == ValueType::I8 && nt == 1) return dot_rows_q8_i8_1(w, r0, r1, qx, y);
-  if (VT == ValueType::I8G && nt == 1) {
+  if constexpr (VT == ValueType::I8) {
+    return with_token_count(nt, [&](auto n) { dot_rows_q8_i8_t<VT, decltype(n)::value, 0>(w, r0, r1, qx, y, ys); });
+  }
+  if constexpr (VT == ValueType::I8G) {
+    auto i8g = [&](auto shift) {
+      constexpr int kShift = decltype(shift)::value;
+      if (nt == 1) return dot_rows_q8_i8g_1<kShift>(w, r0, r1, qx, y);
+      with_token_count(nt, [&](auto n) { dot_rows_q8_i8_t<VT, decltype(n)::value, kShift>(w, r0, r1, qx, y, ys); });
+    };
     switch (w.layout.group_size) {
-      case 32: return dot_rows_q8_i8g_1<0>(w, r0, r1, qx, y);
-      case 64: return dot_rows_q8_i8g_1<1>(w, r0, r1, qx, y);
-      case 128: return dot_rows_q8_i8g_1<2>(w, r0, r1, qx, y);
+      case 32: return i8g(std::integral_constant<int, 0>{});
+      case 64: return i8g(std::integral_constant<int, 1>{});
+      case 128: return i8g(std::integral_constant<int, 2>{});
       default: break;  // other multiples of 32: the general kernel
     }
   }
@@ -251,7 +245,8 @@ void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
       default: break;
     }
   }
-  with_token_count(nt, [&](auto n) { dot_rows_q8_t<VT, decltype(n)::value>(w, r0, r1, qx, y, ys); });
+  if constexpr (VT != ValueType::I8)  // int8 never gets here
+    with_token_count(nt, [&](auto n) { dot_rows_q8_t<VT, decltype(n)::value>(w, r0, r1, qx, y, ys); });
 }
 
 }  // namespace

@@ -38,6 +38,11 @@ void dot_rows_q8_i8_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
 // weight_kernels_avx512_vnni_int8.cpp: int8g in groups of 32 << kShift columns.
 template <int kShift>
 void dot_rows_q8_i8g_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y);
+// weight_kernels_avx512_vnni_int8.cpp: 2 <= NT <= 8 tokens (y[t·ys + r]) on int8 (kShift 0) or int8g
+// in groups of 32 << kShift columns, dense or bitmap; each token's results those of the one-token
+// kernel above for that token alone, bit for bit.
+template <ValueType VT, int NT, int kShift>
+void dot_rows_q8_i8_t(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y, size_t ys);
 }  // namespace avx512_vnni
 
 namespace {
@@ -56,6 +61,75 @@ inline void int8_starts(const QuantizedX& xt, uint64_t words, int32_t* start) {
     _mm512_store_si512(start + wi * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s));
   }
 }
+// The int32 → f32 conversion of a word's sums without vcvtdq2ps: the sums start from
+// kMagic + start (add_magic), so a lane holds the bits of the float 1.5·2^23 + sum, and one
+// subtraction gives the sum as f32, exactly as vcvtdq2ps does (|sum| < 2^18 < 2^22: 4 products of
+// 255·127 plus start's 4·128·127). Why: on Intel cores vpdpbusd and vcvtdq2ps of 512 bits both
+// issue on port 0 only, so a token's word cost 2 cycles there while port 5 idled; vsubps issues
+// on either. The one-token kernels keep vcvtdq2ps (their port 5 carries the expand).
+constexpr int32_t kMagic = 0x4B400000;  // the bits of 12582912.0f = 1.5·2^23
+inline void add_magic(int32_t* start, uint64_t words) {
+  for (uint64_t i = 0; i < words * 16; i += 16)
+    _mm512_store_si512(start + i, _mm512_add_epi32(_mm512_load_si512(start + i), _mm512_set1_epi32(kMagic)));
+}
+__attribute__((always_inline)) inline __m512 magic_to_ps(__m512i s) {
+  return _mm512_sub_ps(_mm512_castsi512_ps(s), _mm512_set1_ps(12582912.0f));
+}
+
+// Sixteen horizontal sums at once: lane i of the result is _mm512_reduce_add_ps(v[reduce16_slot(i)]),
+// bit for bit. The one-token kernels and the per-token results of the multi-token ones must agree
+// to the bit (batch invariance), so this adds exactly the pairs GCC's _mm512_reduce_add_ps adds
+// (avx512fintrin.h, __MM512_REDUCE_OP): T3[i] = A[i] + A[i+8], T6[j] = T3[j] + T3[j+4],
+// T8[k] = T6[k] + T6[k+2], T8[0] + T8[1] (f32 addition commutes bitwise), but as a transposed
+// tree over 16 vectors: 45 vector µops (30 on the shuffle port before the blends) for 16 sums
+// against about 8 a sum (4 shuffles) one at a time.
+inline constexpr int reduce16_slot(int i) { return 4 * (i & 3) + (i >> 2); }
+__attribute__((always_inline)) inline __m512 reduce16(const __m512* v) {
+  // Step 1, pairs (a, b): [a.lo, b.hi] + [a.hi, b.lo] = [T3 of a, T3 of b] (a blend, not a shuffle).
+  __m512 s1[8];
+  for (int p = 0; p < 8; ++p) {
+    const __m512 a = v[2 * p], b = v[2 * p + 1];
+    s1[p] = _mm512_add_ps(_mm512_mask_blend_ps(__mmask16(0xFF00), a, b), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 3, 2)));
+  }
+  // Step 2: [T3a, T3b] and [T3c, T3d] -> the 128-bit quarters [T6a, T6b, T6c, T6d].
+  __m512 s2[4];
+  for (int p = 0; p < 4; ++p) {
+    const __m512 a = s1[2 * p], b = s1[2 * p + 1];
+    s2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  // Step 3, per quarter (X from the first, Y from the second): [X0, X1, Y2, Y3] + [X2, X3, Y0, Y1].
+  __m512 s3[2];
+  for (int p = 0; p < 2; ++p) {
+    const __m512 a = s2[2 * p], b = s2[2 * p + 1];
+    s3[p] = _mm512_add_ps(_mm512_mask_blend_ps(__mmask16(0xCCCC), a, b), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 3, 2)));
+  }
+  // Step 4, per quarter: [P0, Q0, R0, S0] + [P1, Q1, R1, S1]. Quarter q lane j: the sum of v[4j + q].
+  return _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Rows [r0, r1) of NT tokens in blocks of 16, each block's results reduced 16 rows at a time:
+// rows(rb, n, sums) computes rows rb .. rb + n − 1 (n <= 16), leaving token t's vector of row rb + i
+// (the one whose _mm512_reduce_add_ps is the row's sum) in sums[t][reduce16_slot(i)]; then
+// y[t·ys + r] = that sum (times row_scales[r] when row_scales is not null, as the scalar product).
+template <int NT, typename Rows>
+__attribute__((always_inline)) inline void reduce_row_blocks(uint64_t r0, uint64_t r1, const float* row_scales, float* y,
+                                                             size_t ys, Rows&& rows) {
+  __m512 sums[NT][16];
+  for (uint64_t rb = r0; rb < r1; rb += 16) {
+    const int n = int(std::min<uint64_t>(16, r1 - rb));
+    rows(rb, n, sums);
+    for (int i = n; i < 16; ++i)  // a short last block: defined lanes, not stored
+      for (int t = 0; t < NT; ++t) sums[t][reduce16_slot(i)] = _mm512_setzero_ps();
+    const __mmask16 k = __mmask16(first_bits(uint64_t(n)));
+    const __m512 scales = row_scales ? _mm512_maskz_loadu_ps(k, row_scales + rb) : _mm512_setzero_ps();
+    for (int t = 0; t < NT; ++t) {
+      __m512 v = reduce16(sums[t]);
+      if (row_scales) v = _mm512_mul_ps(v, scales);
+      _mm512_mask_storeu_ps(y + size_t(t) * ys + rb, k, v);
+    }
+  }
+}
+
 // v + Σ_g M_g·P_g over a row's gpr groups (mins m, dense_group_sums p), in the lanes a reduction
 // sums anyway.
 inline __m512 plus_min_term(__m512 v, const float* m, const float* p, uint64_t gpr) {
