@@ -6,23 +6,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "half.h"
 #include "ops.h"
 
 namespace endor::cpu::detail {
 namespace {
-
-inline float dot_f32(const float* a, const float* b, size_t n) {
-  float acc[8] = {};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (size_t j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  for (size_t j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
 
 // Decode reads a run of every cached key and value row (attend_heads), each run on a new page,
 // where the hardware prefetchers (which stay inside a page) start over. The run kAheadKeys keys
@@ -47,8 +40,9 @@ inline size_t first_visible_key(size_t pos, uint32_t window) {
 // blocked over keys and queries: each key row is loaded once per block instead of once per
 // query), then each query's softmax over its own window, then P·V through dense_dot again on a
 // transposed copy of V (keys a query does not see have weight exactly 0, and their v is finite:
-// only rows below n_past + T are read). Same arithmetic per element as the decode path below
-// except the summation order of the two dot products (8-lane partial sums either way).
+// only rows below n_past + T are read). The decode path's operations except the summation order
+// of the dot products and of the softmax's sum, and std::exp for its exp8: within rounding of it,
+// not bit for bit (which is why batch invariance takes attention_queries instead).
 constexpr size_t kQueryBlock = 16;
 
 void attention_prefill(Context& ctx, const float* q, const float* k_cache, const float* v_cache, size_t n_past,
@@ -101,65 +95,227 @@ void attention_prefill(Context& ctx, const float* q, const float* k_cache, const
   });
 }
 
-// Decode: query heads [h0, h1) of one token against keys [lo, pos]. Keys are the outer loop, so
-// each cache row is read as one contiguous run of the heads' slices (h1 - h0 of them, or fewer kv
-// heads under GQA) rather than one 256-byte slice per row per head, which touched a new page every
-// key and defeated the TLB and the hardware prefetchers at long contexts. Per head the arithmetic
-// is the single-query attention it always was, in the same order: the scores, the max, exp and
-// sum, then Σ_j p_j·v_j in key order. e: (h1 - h0) rows of n_keys scores; o: out of head h0.
-// Compiled for AVX-512, AVX2 and the baseline, chosen once by the loader (ifunc); the clones run
-// the same operations in the same order (8-lane partial sums, no contraction), so their results
-// are identical.
-// Caches of IEEE halves (k16/v16 non-null, k_cache/v_cache null): each row's slice is widened into
-// row_buf (kv_row floats, at the same offsets) right before it is used, one conversion per cached
-// value per step and nothing written beyond L1; the arithmetic after that is the f32 path's.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void attend_heads(
-    const float* q, const float* k_cache, const float* v_cache, const uint16_t* k16, const uint16_t* v16,
-    size_t kv_row, size_t group, size_t lo, size_t pos, size_t hd, float scale, size_t h0, size_t h1, float* e,
-    float* o, float* row_buf) {
-  const size_t n_keys = pos - lo + 1, nh = h1 - h0;
+// Decode: query heads [h0, h1) of one token against keys [lo, pos] (AttendJob). Keys are the
+// outer loop, in blocks of kBlockKeys, so each cache row is read as one contiguous run of the
+// heads' slices (h1 - h0 of them, or fewer kv heads under GQA) rather than one 256-byte slice per
+// row per head, which touched a new page every key and defeated the TLB and the hardware
+// prefetchers at long contexts. Per head: the scores of a block of 8 keys at once (8 independent
+// 8-lane accumulators, then one transposing reduction: ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) over the
+// lanes of a key's accumulator), their
+// max, exp8 and an 8-lane sum, then Σ_j p_j·v_j in key order with the output in registers across a
+// block. A head's values do not depend on h0, h1 nor on where a block starts (a key's lanes see
+// the same operations whichever block it is in), so a query computed alone (decode), with other
+// queries (attention_queries) or split over tasks gets the same bits.
+// The code is compiled three times (AVX-512, AVX2, baseline) from one body of GCC vector
+// operations that are all elementwise IEEE operations (no contraction: -ffp-contract=off) or lane
+// shuffles, so every instruction set computes the same bits; tests/kernels/test_ops.cpp checks it.
+// Context::isa picks the copy, as it picks the weight kernels.
+// Caches of IEEE halves (k16/v16 non-null, k_cache/v_cache null): each block's row slices are
+// widened into row_buf (kBlockKeys rows of kv_row floats, at the same offsets) right before they
+// are used, one conversion per cached value per step and nothing written beyond L1; the
+// arithmetic after that is the f32 path's.
+constexpr size_t kBlockKeys = 8;
+
+struct AttendJob {
+  const float* q;
+  const float *k_cache, *v_cache;
+  const uint16_t *k16, *v16;
+  size_t kv_row, group, lo, pos, hd;
+  float scale;
+  size_t h0, h1;
+  float* e;        // (h1 - h0) rows of pos - lo + 1 scores
+  float* o;        // out of head h0
+  float* row_buf;  // halves: kBlockKeys widened rows
+};
+
+// (Internal always-inline helpers: no 32-byte vector crosses a call boundary of the baseline ABI.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+#define ENDOR_AI __attribute__((always_inline)) inline
+
+ENDOR_AI v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+ENDOR_AI void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof v); }
+ENDOR_AI v8f splat(float x) { return v8f{x, x, x, x, x, x, x, x}; }
+
+// Lane k of the result: ((a[k]_0 + a[k]_1) + (a[k]_2 + a[k]_3)) + ((a[k]_4 + a[k]_5) + (a[k]_6 + a[k]_7)):
+// reduce1 of 8 vectors at once.
+ENDOR_AI v8f pair_sums(const v8f& a, const v8f& b) {  // [a0+a1, b0+b1, a2+a3, b2+b3, a4+a5, b4+b5, a6+a7, b6+b7]
+  return __builtin_shuffle(a, b, v8i{0, 8, 2, 10, 4, 12, 6, 14}) + __builtin_shuffle(a, b, v8i{1, 9, 3, 11, 5, 13, 7, 15});
+}
+ENDOR_AI v8f quad_sums(const v8f& u, const v8f& w) {  // of pair_sums(A, B), pair_sums(C, D): A0-3, B0-3, C0-3, D0-3, A4-7, ..., D4-7
+  return __builtin_shuffle(u, w, v8i{0, 1, 8, 9, 4, 5, 12, 13}) + __builtin_shuffle(u, w, v8i{2, 3, 10, 11, 6, 7, 14, 15});
+}
+ENDOR_AI v8f reduce8(const v8f* a) {
+  const v8f lo = quad_sums(pair_sums(a[0], a[1]), pair_sums(a[2], a[3]));
+  const v8f hi = quad_sums(pair_sums(a[4], a[5]), pair_sums(a[6], a[7]));
+  return __builtin_shuffle(lo, hi, v8i{0, 1, 2, 3, 8, 9, 10, 11}) + __builtin_shuffle(lo, hi, v8i{4, 5, 6, 7, 12, 13, 14, 15});
+}
+ENDOR_AI float reduce1(const v8f& a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
+
+// e^x per lane (Cephes' expf: x = n·ln2 + r, |r| <= ln2/2, a degree-7 polynomial in r, times 2^n),
+// within 1 ulp of the exact value (measured over [-87, 10]); x < -87 gives 0 (std::exp: down to
+// 1.6e-38), x > 88 inf; NaN stays NaN. Elementwise IEEE operations only.
+ENDOR_AI v8f exp8(const v8f& x) {
+  const v8f lo = splat(-87.0f), hi = splat(88.0f);
+  v8f xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const v8f big = xc * splat(1.44269504088896341f) + splat(12582912.0f);  // 1.5·2^23 + round(x/ln2)
+  const v8f n = big - splat(12582912.0f);
+  v8f r = xc - n * splat(0.693359375f);
+  r = r - n * splat(-2.12194440e-4f);
+  v8f y = splat(1.9875691500e-4f);
+  y = y * r + splat(1.3981999507e-3f);
+  y = y * r + splat(8.3334519073e-3f);
+  y = y * r + splat(4.1665795894e-2f);
+  y = y * r + splat(1.6666665459e-1f);
+  y = y * r + splat(5.0000001201e-1f);
+  y = (y * (r * r) + r) + splat(1.0f);
+  const v8i pow2 = ((v8i)big - v8i{0x4B400000 - 127, 0x4B400000 - 127, 0x4B400000 - 127, 0x4B400000 - 127,
+                                   0x4B400000 - 127, 0x4B400000 - 127, 0x4B400000 - 127, 0x4B400000 - 127})
+                   << 23;
+  v8f out = y * (v8f)pow2;
+  out = x < lo ? splat(0.0f) : out;
+  return x > hi ? splat(std::numeric_limits<float>::infinity()) : out;
+}
+
+// e[b] = (q · k[b]) · scale for b < nb (k[b] for b >= nb: any readable row, ignored): column c
+// summed into lane c mod 8 in column order, then reduce1's tree; 8 keys at once.
+ENDOR_AI void score_block(const float* q, const float* const* k, size_t nb, size_t hd, float scale, float* e) {
+  v8f acc[kBlockKeys] = {};
+  size_t c = 0;
+  for (; c + 8 <= hd; c += 8) {
+    const v8f qc = load8(q + c);
+    for (size_t b = 0; b < kBlockKeys; ++b) acc[b] += qc * load8(k[b] + c);
+  }
+  for (size_t l = 0; c + l < hd; ++l)
+    for (size_t b = 0; b < kBlockKeys; ++b) acc[b][l] += q[c + l] * k[b][c + l];
+  const v8f s = reduce8(acc) * splat(scale);
+  if (nb == kBlockKeys) return store8(e, s);
+  for (size_t b = 0; b < nb; ++b) e[b] = s[b];
+}
+
+// o[d] += p[b]·v[b][d] for b < nb in order, d < hd.
+ENDOR_AI void pv_block(const float* p, const float* const* v, size_t nb, size_t hd, float* o) {
+  size_t c = 0;
+  for (; c + 32 <= hd; c += 32) {
+    v8f o0 = load8(o + c), o1 = load8(o + c + 8), o2 = load8(o + c + 16), o3 = load8(o + c + 24);
+    for (size_t b = 0; b < nb; ++b) {
+      const v8f pb = splat(p[b]);
+      o0 += pb * load8(v[b] + c);
+      o1 += pb * load8(v[b] + c + 8);
+      o2 += pb * load8(v[b] + c + 16);
+      o3 += pb * load8(v[b] + c + 24);
+    }
+    store8(o + c, o0), store8(o + c + 8, o1), store8(o + c + 16, o2), store8(o + c + 24, o3);
+  }
+  for (; c + 8 <= hd; c += 8) {
+    v8f oc = load8(o + c);
+    for (size_t b = 0; b < nb; ++b) oc += splat(p[b]) * load8(v[b] + c);
+    store8(o + c, oc);
+  }
+  for (; c < hd; ++c)
+    for (size_t b = 0; b < nb; ++b) o[c] += p[b] * v[b][c];
+}
+
+// e[j] = exp(e[j] - max) / Σ exp(e[i] - max) for j < n: the max over every key, exp8, the sum in
+// 8 lanes (key j in lane j mod 8) and reduce1's tree, then one division per score.
+ENDOR_AI void softmax_row(float* e, size_t n) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  v8f mv = splat(-kInf);
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const v8f x = load8(e + j);
+    mv = x > mv ? x : mv;
+  }
+  float m = -kInf;
+  for (size_t l = 0; l < 8; ++l) m = mv[l] > m ? mv[l] : m;
+  for (size_t i = j; i < n; ++i) m = e[i] > m ? e[i] : m;
+  const v8f mm = splat(m);
+  v8f sum = splat(0.0f);
+  for (j = 0; j + 8 <= n; j += 8) {
+    const v8f x = exp8(load8(e + j) - mm);
+    store8(e + j, x);
+    sum += x;
+  }
+  if (j < n) {
+    v8f tail = splat(-kInf);
+    for (size_t l = 0; j + l < n; ++l) tail[l] = e[j + l];
+    tail = exp8(tail - mm);
+    for (size_t l = 0; j + l < n; ++l) e[j + l] = tail[l], sum[l] += tail[l];
+  }
+  const float total = reduce1(sum);
+  const v8f tv = splat(total);
+  for (j = 0; j + 8 <= n; j += 8) store8(e + j, load8(e + j) / tv);
+  for (; j < n; ++j) e[j] = e[j] / total;
+}
+
+// Rows [j0, j0 + nb) of a cache, from column kv0 on (widened into a.row_buf for halves; the next
+// rows' prefetch issued); r[b] for b in [nb, kBlockKeys) repeats r[0].
+ENDOR_AI void block_rows(const AttendJob& a, const float* f32, const uint16_t* f16, size_t j0, size_t nb, size_t kv0,
+                         size_t kv1, const float** r) {
+  for (size_t b = 0; b < nb; ++b) {
+    const size_t j = j0 + b, ahead = j + kAheadKeys;
+    if (f32) {
+      prefetch_row(f32 + ahead * a.kv_row + kv0, kv1 - kv0, ahead <= a.pos);
+      r[b] = f32 + j * a.kv_row;
+    } else {
+      prefetch_row(reinterpret_cast<const float*>(f16 + ahead * a.kv_row + kv0), (kv1 - kv0) / 2, ahead <= a.pos);
+      widen_half(f16 + j * a.kv_row + kv0, a.row_buf + b * a.kv_row + kv0, kv1 - kv0);
+      r[b] = a.row_buf + b * a.kv_row;
+    }
+  }
+  for (size_t b = nb; b < kBlockKeys; ++b) r[b] = r[0];
+}
+
+ENDOR_AI void attend_heads_body(const AttendJob& a) {
+  const size_t n_keys = a.pos - a.lo + 1, nh = a.h1 - a.h0, hd = a.hd;
   // The kv heads these query heads read: one contiguous slice [kv0, kv1) of each cache row.
-  const size_t kv0 = (h0 / group) * hd, kv1 = ((h1 - 1) / group + 1) * hd;
-  // Row j of a cache as f32 (widened into row_buf for halves).
-  auto row = [&](const float* f32, const uint16_t* f16, size_t j) -> const float* {
-    if (f32) return f32 + j * kv_row;
-    widen_half(f16 + j * kv_row + kv0, row_buf + kv0, kv1 - kv0);
-    return row_buf;
-  };
-  // Prefetch of the row kAheadKeys keys ahead (halves: half the bytes).
-  auto ahead = [&](const float* f32, const uint16_t* f16, size_t j) {
-    if (f32) prefetch_row(f32 + (j + kAheadKeys) * kv_row + kv0, kv1 - kv0, j + kAheadKeys <= pos);
-    else prefetch_row(reinterpret_cast<const float*>(f16 + (j + kAheadKeys) * kv_row + kv0), (kv1 - kv0) / 2,
-                      j + kAheadKeys <= pos);
-  };
-  for (size_t j = lo; j <= pos; ++j) {
-    ahead(k_cache, k16, j);
-    const float* kj = row(k_cache, k16, j);
-    for (size_t i = 0; i < nh; ++i)
-      e[i * n_keys + (j - lo)] = dot_f32(q + (h0 + i) * hd, kj + ((h0 + i) / group) * hd, hd) * scale;
-  }
-  for (size_t i = 0; i < nh; ++i) {
-    float* ei = e + i * n_keys;
-    float m = -std::numeric_limits<float>::infinity();
-    for (size_t j = 0; j < n_keys; ++j) m = ei[j] > m ? ei[j] : m;
-    float sum = 0.0f;
-    for (size_t j = 0; j < n_keys; ++j) {
-      ei[j] = std::exp(ei[j] - m);
-      sum += ei[j];
-    }
-    for (size_t j = 0; j < n_keys; ++j) ei[j] = ei[j] / sum;
-  }
-  for (size_t d = 0; d < nh * hd; ++d) o[d] = 0.0f;
-  for (size_t j = lo; j <= pos; ++j) {
-    ahead(v_cache, v16, j);
-    const float* vj = row(v_cache, v16, j);
+  const size_t kv0 = (a.h0 / a.group) * hd, kv1 = ((a.h1 - 1) / a.group + 1) * hd;
+  const float* rows[kBlockKeys];
+  const float* head_rows[kBlockKeys];
+  for (size_t j0 = a.lo; j0 <= a.pos; j0 += kBlockKeys) {
+    const size_t nb = std::min(kBlockKeys, a.pos + 1 - j0);
+    block_rows(a, a.k_cache, a.k16, j0, nb, kv0, kv1, rows);
     for (size_t i = 0; i < nh; ++i) {
-      const float pj = e[i * n_keys + (j - lo)];
-      const float* vh = vj + ((h0 + i) / group) * hd;
-      float* oh = o + i * hd;
-      for (size_t d = 0; d < hd; ++d) oh[d] += pj * vh[d];
+      const size_t off = ((a.h0 + i) / a.group) * hd;
+      for (size_t b = 0; b < kBlockKeys; ++b) head_rows[b] = rows[b] + off;
+      score_block(a.q + (a.h0 + i) * hd, head_rows, nb, hd, a.scale, a.e + i * n_keys + (j0 - a.lo));
     }
   }
+  for (size_t i = 0; i < nh; ++i) softmax_row(a.e + i * n_keys, n_keys);
+  for (size_t d = 0; d < nh * hd; ++d) a.o[d] = 0.0f;
+  for (size_t j0 = a.lo; j0 <= a.pos; j0 += kBlockKeys) {
+    const size_t nb = std::min(kBlockKeys, a.pos + 1 - j0);
+    block_rows(a, a.v_cache, a.v16, j0, nb, kv0, kv1, rows);
+    for (size_t i = 0; i < nh; ++i) {
+      const size_t off = ((a.h0 + i) / a.group) * hd;
+      for (size_t b = 0; b < nb; ++b) head_rows[b] = rows[b] + off;
+      pv_block(a.e + i * n_keys + (j0 - a.lo), head_rows, nb, hd, a.o + i * hd);
+    }
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512vl,avx2,fma,f16c"))) void attend_heads_avx512(const AttendJob& a) {
+  attend_heads_body(a);
+}
+__attribute__((target("avx2,fma,f16c"))) void attend_heads_avx2(const AttendJob& a) { attend_heads_body(a); }
+#endif
+void attend_heads_portable(const AttendJob& a) { attend_heads_body(a); }
+
+using AttendFn = void (*)(const AttendJob&);
+AttendFn attend_heads_for(Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512) return attend_heads_avx512;
+  if (isa == Isa::Avx2) return attend_heads_avx2;
+#endif
+  (void)isa;
+  return attend_heads_portable;
 }
 
 // Decode: one token over f32 caches (k_cache, v_cache) or half ones (k16, v16).
@@ -175,12 +331,14 @@ void attention_decode(Context& ctx, const float* q, const float* k_cache, const 
   const size_t n_tasks = threads == 1                          ? 1
                          : p.n_kv_heads >= size_t(2 * threads) ? p.n_kv_heads
                                                                : std::min(n_heads, size_t(2 * threads));
-  float* rows = k16 ? ctx.kv_k_scratch.floats(size_t(ctx.n_threads) * kv_row) : nullptr;  // a widened row per thread
+  // kBlockKeys widened rows per thread
+  float* rows = k16 ? ctx.kv_k_scratch.floats(size_t(ctx.n_threads) * kBlockKeys * kv_row) : nullptr;
+  const AttendFn attend_heads = attend_heads_for(ctx.isa);
   ctx.pool.run(int64_t(n_tasks), threads, [&](int64_t task, int thread) {
     const size_t h0 = n_heads * size_t(task) / n_tasks, h1 = n_heads * size_t(task + 1) / n_tasks;
     if (h1 > h0)
-      attend_heads(q, k_cache, v_cache, k16, v16, kv_row, group, lo, pos, hd, p.scale, h0, h1, scores + h0 * n_keys,
-                   out + h0 * hd, rows + size_t(thread) * kv_row);
+      attend_heads({q, k_cache, v_cache, k16, v16, kv_row, group, lo, pos, hd, p.scale, h0, h1, scores + h0 * n_keys,
+                    out + h0 * hd, rows ? rows + size_t(thread) * kBlockKeys * kv_row : nullptr});
   });
 }
 
@@ -194,13 +352,15 @@ void attention_queries(Context& ctx, const float* q, const float* k_cache, const
   const size_t hd = p.head_dim, n_heads = p.n_heads, group = n_heads / p.n_kv_heads;
   const size_t kv_row = size_t(p.n_kv_heads) * hd, n_ctx = n_past + n_tokens;
   float* scores = ctx.attn_scratch.floats(size_t(ctx.n_threads) * n_heads * n_ctx);
-  float* rows = k16 ? ctx.kv_k_scratch.floats(size_t(ctx.n_threads) * kv_row) : nullptr;  // a widened row per thread
+  // kBlockKeys widened rows per thread
+  float* rows = k16 ? ctx.kv_k_scratch.floats(size_t(ctx.n_threads) * kBlockKeys * kv_row) : nullptr;
+  const AttendFn attend_heads = attend_heads_for(ctx.isa);
   const int threads = threads_for(uint64_t(n_tokens) * n_heads * n_ctx * hd, ctx.n_threads);
   ctx.pool.run(int64_t(n_tokens), threads, [&](int64_t t, int thread) {
     const size_t pos = n_past + size_t(t), lo = first_visible_key(pos, p.sliding_window);
-    attend_heads(q + size_t(t) * n_heads * hd, k_cache, v_cache, k16, v16, kv_row, group, lo, pos, hd, p.scale, 0,
-                 n_heads, scores + size_t(thread) * n_heads * n_ctx, out + size_t(t) * n_heads * hd,
-                 rows ? rows + size_t(thread) * kv_row : nullptr);
+    attend_heads({q + size_t(t) * n_heads * hd, k_cache, v_cache, k16, v16, kv_row, group, lo, pos, hd, p.scale, 0,
+                  n_heads, scores + size_t(thread) * n_heads * n_ctx, out + size_t(t) * n_heads * hd,
+                  rows ? rows + size_t(thread) * kBlockKeys * kv_row : nullptr});
   });
 }
 
@@ -243,6 +403,55 @@ void attention_f16(Context& ctx, const float* q, const uint16_t* k_cache, const 
     widen_half(v_cache + r0 * kv_row, v + r0 * kv_row, (r1 - r0) * kv_row);
   });
   attention(ctx, q, k, v, n_past, n_tokens, p, out);
+}
+
+// Every sequence's queries as tasks of one parallel region when each of them takes attend_heads
+// alone (one token, or batch invariance: attention_queries): a batched decode step's attention is
+// one region instead of one per sequence, most of them too small to wake a second thread. A task
+// is a query, or a range of its heads when there are fewer than two queries per thread; a head's
+// values do not depend on its task, so each sequence gets the bits its own call gives.
+void attention_seqs(Context& ctx, const AttentionSeq* seqs, size_t n, const AttentionParams& p) {
+  check_params(p);
+  const size_t hd = p.head_dim, n_heads = p.n_heads, group = n_heads / p.n_kv_heads;
+  const size_t kv_row = size_t(p.n_kv_heads) * hd;
+  std::vector<uint64_t>& queries = ctx.attn_queries;  // (sequence << 32) | token
+  queries.clear();
+  size_t max_ctx = 0;
+  uint64_t work = 0;
+  bool fused = n >= 2, half = false;
+  for (size_t i = 0; i < n && fused; ++i) {
+    const AttentionSeq& s = seqs[i];
+    fused = s.n_tokens <= 1 || ctx.options.batch_invariant;
+    for (size_t t = 0; t < s.n_tokens; ++t) queries.push_back((uint64_t(i) << 32) | t);
+    max_ctx = std::max(max_ctx, s.n_past + s.n_tokens);
+    work += uint64_t(s.n_tokens) * n_heads * (s.n_past + s.n_tokens) * hd;
+    half = half || s.k16;
+  }
+  if (!fused || queries.size() < 2) {
+    for (size_t i = 0; i < n; ++i) {
+      const AttentionSeq& s = seqs[i];
+      if (s.k16) attention_f16(ctx, s.q, s.k16, s.v16, s.n_past, s.n_tokens, p, s.out);
+      else attention(ctx, s.q, s.k_cache, s.v_cache, s.n_past, s.n_tokens, p, s.out);
+    }
+    return;
+  }
+  const int threads = threads_for(work, ctx.n_threads);
+  const size_t n_q = queries.size();
+  const size_t splits = n_q >= size_t(2 * threads) ? 1 : std::min(n_heads, (size_t(2 * threads) + n_q - 1) / n_q);
+  float* scores = ctx.attn_scratch.floats(size_t(ctx.n_threads) * n_heads * max_ctx);
+  float* rows = half ? ctx.kv_k_scratch.floats(size_t(ctx.n_threads) * kBlockKeys * kv_row) : nullptr;
+  const AttendFn attend_heads = attend_heads_for(ctx.isa);
+  ctx.pool.run(int64_t(n_q * splits), threads, [&](int64_t task, int thread) {
+    const uint64_t qt = queries[size_t(task) / splits];
+    const size_t part = size_t(task) % splits;
+    const AttentionSeq& s = seqs[qt >> 32];
+    const size_t t = size_t(qt & 0xFFFFFFFFu), pos = s.n_past + t, lo = first_visible_key(pos, p.sliding_window);
+    const size_t h0 = n_heads * part / splits, h1 = n_heads * (part + 1) / splits;
+    if (h1 > h0)
+      attend_heads({s.q + t * n_heads * hd, s.k_cache, s.v_cache, s.k16, s.v16, kv_row, group, lo, pos, hd, p.scale,
+                    h0, h1, scores + size_t(thread) * n_heads * max_ctx, s.out + (t * n_heads + h0) * hd,
+                    rows ? rows + size_t(thread) * kBlockKeys * kv_row : nullptr});
+  });
 }
 
 }  // namespace endor::cpu::detail

@@ -47,6 +47,7 @@ struct Context {
   Options options;
   int n_threads = 1;
   const WeightKernels* kernels = nullptr;
+  Isa isa = Isa::Portable;  // the instruction set of `kernels` (and of attention's decode kernel)
   ScratchBuffer panel_scratch;   // PanelGemm: one decoded row panel [rows, in]
   ScratchBuffer thread_scratch;  // RowDecode: a few decoded rows per thread
   ScratchBuffer attn_scratch;    // attention scores, per thread
@@ -58,6 +59,7 @@ struct Context {
   ScratchBuffer kv_k_scratch;    // f16 KV cache: the keys attention reads, widened to f32
   ScratchBuffer kv_v_scratch;    // and the values
   std::vector<uint8_t> half_ok;  // f16 activations: whether each token of the call fits f16
+  std::vector<uint64_t> attn_queries;  // attention_seqs' queries, reused between calls
   std::vector<LinearGroupTask> group_tasks;  // linear_group's task list, reused between calls
   std::unique_ptr<OneDnnGemm> onednn;  // null when not built with oneDNN or gemm == Builtin
   ThreadPool pool;                     // n_threads threads (the caller's included) for every parallel loop

@@ -156,6 +156,9 @@ class CpuBackend final : public Backend {
                      size_t n_tokens, const AttentionParams& p, float* out) override {
     cpu::detail::attention_f16(ctx_, q, k_cache, v_cache, n_past, n_tokens, p, out);
   }
+  void attention_seqs(const AttentionSeq* seqs, size_t n, const AttentionParams& p) override {
+    cpu::detail::attention_seqs(ctx_, seqs, n, p);
+  }
 
  private:
   Context ctx_;
@@ -171,6 +174,14 @@ void Backend::store_f16(uint16_t*, const float*, size_t) {
 void Backend::attention_f16(const float*, const uint16_t*, const uint16_t*, size_t, size_t, const AttentionParams&,
                             float*) {
   throw Error("this backend has no f16 KV cache (use --kv-dtype f32)");
+}
+
+void Backend::attention_seqs(const AttentionSeq* seqs, size_t n, const AttentionParams& p) {
+  for (size_t i = 0; i < n; ++i) {
+    const AttentionSeq& s = seqs[i];
+    if (s.k16) attention_f16(s.q, s.k16, s.v16, s.n_past, s.n_tokens, p, s.out);
+    else attention(s.q, s.k_cache, s.v_cache, s.n_past, s.n_tokens, p, s.out);
+  }
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const cpu::Options& options) {

@@ -46,6 +46,7 @@ Context::Context(const Options& opts)
       n_threads(opts.n_threads > 0 ? opts.n_threads : omp_get_max_threads()),
       pool(n_threads) {
   kernels = &select_kernels(options.isa);
+  isa = resolve_isa(options.isa);
 #ifdef ENDOR_HAVE_DNNL
   if (options.gemm == GemmImpl::Auto) onednn = std::make_unique<OneDnnGemm>();
 #endif

@@ -72,8 +72,10 @@ bool have_onednn() {
 
 namespace detail {
 
+Isa resolve_isa(Isa isa) { return isa == Isa::Auto ? auto_isa() : isa; }
+
 const WeightKernels& select_kernels(Isa isa) {
-  if (isa == Isa::Auto) isa = auto_isa();
+  isa = resolve_isa(isa);
   switch (isa) {
     case Isa::Auto:
     case Isa::Portable:

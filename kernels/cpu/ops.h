@@ -23,5 +23,8 @@ void attention(Context&, const float* q, const float* k_cache, const float* v_ca
 // attention() over IEEE half caches (rows widened into Context::kv_{k,v}_scratch first).
 void attention_f16(Context&, const float* q, const uint16_t* k_cache, const uint16_t* v_cache, size_t n_past,
                    size_t n_tokens, const AttentionParams&, float* out);
+// Backend::attention_seqs: the queries of every sequence in one parallel region where they all take
+// the decode kernel (batch invariance, or one token each); the others one call each.
+void attention_seqs(Context&, const AttentionSeq* seqs, size_t n, const AttentionParams&);
 
 }  // namespace endor::cpu::detail

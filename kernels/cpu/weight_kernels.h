@@ -146,6 +146,8 @@ const WeightKernels& avx2_kernels();
 const WeightKernels& avx512_kernels();
 // Auto/Portable/Avx2/Avx512 -> kernels; throws endor::Error for an ISA this CPU or build lacks.
 const WeightKernels& select_kernels(Isa isa);
+// The instruction set select_kernels(isa) chooses (Auto resolved; the CPU is not checked).
+Isa resolve_isa(Isa isa);
 
 // ---- scalar helpers (exactly the reference decoder's arithmetic, SPEC.md §6.1/§6.6) ----------
 

@@ -208,8 +208,7 @@ void LlamaModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearI
   attention_qkv(L, rows, h, q, attn, k_new, v_new);
   backend_.rope_qk(q, c.n_heads, k_new, c.n_kv_heads, n, rows.positions.data(), rope_);
   store_kv(rows, k_new, v_new, kv_dim);
-  for (const SequenceRows& s : rows.seqs)
-    attend(s, q + s.row * q_dim, L.attention, attn + s.row * q_dim);
+  attend(rows, q, q_dim, L.attention, attn);
   hook_caller_(hook, l, linear_name(Module::O), attn, n, q_dim);
   linear_rows(rows, *L.o, attn, L.o_bias, proj);
   backend_.add_rms_norm(x, proj, L.mlp_norm, c.norm_eps, n, H, h);  // x += o_proj; h = mlp norm of x

@@ -158,8 +158,7 @@ void OptModel::run_block(uint32_t l, float*& x, BlockRows& rows, const LinearInp
   linear_group_rows(rows, qkv, 3, in);
   backend_.scale(q, q_scale, n * H);
   store_kv(rows, k_new, v_new, H);
-  for (const SequenceRows& s : rows.seqs)
-    attend(s, q + s.row * H, attention_, attn + s.row * H);
+  attend(rows, q, H, attention_, attn);
   hook_caller_(hook, l, linear_name(Module::O), attn, n, H);
   linear_rows(rows, *L.out, attn, L.out_bias, proj);
   backend_.add(x, proj, n * H);

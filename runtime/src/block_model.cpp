@@ -175,9 +175,12 @@ void BlockModel::store_kv(const BlockRows& rows, const float* k, const float* v,
   }
 }
 
-void BlockModel::attend(const SequenceRows& s, const float* q, const AttentionParams& p, float* out) {
-  if (s.k_cache) backend_.attention(q, s.k_cache, s.v_cache, s.n_past, s.n, p, out);
-  else backend_.attention_f16(q, s.k_cache16, s.v_cache16, s.n_past, s.n, p, out);
+void BlockModel::attend(const BlockRows& rows, const float* q, size_t q_dim, const AttentionParams& p, float* out) {
+  attn_seqs_.clear();
+  for (const SequenceRows& s : rows.seqs)
+    attn_seqs_.push_back(
+        {q + s.row * q_dim, s.k_cache, s.v_cache, s.k_cache16, s.v_cache16, s.n_past, s.n, out + s.row * q_dim});
+  backend_.attention_seqs(attn_seqs_.data(), attn_seqs_.size(), p);
 }
 
 void BlockModel::embed(const int32_t* ids, size_t n, float* hidden_out) {

@@ -64,9 +64,9 @@ class BlockModel : public Model {
   float* new_keys(const BlockRows& rows, size_t kv_dim);
   float* new_values(const BlockRows& rows, size_t kv_dim);
   void store_kv(const BlockRows& rows, const float* k, const float* v, size_t kv_dim);
-  // Backend::attention (or attention_f16) of sequence s's queries q [s.n, n_heads·head_dim] over
-  // its cache.
-  void attend(const SequenceRows& s, const float* q, const AttentionParams& p, float* out);
+  // Backend::attention (or attention_f16) of every sequence's queries (rows s.row.. of q [rows.n,
+  // q_dim]) over its cache into the same rows of out, as one Backend::attention_seqs call.
+  void attend(const BlockRows& rows, const float* q, size_t q_dim, const AttentionParams& p, float* out);
 
   // ---- what an architecture implements ----
   // ids[0..n) at positions [n_past, n_past + n) -> the residual stream x [n, hidden] (backend).
@@ -110,6 +110,7 @@ class BlockModel : public Model {
   const float* run_sequence(const int32_t* ids, size_t n, KvCache& cache, bool all_logits);
   void download_logits(const float* backend_logits, size_t rows, std::vector<float>& logits);
   std::vector<std::unique_ptr<Weight>> replaced_;  // weights given by replace_block_weight
+  std::vector<AttentionSeq> attn_seqs_;            // attend's list, reused between blocks
 };
 
 }  // namespace endor

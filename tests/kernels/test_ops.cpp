@@ -241,6 +241,58 @@ TEST_CASE("attention: causal GQA with and without a sliding window, decode and p
   CHECK_THROWS_AS(b->attention(buf.data(), buf.data(), buf.data(), 0, 1, bad_heads, buf.data()), Error);
 }
 
+TEST_CASE("attention: the same bits on every instruction set, decode and batch-invariant prefill") {
+  // attend_heads is one body compiled per ISA (AVX-512, AVX2, baseline) of elementwise IEEE
+  // operations: each must give the portable build's bits. Head dims with and without a tail of
+  // 8, key counts with and without a partial block of 8, f32 and f16 caches, 1 and 2 threads.
+  const std::vector<cpu::Isa> isas = cpu_isas();
+  MESSAGE("instruction sets compared: " << isas.size());
+  struct Case {
+    uint32_t nh, nkv, hd, window;
+    size_t n_past, T;
+  };
+  const Case cases[] = {{9, 3, 64, 0, 0, 1},   {9, 3, 64, 0, 141, 1}, {9, 3, 64, 0, 13, 21}, {4, 2, 20, 0, 70, 1},
+                        {4, 2, 20, 9, 30, 5},  {3, 1, 7, 0, 17, 3},   {8, 8, 128, 0, 300, 1}, {6, 3, 96, 40, 99, 2}};
+  for (const Case& c : cases) {
+    AttentionParams p;
+    p.n_heads = c.nh;
+    p.n_kv_heads = c.nkv;
+    p.head_dim = c.hd;
+    p.scale = 1.0f / std::sqrt(float(c.hd));
+    p.sliding_window = c.window;
+    const size_t n_ctx = c.n_past + c.T;
+    const auto q = random_activations(c.T * c.nh * c.hd, 11, 3.0f);
+    const auto k = random_activations(n_ctx * c.nkv * c.hd, 12, 3.0f);
+    const auto v = random_activations(n_ctx * c.nkv * c.hd, 13);
+    std::vector<uint16_t> k16(k.size()), v16(v.size());
+    std::vector<float> ref, ref16;
+    for (cpu::Isa isa : isas)
+      for (int threads : {1, 2}) {
+        cpu::Options o;
+        o.isa = isa;
+        o.n_threads = threads;
+        auto b = make_cpu_backend(o);
+        b->store_f16(k16.data(), k.data(), k.size());
+        b->store_f16(v16.data(), v.data(), v.size());
+        std::vector<float> out(q.size(), 9.0f), out16(q.size(), 7.0f);
+        b->attention(q.data(), k.data(), v.data(), c.n_past, c.T, p, out.data());
+        b->attention_f16(q.data(), k16.data(), v16.data(), c.n_past, c.T, p, out16.data());
+        if (ref.empty()) {
+          ref = out, ref16 = out16;
+          CHECK(std::memcmp(out.data(), out16.data(), out.size() * 4) != 0);  // the halves are other values
+          continue;
+        }
+        CAPTURE(isa_name(isa));
+        CAPTURE(threads);
+        CAPTURE(c.hd);
+        CAPTURE(c.n_past);
+        CAPTURE(c.T);
+        CHECK(std::memcmp(out.data(), ref.data(), out.size() * 4) == 0);
+        CHECK(std::memcmp(out16.data(), ref16.data(), out.size() * 4) == 0);
+      }
+  }
+}
+
 TEST_CASE("elementwise ops: add, scale, relu, add_bias exact; silu_mul within its roundings") {
   auto b = make_cpu_backend();
   const size_t n = 100003;  // above the parallel threshold, odd

@@ -43,6 +43,16 @@ struct AttentionParams {
   uint32_t sliding_window = 0;      // 0 = none; else a query at p sees keys in (p - window, p]
 };
 
+// One sequence of Backend::attention_seqs: attention() of its n_tokens queries over f32 caches
+// (k16/v16 null), or attention_f16() over half ones (k_cache/v_cache null).
+struct AttentionSeq {
+  const float* q = nullptr;
+  const float *k_cache = nullptr, *v_cache = nullptr;
+  const uint16_t *k16 = nullptr, *v16 = nullptr;
+  size_t n_past = 0, n_tokens = 0;
+  float* out = nullptr;
+};
+
 // ---- sampling: the next token from one row of logits ----
 // transformers' warpers in their order: temperature, top-k, top-p. Candidates are ordered by
 // (logit desc, id asc), a NaN logit counting as -inf, so top_k = 1 is greedy.
@@ -152,6 +162,11 @@ class Backend {
   // values widened to f32.
   virtual void attention_f16(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, size_t n_past,
                              size_t n_tokens, const AttentionParams&, float* out);
+
+  // attention()/attention_f16() of each of n sequences (a batched step: each its own cache), the
+  // same values as those calls bit for bit, as one unit of work. The default makes one call each;
+  // the CPU backend runs the queries of all of them in one parallel region (kernels/cpu/attention.cpp).
+  virtual void attention_seqs(const AttentionSeq* seqs, size_t n, const AttentionParams& p);
 
   // ---- sampling ----
   // sample_logits() of logits[vocab] (backend memory) with the same u01: the same id. Only the id
