@@ -67,8 +67,14 @@ inline size_t quantized_q_stride(uint64_t cols) { return size_t((cols + 63) / 64
 // Bytes of storage quantize_activations needs for n_tokens tokens of cols columns.
 size_t quantized_bytes(size_t n_tokens, uint64_t cols);
 // Quantizes x[t·x_stride + c] (c < cols, t < n_tokens) into `storage` (quantized_bytes of it,
-// 64-byte aligned). One implementation for every instruction set, so every kernel sees the same q, d.
+// 64-byte aligned). One function for every instruction set (an AVX2 loop where the CPU has it, bit
+// for bit the scalar reference's results), so every kernel sees the same q, d.
 QuantizedX quantize_activations(const float* x, size_t x_stride, size_t n_tokens, uint64_t cols, void* storage);
+// The same results from the plain scalar loop that defines them (the tests' reference).
+QuantizedX quantize_activations_reference(const float* x, size_t x_stride, size_t n_tokens, uint64_t cols,
+                                          void* storage);
+// Where quantize_activations puts the codes, scales and sums of n_tokens tokens in storage.
+QuantizedX quantized_layout(size_t n_tokens, uint64_t cols, void* storage);
 // x̂[t·x_stride + c] = d_b · q[c] (f32, one rounding): what the non-fused paths multiply instead.
 void dequantize_activations(const QuantizedX& qx, size_t n_tokens, uint64_t cols, float* out, size_t out_stride);
 // Dense int4: every column is present, so Σ_{c∈g} x̂_c = P_g = Σ_{b∈g} d_b·sums_b is the same for

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "kernel_test_util.h"
+#include "weight_kernels.h"
 
 using namespace endor;
 using namespace endor::ktest;
@@ -539,4 +540,53 @@ TEST_CASE("int8 activations: the bound sees one activation code off by one") {
       CHECK(std::fabs(moved.y[r] - ref.y[r]) > (fused_chain(cols) + 8) * kEpsF32 * ref.bound[r]);
     }
   }
+}
+
+TEST_CASE("int8 activations: the vector quantizer gives the scalar reference's codes, scales and sums bit for bit") {
+  namespace kd = cpu::detail;
+  const uint64_t col_counts[] = {1, 7, 31, 32, 33, 63, 64, 65, 100, 576, 1543};
+  const size_t token_counts[] = {1, 2, 3, 8};
+  const float inf = std::numeric_limits<float>::infinity();
+  uint32_t seed = 100;
+  size_t blocks_seen = 0, special_codes = 0;
+  for (uint64_t cols : col_counts)
+    for (size_t n_tokens : token_counts) {
+      const size_t stride = size_t(cols) + 5;  // rows apart by more than cols: nothing past cols is read
+      std::vector<float> x = random_activations(n_tokens * stride, ++seed, 2.0f);
+      std::mt19937 rng(seed);
+      for (size_t t = 0; t < n_tokens; ++t) {
+        float* xt = x.data() + t * stride;
+        for (size_t c = cols; c < stride; ++c) xt[c] = std::nanf("");  // past cols: must not be read
+        // Per block of 32: zero, huge, tiny (a subnormal scale), with NaN, with ±inf, or plain.
+        for (uint64_t c0 = 0; c0 < cols; c0 += 32) {
+          const uint64_t c1 = std::min<uint64_t>(cols, c0 + 32);
+          switch (rng() % 7) {
+            case 0: for (uint64_t c = c0; c < c1; ++c) xt[c] = (rng() & 1) ? 0.0f : -0.0f; break;
+            case 1: for (uint64_t c = c0; c < c1; ++c) xt[c] *= 1e30f; break;
+            case 2: for (uint64_t c = c0; c < c1; ++c) xt[c] *= 1e-42f; break;
+            case 3: xt[c0 + rng() % (c1 - c0)] = std::nanf(""); break;
+            case 4: xt[c0 + rng() % (c1 - c0)] = (rng() & 1) ? inf : -inf; break;
+            case 5: xt[c0 + rng() % (c1 - c0)] = 127.5f * xt[c0]; break;  // codes at ±127 and halfway ties
+            default: break;
+          }
+          ++blocks_seen;
+        }
+      }
+      const size_t bytes = kd::quantized_bytes(n_tokens, cols);
+      std::vector<uint8_t> a(bytes + 64, 0xAB), b(bytes + 64, 0xCD);
+      void* pa = a.data() + (64 - reinterpret_cast<uintptr_t>(a.data()) % 64) % 64;
+      void* pb = b.data() + (64 - reinterpret_cast<uintptr_t>(b.data()) % 64) % 64;
+      const kd::QuantizedX qa = kd::quantize_activations(x.data(), stride, n_tokens, cols, pa);
+      const kd::QuantizedX qb = kd::quantize_activations_reference(x.data(), stride, n_tokens, cols, pb);
+      REQUIRE(qa.q_stride == qb.q_stride);
+      REQUIRE(qa.d_stride == qb.d_stride);
+      CAPTURE(cols);
+      CAPTURE(n_tokens);
+      CHECK(std::memcmp(qa.q, qb.q, n_tokens * qa.q_stride) == 0);
+      CHECK(std::memcmp(qa.d, qb.d, 4 * n_tokens * qa.d_stride) == 0);
+      CHECK(std::memcmp(qa.sums, qb.sums, 4 * n_tokens * qa.d_stride) == 0);
+      for (size_t i = 0; i < n_tokens * qa.q_stride; ++i) special_codes += qb.q[i] == 127 || qb.q[i] == -127;
+    }
+  CHECK(blocks_seen > 500);
+  CHECK(special_codes > 1000);  // the clamp's edges were exercised
 }
