@@ -106,6 +106,8 @@ class StreamingWeightsImpl final : public StreamingWeights {
   std::unique_ptr<DiskReader> open_reader(uint64_t max_request, uint32_t n_staging);
   void open_expert_cache(uint64_t max_disk_expert);
   ExpertSource source_of(uint32_t group) const;
+  // expect_groups_/expect_sources_ = those of groups[0, n) that the expert cache serves, in order.
+  void collect_cached(const uint32_t* groups, size_t n);
   [[noreturn]] void internal_error(const std::string& what) const;
 
   const ContainerReader& container_;
@@ -412,8 +414,7 @@ ExpertSource StreamingWeightsImpl::source_of(uint32_t group) const {
   return src;
 }
 
-void StreamingWeightsImpl::expect_experts(const uint32_t* groups, size_t n) {
-  if (!expert_cache_) return;
+void StreamingWeightsImpl::collect_cached(const uint32_t* groups, size_t n) {
   expect_groups_.clear();
   expect_sources_.clear();
   for (size_t i = 0; i < n; ++i) {
@@ -421,6 +422,11 @@ void StreamingWeightsImpl::expect_experts(const uint32_t* groups, size_t n) {
     expect_groups_.push_back(groups[i]);
     expect_sources_.push_back(source_of(groups[i]));
   }
+}
+
+void StreamingWeightsImpl::expect_experts(const uint32_t* groups, size_t n) {
+  if (!expert_cache_) return;
+  collect_cached(groups, n);
   expert_cache_->expect(expect_groups_.data(), expect_sources_.data(), expect_groups_.size());
 }
 
@@ -433,13 +439,7 @@ bool StreamingWeightsImpl::wants_expert_prefetch(uint32_t next_block) const {
 
 void StreamingWeightsImpl::prefetch_experts(const uint32_t* groups, size_t n) {
   if (!expert_cache_ || !options_.expert_prefetch) return;
-  expect_groups_.clear();
-  expect_sources_.clear();
-  for (size_t i = 0; i < n; ++i) {
-    if (groups[i] >= groups_.size() || !groups_[groups[i]].cached) continue;
-    expect_groups_.push_back(groups[i]);
-    expect_sources_.push_back(source_of(groups[i]));
-  }
+  collect_cached(groups, n);
   expert_cache_->prefetch(expect_groups_.data(), expect_sources_.data(), expect_groups_.size());
 }
 
