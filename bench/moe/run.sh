@@ -55,7 +55,7 @@ mkdir -p "$out" "$work"
 prompt_ids="1 100 200 300 400 500 600 700"
 # Greedy: with make_moe_checkpoint.py's scales each token routes on its own embedding and the greedy
 # ids wander over the vocabulary (routing about uniform, as with llama-bench's random tokens). Not
-# sampled: sampling 151936 logits costs endor-infer ~25 ms a token here, more than the blocks.
+# sampled: sampling 151936 logits without top-k cost endor-infer ~28 ms a token here before 8ba7cc9 (about 4 since).
 
 declare -A pack_args=([dense]="convert --dtype f16"
                       [int4k]="prune --sparsity 0 --quant int4k --quant-head int4k"
