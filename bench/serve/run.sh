@@ -96,7 +96,11 @@ done
 # ---- servers ----------------------------------------------------------------------------------
 pids=()
 # Only the servers are waited for (a bare `wait` would also wait for the log's tee, which waits for us).
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done; }
+# The servers' logs stay in OUT_DIR (committed with a run): the home directory is written as ~ there.
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  for f in "$out"/*.log; do [[ -f "$f" && "$f" != "$out/run.log" ]] && sed -i "s#$HOME/#~/#g" "$f"; done
+}
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_ready() {  # port name
