@@ -81,6 +81,9 @@ class LlamaModel final : public BlockModel {
   void run_expert(uint32_t l, const LlamaLayer& L, uint32_t e, const float* h, const std::vector<ExpertToken>& tokens,
                   float* out, std::vector<uint8_t>& written, const LinearInputHook* hook);
   void prefetch_next_experts(uint32_t l, const float* h, size_t n);
+  std::vector<std::vector<ExpertToken>> route(const LlamaLayer& L, const float* h, size_t n);
+  void expert_groups(const LlamaLayer& L, const std::vector<std::vector<ExpertToken>>& routed,
+                     std::vector<uint32_t>& groups) const;
   void load_experts(LlamaLayer& L, uint32_t layer, uint64_t& bytes);
   const float* run_head(const float* x, size_t rows) override;
   const Weight** linear_slot(uint32_t layer, Module module, int32_t expert) override;
@@ -246,6 +249,26 @@ void LlamaModel::dense_mlp(uint32_t l, const LlamaLayer& L, const BlockRows& row
   linear_rows(rows, *L.down, act, L.down_bias, out);
 }
 
+// Block L's router on the n rows of h: its logits to the host, then each expert's tokens
+// (route_tokens: top-k, renormalized where the config says so).
+std::vector<std::vector<ExpertToken>> LlamaModel::route(const LlamaLayer& L, const float* h, size_t n) {
+  const ModelConfig& c = config_;
+  float* logits = scratch_.get(kRouter, n * c.n_experts);
+  backend_.linear(*L.router, h, n, nullptr, logits);
+  router_host_.resize(n * c.n_experts);
+  backend_.download(router_host_.data(), logits, n * c.n_experts);
+  return route_tokens(router_host_.data(), n, c.n_experts, c.top_k, c.norm_topk_prob);
+}
+
+// groups = the placement groups of the experts that have tokens in `routed`, those not in the
+// block's own group (which is in memory whenever the block runs), in expert order.
+void LlamaModel::expert_groups(const LlamaLayer& L, const std::vector<std::vector<ExpertToken>>& routed,
+                               std::vector<uint32_t>& groups) const {
+  groups.clear();
+  for (uint32_t e = 0; e < config_.n_experts; ++e)
+    if (!routed[e].empty() && L.expert_group[e] != L.group) groups.push_back(L.expert_group[e]);
+}
+
 // The MoE MLP of block l on n normed rows h [n, H] -> out [n, H]: the router's logits come to the
 // host, which picks each token's experts (route_tokens); then every expert that has tokens runs once
 // on its tokens' rows (decode: only the chosen experts run; prefill: the tokens grouped by expert),
@@ -255,16 +278,9 @@ void LlamaModel::dense_mlp(uint32_t l, const LlamaLayer& L, const BlockRows& row
 void LlamaModel::moe_mlp(uint32_t l, const LlamaLayer& L, const float* h, size_t n, float* out,
                          const LinearInputHook* hook) {
   const ModelConfig& c = config_;
-  float* logits = scratch_.get(kRouter, n * c.n_experts);
-  backend_.linear(*L.router, h, n, nullptr, logits);
-  router_host_.resize(n * c.n_experts);
-  backend_.download(router_host_.data(), logits, n * c.n_experts);
-  const std::vector<std::vector<ExpertToken>> routed =
-      route_tokens(router_host_.data(), n, c.n_experts, c.top_k, c.norm_topk_prob);
+  const std::vector<std::vector<ExpertToken>> routed = route(L, h, n);
   std::vector<uint8_t> written(n, 0);  // a row's first expert output is copied, later ones added
-  expected_groups_.clear();  // the streaming provider may read the routed experts ahead
-  for (uint32_t e = 0; e < c.n_experts; ++e)
-    if (!routed[e].empty() && L.expert_group[e] != L.group) expected_groups_.push_back(L.expert_group[e]);
+  expert_groups(L, routed, expected_groups_);  // the streaming provider may read the routed experts ahead
   if (!expected_groups_.empty()) store_.expect_experts(expected_groups_.data(), expected_groups_.size());
   if (!hook && l + 1 < c.n_layers) prefetch_next_experts(l + 1, h, n);
   for (uint32_t e = 0; e < c.n_experts; ++e)
@@ -277,18 +293,10 @@ void LlamaModel::moe_mlp(uint32_t l, const LlamaLayer& L, const float* h, size_t
 // block's experts and the next block's attention compute. Only a guess: block l routes again on its
 // own input, and an expert guessed wrong is a read too many, never another result.
 void LlamaModel::prefetch_next_experts(uint32_t l, const float* h, size_t n) {
-  const ModelConfig& c = config_;
   const LlamaLayer& N = layers_[l];
   if (!store_.wants_expert_prefetch(N.group)) return;
-  float* logits = scratch_.get(kRouter, n * c.n_experts);
-  backend_.linear(*N.router, h, n, nullptr, logits);
-  router_host_.resize(n * c.n_experts);
-  backend_.download(router_host_.data(), logits, n * c.n_experts);
-  const std::vector<std::vector<ExpertToken>> routed =
-      route_tokens(router_host_.data(), n, c.n_experts, c.top_k, c.norm_topk_prob);
-  prefetch_groups_.clear();
-  for (uint32_t e = 0; e < c.n_experts; ++e)
-    if (!routed[e].empty() && N.expert_group[e] != N.group) prefetch_groups_.push_back(N.expert_group[e]);
+  const std::vector<std::vector<ExpertToken>> routed = route(N, h, n);
+  expert_groups(N, routed, prefetch_groups_);
   if (!prefetch_groups_.empty()) store_.prefetch_experts(prefetch_groups_.data(), prefetch_groups_.size());
 }
 

@@ -43,6 +43,17 @@ inline std::vector<float> random_weights(uint64_t rows, uint64_t cols, double sp
   return w;
 }
 
+// Attention of nh query heads over nkv kv heads of hd dims, scale 1/sqrt(hd), a sliding window
+// (0: none).
+inline AttentionParams attention_params(uint32_t nh, uint32_t nkv, uint32_t hd, uint32_t window) {
+  AttentionParams p;
+  p.n_heads = nh;
+  p.n_kv_heads = nkv;
+  p.head_dim = hd;
+  p.scale = 1.0f / std::sqrt(float(hd));
+  p.sliding_window = window;
+  return p;
+}
 inline std::vector<float> random_activations(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> d(0.0f, scale);

@@ -221,12 +221,7 @@ std::vector<float> attention_alone(Backend& b, const std::vector<float>& q, cons
 TEST_CASE("batch invariance: attention gives a query the same output whatever other queries share the call") {
   const AttnCase cases[] = {{9, 3, 64, 0, 150}, {4, 4, 32, 0, 70}, {6, 2, 16, 24, 90}, {8, 8, 128, 0, 40}};
   for (const AttnCase& c : cases) {
-    AttentionParams p;
-    p.n_heads = c.nh;
-    p.n_kv_heads = c.nkv;
-    p.head_dim = c.hd;
-    p.scale = 1.0f / std::sqrt(float(c.hd));
-    p.sliding_window = c.window;
+    const AttentionParams p = attention_params(c.nh, c.nkv, c.hd, c.window);
     const size_t qd = size_t(c.nh) * c.hd, kvd = size_t(c.nkv) * c.hd;
     const auto q = random_activations(c.n_ctx * qd, 1, 2.0f);
     const auto k = random_activations(c.n_ctx * kvd, 2, 2.0f);

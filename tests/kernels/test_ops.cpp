@@ -193,12 +193,7 @@ TEST_CASE("attention: causal GQA with and without a sliding window, decode and p
                         // mid-GQA-group, with and without a window
                         {6, 3, 64, 0, 300, 1}, {4, 4, 128, 150, 400, 1}};
   for (const Case& c : cases) {
-    AttentionParams p;
-    p.n_heads = c.nh;
-    p.n_kv_heads = c.nkv;
-    p.head_dim = c.hd;
-    p.scale = 1.0f / std::sqrt(float(c.hd));
-    p.sliding_window = c.window;
+    const AttentionParams p = attention_params(c.nh, c.nkv, c.hd, c.window);
     const size_t capacity = c.n_past + c.T + 3;  // rows past n_past + T must not be read
     auto q = random_activations(c.T * c.nh * c.hd, 1, 2.0f);
     auto k = random_activations(capacity * c.nkv * c.hd, 2, 2.0f);
@@ -254,12 +249,7 @@ TEST_CASE("attention: the same bits on every instruction set, decode and batch-i
   const Case cases[] = {{9, 3, 64, 0, 0, 1},   {9, 3, 64, 0, 141, 1}, {9, 3, 64, 0, 13, 21}, {4, 2, 20, 0, 70, 1},
                         {4, 2, 20, 9, 30, 5},  {3, 1, 7, 0, 17, 3},   {8, 8, 128, 0, 300, 1}, {6, 3, 96, 40, 99, 2}};
   for (const Case& c : cases) {
-    AttentionParams p;
-    p.n_heads = c.nh;
-    p.n_kv_heads = c.nkv;
-    p.head_dim = c.hd;
-    p.scale = 1.0f / std::sqrt(float(c.hd));
-    p.sliding_window = c.window;
+    const AttentionParams p = attention_params(c.nh, c.nkv, c.hd, c.window);
     const size_t n_ctx = c.n_past + c.T;
     const auto q = random_activations(c.T * c.nh * c.hd, 11, 3.0f);
     const auto k = random_activations(n_ctx * c.nkv * c.hd, 12, 3.0f);

@@ -329,11 +329,7 @@ OffloadStats OffloadStats::operator-(const OffloadStats& e) const {
   d.stall_s -= e.stall_s;
   d.expert_stall_s -= e.expert_stall_s;
   d.host_wait_s -= e.host_wait_s;
-  d.disk.reads -= e.disk.reads;
-  d.disk.bytes -= e.disk.bytes;
-  d.disk.device_bytes -= e.disk.device_bytes;
-  d.disk.busy_s -= e.disk.busy_s;
-  d.disk.backpressure_s -= e.disk.backpressure_s;
+  d.disk -= e.disk;
   d.expert_uses -= e.expert_uses;
   d.expert_hits -= e.expert_hits;
   for (int t = 0; t < 3; ++t) {
@@ -347,11 +343,7 @@ OffloadStats OffloadStats::operator-(const OffloadStats& e) const {
   d.expert_prefetch_wasted_bytes -= e.expert_prefetch_wasted_bytes;
   d.expert_prefetch_cancelled -= e.expert_prefetch_cancelled;
   for (size_t g = 0; g < d.expert_counts.size() && g < e.expert_counts.size(); ++g) d.expert_counts[g] -= e.expert_counts[g];
-  d.expert_disk.reads -= e.expert_disk.reads;
-  d.expert_disk.bytes -= e.expert_disk.bytes;
-  d.expert_disk.device_bytes -= e.expert_disk.device_bytes;
-  d.expert_disk.busy_s -= e.expert_disk.busy_s;
-  d.expert_disk.backpressure_s -= e.expert_disk.backpressure_s;
+  d.expert_disk -= e.expert_disk;
   return d;
 }
 

@@ -137,6 +137,14 @@ struct DiskReaderStats {
   uint64_t device_bytes = 0;      // bytes actually read (O_DIRECT widens to the alignment)
   double busy_s = 0;              // time spent inside read calls
   double backpressure_s = 0;      // time the thread waited for a buffer to be released
+  DiskReaderStats& operator-=(const DiskReaderStats& e) {  // the counters of an interval
+    reads -= e.reads;
+    bytes -= e.bytes;
+    device_bytes -= e.device_bytes;
+    busy_s -= e.busy_s;
+    backpressure_s -= e.backpressure_s;
+    return *this;
+  }
 };
 
 // Reads byte ranges of one file, in request order, on its own thread into a ring of staging
