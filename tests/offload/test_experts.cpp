@@ -376,6 +376,7 @@ TEST_CASE("experts: endor-infer --stats reports the time compute waited for expe
 }
 
 TEST_CASE("experts: prefetch of the next block's experts keeps logits and greedy ids; its counters add up") {
+  CHECK_FALSE(StreamingOptions{}.expert_prefetch);  // off unless asked for (docs/moe.md, NOTES)
   TempDir dir;
   for (const char* fixture : {"qwen3-moe-tiny", "mixtral-tiny"}) {
     CAPTURE(fixture);

@@ -175,6 +175,7 @@ TEST_CASE("endor-infer usage errors: exit 2, one line naming the option and wher
       {model + " --ids 1 --cpu-mem lots", "--cpu-mem: invalid size 'lots'"},
       {model + " --ids 1 --device tpu", "--device must be cpu, cuda or auto, got 'tpu'"},
       {model + " --ids 1 --kv-dtype f8", "--kv-dtype must be f32 or f16, got 'f8'"},
+      {model + " --ids 1 --expert-prefetch maybe", "--expert-prefetch must be on or off, got 'maybe'"},
       {model + " --perplexity " + text + " --ctx 1", "--ctx must be a whole number >= 2, got '1'"},
       {model + " --perplexity " + text + " --ctx -5", "--ctx must be a whole number >= 2, got '-5'"},
       {model + " --perplexity " + text + " --ctx abc", "got 'abc'"},
