@@ -16,7 +16,7 @@
 #   disk      from disk, --cpu-mem = a quarter of the int4-50 file's expert bytes for int4-50 and for
 #             dense (the same budget), expert cache on (default size; int4-50 also with
 #             --expert-prefetch on) and off (--expert-cache 0), each with --plan; ROUNDS interleaved rounds
-#   batch     from disk under the same budget: --prompts (8 lines) at --batch 8 against --batch 1, --plan
+#   batch     from disk under the same budget: --prompts at each of ENDOR_MOE_BATCHES (--batch 8 and 1), --plan
 #   measure   ram, probe, disk and batch in one lock hold (when other jobs queue on the lock)
 #   table     bench/moe/table.py over OUT_DIR
 # Every timed command runs under /tmp/endor-build.lock at normal priority (packing: nice 19), one
@@ -26,7 +26,8 @@
 # Environment (defaults): ENDOR_MOE_SHAPE (qwen3-30b-a3b; or mixtral-8x7b), ENDOR_MOE_LAYERS (4; mixtral 1),
 # ENDOR_MOE_WORK ($HOME/.cache/endor/moe: checkpoints and packed files, never in the repository),
 # ENDOR_BUILD (build), LLAMA_BIN ($HOME/.cache/endor/peers/llama-build/bin), ENDOR_MOE_ROUNDS (2),
-# ENDOR_MOE_TOKENS (32 decode tokens), ENDOR_MOE_THREADS (2).
+# ENDOR_MOE_TOKENS (32 decode tokens), ENDOR_MOE_THREADS (2), ENDOR_MOE_BATCHES ("8 1": the batch phase's
+# --batch sizes, run in that order each round; e.g. "128 64 8 1").
 set -uo pipefail
 
 phase=${1:-}
@@ -47,6 +48,7 @@ llama=${LLAMA_BIN:-$HOME/.cache/endor/peers/llama-build/bin}
 rounds=${ENDOR_MOE_ROUNDS:-2}
 tokens=${ENDOR_MOE_TOKENS:-32}
 threads=${ENDOR_MOE_THREADS:-2}
+batches=${ENDOR_MOE_BATCHES:-8 1}
 lock=/tmp/endor-build.lock
 pack=$build/packer/endor-pack
 infer=$build/runtime/endor-infer
@@ -184,13 +186,18 @@ do_disk() {
 do_batch() {
   write_env
   local b; b=$(budget_bytes) || exit 1
-  local prompts=$out/prompts.txt
-  printf '%s\n' "In the beginning" "The capital of France is" "Once upon a time" "A mixture of experts" \
-    "The quick brown fox" "Compression of weights" "Reading from the disk" "Eight sequences at once" >"$prompts"
+  local prompts=$out/prompts.txt n_prompts=8
+  for n in $batches; do ((n > n_prompts)) && n_prompts=$n; done
+  # Eight prompts, repeated with a number for batches past 8 (every sequence its own prompt).
+  for i in $(seq 0 $((n_prompts - 1))); do
+    p=("In the beginning" "The capital of France is" "Once upon a time" "A mixture of experts"
+       "The quick brown fox" "Compression of weights" "Reading from the disk" "Eight sequences at once")
+    if ((i < 8)); then echo "${p[i]}"; else echo "${p[i % 8]} $((i / 8))"; fi
+  done >"$prompts"
   for r in $(seq 1 "$rounds"); do
     note "batch: round $r (--cpu-mem $b)"
     locked bash -c "$(declare -f load); set -uo pipefail
-      for n in 8 1; do
+      for n in $batches; do
         { echo \"# \$(date -u +%FT%TZ) load \$(load): endor-infer int4-50.endor --prompts prompts.txt --batch \$n -n $tokens --cpu-mem $b --plan --stats --threads $threads\"
           timeout 540 '$infer' '$work'/int4-50.endor --prompts '$prompts' --batch \$n -n $tokens --ignore-eos --temperature 0 \
             --threads $threads --cpu-mem $b --plan --stats 2>&1 >/dev/null; echo \"# exit \$?\"; } >'$out'/batch-\$n-r$r.log

@@ -149,7 +149,8 @@ def batch_table(out):
             "plan ms/token | measured/plan | plan at the run's read rate | load |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     per = {}
-    for n in [1, 8]:
+    sizes = sorted({int(m.group(1)) for f in os.listdir(out) for m in [re.match(r"batch-(\d+)-r\d+\.log$", f)] if m})
+    for n in sizes:
         texts = runs(out, f"batch-{n}-r*.log")
         if not texts:
             continue
@@ -169,8 +170,8 @@ def batch_table(out):
         per[n] = 1000 / ms
         rows.append(f"| --batch {n} | {step:.1f} ({s}) | {ms:.1f} | {1000 / ms:.2f} | {med(gen)[0]:.2f} | "
                     f"{r if r else 0:.2f} | {p:.1f} | {ms / p if p else 0:.2f} | {med(fair)[0]:.1f} | {load_of(texts[0])} |")
-    if 1 in per and 8 in per:
-        rows.append(f"\n--batch 8 / --batch 1 (decode tok/s): {per[8] / per[1]:.2f}x")
+    if 1 in per:
+        rows.append("\n" + "; ".join(f"--batch {n} / --batch 1 (decode tok/s): {per[n] / per[1]:.2f}x" for n in sorted(per) if n > 1))
     return rows
 
 
