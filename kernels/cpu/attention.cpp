@@ -13,6 +13,7 @@
 
 #include "half.h"
 #include "ops.h"
+#include "vec8.h"
 
 namespace endor::cpu::detail {
 namespace {
@@ -128,20 +129,6 @@ struct AttendJob {
   float* row_buf;  // halves: kBlockKeys widened rows
 };
 
-// (Internal always-inline helpers: no 32-byte vector crosses a call boundary of the baseline ABI.)
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-#define ENDOR_AI __attribute__((always_inline)) inline
-
-ENDOR_AI v8f load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-ENDOR_AI void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof v); }
-ENDOR_AI v8f splat(float x) { return v8f{x, x, x, x, x, x, x, x}; }
-
 // Lane k of the result: ((a[k]_0 + a[k]_1) + (a[k]_2 + a[k]_3)) + ((a[k]_4 + a[k]_5) + (a[k]_6 + a[k]_7)):
 // reduce1 of 8 vectors at once.
 ENDOR_AI v8f pair_sums(const v8f& a, const v8f& b) {  // [a0+a1, b0+b1, a2+a3, b2+b3, a4+a5, b4+b5, a6+a7, b6+b7]
@@ -156,32 +143,6 @@ ENDOR_AI v8f reduce8(const v8f* a) {
   return __builtin_shuffle(lo, hi, v8i{0, 1, 2, 3, 8, 9, 10, 11}) + __builtin_shuffle(lo, hi, v8i{4, 5, 6, 7, 12, 13, 14, 15});
 }
 ENDOR_AI float reduce1(const v8f& a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
-
-// e^x per lane (Cephes' expf: x = n·ln2 + r, |r| <= ln2/2, a degree-7 polynomial in r, times 2^n),
-// within 1 ulp of the exact value (measured over [-87, 10]); x < -87 gives 0 (std::exp: down to
-// 1.6e-38), x > 88 inf; NaN stays NaN. Elementwise IEEE operations only.
-ENDOR_AI v8f exp8(const v8f& x) {
-  const v8f lo = splat(-87.0f), hi = splat(88.0f);
-  v8f xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
-  const v8f big = xc * splat(1.44269504088896341f) + splat(12582912.0f);  // 1.5·2^23 + round(x/ln2)
-  const v8f n = big - splat(12582912.0f);
-  v8f r = xc - n * splat(0.693359375f);
-  r = r - n * splat(-2.12194440e-4f);
-  v8f y = splat(1.9875691500e-4f);
-  y = y * r + splat(1.3981999507e-3f);
-  y = y * r + splat(8.3334519073e-3f);
-  y = y * r + splat(4.1665795894e-2f);
-  y = y * r + splat(1.6666665459e-1f);
-  y = y * r + splat(5.0000001201e-1f);
-  y = (y * (r * r) + r) + splat(1.0f);
-  const v8i pow2 = ((v8i)big - v8i{0x4B400000 - 127, 0x4B400000 - 127, 0x4B400000 - 127, 0x4B400000 - 127,
-                                   0x4B400000 - 127, 0x4B400000 - 127, 0x4B400000 - 127, 0x4B400000 - 127})
-                   << 23;
-  v8f out = y * (v8f)pow2;
-  out = x < lo ? splat(0.0f) : out;
-  return x > hi ? splat(std::numeric_limits<float>::infinity()) : out;
-}
 
 // e[b] = (q · k[b]) · scale for b < nb (k[b] for b >= nb: any readable row, ignored): column c
 // summed into lane c mod 8 in column order, then reduce1's tree; 8 keys at once.

@@ -1,10 +1,13 @@
 // Norms, elementwise ops and RoPE on f32 activations, following Hugging Face's f32 arithmetic
-// (the library is built with -ffp-contract=off so products and sums round as written).
+// (the library is built with -ffp-contract=off so products and sums round as written); silu_mul's
+// exp is exp8 (vec8.h), the same bits on every instruction set.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "ops.h"
+#include "vec8.h"
 
 namespace endor::cpu::detail {
 namespace {
@@ -21,6 +24,53 @@ void for_ranges(Context& ctx, size_t n, size_t min_parallel, F&& f) {
     const size_t i0 = std::min(n, size_t(r) * step), i1 = std::min(n, i0 + step);
     if (i1 > i0) f(i0, i1);
   });
+}
+
+// out[i] = (g / (1 + e^-g))·up[i] (silu(g)·up, silu = g·sigmoid(g), g = gate[i]) for i in [i0, i1),
+// 8 at a time with exp8, the last (i1 - i0) mod 8 padded into one more vector: every element takes
+// the same operations wherever a range starts or ends, so the result does not depend on how
+// for_ranges splits n, nor on how many tokens share the call (batch invariance). exp8 is within
+// 1 ulp of e^x, as glibc's expf; where it saturates (g < -88: inf where expf is still finite) silu
+// gives -0 for a value below 6e-37 in magnitude. out may be gate or up.
+ENDOR_AI void silu_mul_body(const float* gate, const float* up, size_t i0, size_t i1, float* out) {
+  const v8f one = splat(1.0f);
+  size_t i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const v8f g = load8(gate + i);
+    store8(out + i, (g / (one + exp8(-g))) * load8(up + i));
+  }
+  if (i == i1) return;
+  float g_tail[8] = {}, up_tail[8] = {}, out_tail[8];
+  std::memcpy(g_tail, gate + i, (i1 - i) * sizeof(float));
+  std::memcpy(up_tail, up + i, (i1 - i) * sizeof(float));
+  const v8f g = load8(g_tail);
+  store8(out_tail, (g / (one + exp8(-g))) * load8(up_tail));
+  std::memcpy(out + i, out_tail, (i1 - i) * sizeof(float));
+}
+
+// One copy of the body per instruction set (the same bits on each: vec8.h), picked by Context::isa.
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) void silu_mul_avx512(const float* gate, const float* up,
+                                                                           size_t i0, size_t i1, float* out) {
+  silu_mul_body(gate, up, i0, i1, out);
+}
+__attribute__((target("avx2,fma"))) void silu_mul_avx2(const float* gate, const float* up, size_t i0, size_t i1,
+                                                       float* out) {
+  silu_mul_body(gate, up, i0, i1, out);
+}
+#endif
+void silu_mul_portable(const float* gate, const float* up, size_t i0, size_t i1, float* out) {
+  silu_mul_body(gate, up, i0, i1, out);
+}
+
+using SiluMulFn = void (*)(const float*, const float*, size_t, size_t, float*);
+SiluMulFn silu_mul_for(Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512) return silu_mul_avx512;
+  if (isa == Isa::Avx2) return silu_mul_avx2;
+#endif
+  (void)isa;
+  return silu_mul_portable;
 }
 
 }  // namespace
@@ -76,12 +126,8 @@ void relu(Context& ctx, float* x, size_t n) {
 }
 
 void silu_mul(Context& ctx, const float* gate, const float* up, size_t n, float* out) {
-  for_ranges(ctx, n, kParallelMinElements / 4, [&](size_t i0, size_t i1) {
-    for (size_t i = i0; i < i1; ++i) {
-      const float g = gate[i];
-      out[i] = (g / (1.0f + std::exp(-g))) * up[i];  // silu(g)·up, silu = g·sigmoid(g)
-    }
-  });
+  const SiluMulFn range = silu_mul_for(ctx.isa);
+  for_ranges(ctx, n, kParallelMinElements / 4, [&](size_t i0, size_t i1) { range(gate, up, i0, i1, out); });
 }
 
 void add_bias(Context& ctx, float* x, const float* bias, size_t n_tokens, size_t dim) {

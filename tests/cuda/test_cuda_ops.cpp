@@ -4,8 +4,8 @@
 //   layer_norm, rms_norm — the same f32 formula; the statistics are double sums taken in another
 //     order, so float(mean) and float(var) may land one ulp apart (≤ 2u relative), which moves the
 //     output by a few u relative to its scale.
-//   silu_mul, rope — CUDA's expf/sincosf are within 2 ulp, glibc's within 1: the outputs differ by
-//     a few u relative to their inputs' scale.
+//   silu_mul, rope — CUDA's expf/sincosf are within 2 ulp, the CPU's exp8 (silu_mul) and glibc's
+//     sinf/cosf within 1: the outputs differ by a few u relative to their inputs' scale.
 //   attention — scores, softmax and weighted sums in f32 on both sides (online softmax on the GPU).
 #include "cuda_test_util.h"
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernel_test_util.h"
 
@@ -302,7 +303,8 @@ TEST_CASE("elementwise ops: add, scale, relu, add_bias exact; silu_mul within it
   bad = 0;
   for (size_t i = 0; i < n; ++i) {
     const double g = x0[i], ref = g / (1.0 + std::exp(-g)) * y[i];
-    // exp (1u, plus its argument's sensitivity: none, −g is exact), +1, division, product: 5u.
+    // exp (exp8, within 1 ulp: 2u; no sensitivity to its argument, −g is exact), +1, division,
+    // product: 5u.
     bad += !(std::fabs(out[i] - ref) <= 6 * u * std::fabs(ref) + 1e-37);
   }
   CHECK(bad == 0);
@@ -315,6 +317,72 @@ TEST_CASE("elementwise ops: add, scale, relu, add_bias exact; silu_mul within it
   for (size_t t = 0; t < T; ++t)
     for (size_t i = 0; i < dim; ++i) bad += z[t * dim + i] != z0[t * dim + i] + bias[i];
   CHECK(bad == 0);
+}
+
+TEST_CASE("silu_mul: the same bits on every instruction set, split and batch; within 6u of the exact formula") {
+  // silu_mul is one body per ISA around exp8 (kernels/cpu/vec8.h), elementwise: each ISA, thread
+  // count (for_ranges' split) and length (tails of 1-7 padded) must give the portable build's bits,
+  // and a token computed alone the bits it gets within a batch.
+  const std::vector<cpu::Isa> isas = cpu_isas();
+  MESSAGE("instruction sets compared: " << isas.size());
+  const size_t n = 40005;  // above silu_mul's parallel threshold (8192), not a multiple of 8
+  auto gate = random_activations(n, 21, 6.0f);
+  const auto up = random_activations(n, 22, 2.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float edges[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f, 86.9f, 87.5f, 88.5f, 89.0f, -86.9f,
+                         -87.5f, -88.5f, -89.0f, 100.0f, -100.0f, inf, -inf, std::nanf("")};
+  std::copy(std::begin(edges), std::end(edges), gate.begin() + 1000);
+  std::vector<float> ref;
+  for (cpu::Isa isa : isas)
+    for (int threads : {1, 2, 3}) {
+      cpu::Options o;
+      o.isa = isa;
+      o.n_threads = threads;
+      auto b = make_cpu_backend(o);
+      CAPTURE(isa_name(isa));
+      CAPTURE(threads);
+      std::vector<float> out(n, 9.0f);
+      b->silu_mul(gate.data(), up.data(), n, out.data());
+      if (ref.empty()) ref = out;
+      CHECK(std::memcmp(out.data(), ref.data(), n * 4) == 0);
+      // Tokens of dim elements alone (the same bits as in the batch) and short lengths 1-17.
+      for (size_t dim : {size_t(576), size_t(1537), size_t(9001)}) {
+        size_t differ = 0;
+        for (size_t t = 0; (t + 1) * dim <= n; ++t) {
+          std::vector<float> one(dim);
+          b->silu_mul(gate.data() + t * dim, up.data() + t * dim, dim, one.data());
+          differ += std::memcmp(one.data(), ref.data() + t * dim, dim * 4) != 0;
+        }
+        CAPTURE(dim);
+        CHECK(differ == 0);
+      }
+      for (size_t len = 1; len <= 17; ++len) {
+        std::vector<float> part(len, 9.0f);
+        b->silu_mul(gate.data() + 995, up.data() + 995, len, part.data());
+        CHECK(std::memcmp(part.data(), ref.data() + 995, len * 4) == 0);
+      }
+      std::vector<float> in_place = gate;  // out = gate
+      b->silu_mul(in_place.data(), up.data(), n, in_place.data());
+      CHECK(std::memcmp(in_place.data(), ref.data(), n * 4) == 0);
+    }
+  // Against the formula in double with std::exp: exp8 within 1 ulp (2u; −g is exact), +1, the
+  // division and the product: 5u, +1 slack, as the f32 silu with glibc's expf. Where exp8
+  // saturates (g < -88: e^-g = inf, while expf is finite up to 88.72) silu is -0 for a value below
+  // 6e-37·|up|. The outputs that differ from that f32 expf formula's bits are counted for the log.
+  size_t bad = 0, nan_ok = 0, differ_from_expf = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = gate[i], want = g / (1.0 + std::exp(-g)) * up[i];
+    const float expf_formula = (gate[i] / (1.0f + std::exp(-gate[i]))) * up[i];
+    differ_from_expf += std::memcmp(&expf_formula, &ref[i], 4) != 0;
+    if (std::isnan(want)) {
+      nan_ok += std::isnan(ref[i]);
+      continue;
+    }
+    bad += !(ref[i] == want || std::fabs(ref[i] - want) <= 6 * u * std::fabs(want) + 6e-37 * std::fabs(up[i]));
+  }
+  MESSAGE("silu_mul outputs with other bits than (g / (1 + expf(-g)))·up: " << differ_from_expf << " of " << n);
+  CHECK(bad == 0);
+  CHECK(nan_ok == 2);  // NaN·up, and -inf / (1 + inf)
 }
 
 TEST_CASE("memory: alloc is zeroed, copies round-trip, foreign frees are refused") {
