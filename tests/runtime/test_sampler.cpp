@@ -158,3 +158,65 @@ TEST_CASE("without top-k every candidate is ordered by (logit desc, id asc), as 
     }
   }
 }
+
+namespace {
+
+// The greedy pick as sample_logits computed it before it was vectorised: the reference.
+int32_t scalar_greedy(const std::vector<float>& l) {
+  size_t best = 0;
+  for (size_t i = 1; i < l.size(); ++i)
+    if (l[i] > l[best] || std::isnan(l[best])) best = i;
+  return static_cast<int32_t>(best);
+}
+
+int32_t greedy_pick(const std::vector<float>& l) {
+  endor::SamplingScratch scratch;
+  return endor::sample_logits(l.data(), l.size(), endor::SamplingParams{}, 0.5, scratch);
+}
+
+}  // namespace
+
+TEST_CASE("greedy: the vector argmax picks what the scalar loop picked (ties, NaN, infinities, tails)") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  REQUIRE(endor::SamplingParams{}.temperature == 0.0f);
+  // The contract's corners: the lowest id among ties, -0 tying with +0, leading NaNs skipped, a
+  // later NaN never winning, every logit -inf (id 0), every logit NaN (the last id).
+  for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(17), size_t(33), size_t(100)}) {
+    CAPTURE(n);
+    std::vector<float> v(n, nan);
+    CHECK(greedy_pick(v) == int32_t(n - 1));
+    CHECK(greedy_pick(v) == scalar_greedy(v));
+    std::fill(v.begin(), v.end(), -inf);
+    CHECK(greedy_pick(v) == 0);
+    v[n / 2] = nan;
+    CHECK(greedy_pick(v) == scalar_greedy(v));
+    v.assign(n, 1.0f);
+    CHECK(greedy_pick(v) == 0);
+    v[0] = nan;
+    CHECK(greedy_pick(v) == (n > 1 ? 1 : 0));
+    v.assign(n, -1.0f);
+    v[n - 1] = -0.0f;
+    if (n > 2) v[n - 2] = 0.0f;
+    CHECK(greedy_pick(v) == scalar_greedy(v));
+    v[n - 1] = inf;
+    CHECK(greedy_pick(v) == int32_t(n - 1));
+  }
+  // Random vocabularies (sizes not multiples of 8, 16 or 32, and SmolLM2's 49152) with many ties,
+  // signed zeros, infinities and NaNs, NaN in front or not.
+  for (size_t n : {size_t(2), size_t(31), size_t(32), size_t(47), size_t(255), size_t(1001), size_t(49152)}) {
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      std::vector<float> v = random_logits(n, seed + 31 * n);
+      std::mt19937_64 rng(seed);
+      const float specials[] = {0.0f, -0.0f, -inf, nan, 1.0f, 5.0f, -5.0f, inf};
+      const unsigned rate = 2 + unsigned(seed % 5);  // 1 in 2 .. 1 in 6 logits special
+      for (float& x : v)
+        if (rng() % rate == 0) x = specials[rng() % (seed % 2 ? 7 : 8)];  // odd seeds: no +inf
+        else x = std::round(x);                                          // ties
+      if (seed % 3 == 0) v[0] = nan;
+      if (seed % 7 == 0) std::fill(v.begin(), v.end() - 1, nan);
+      CAPTURE(n);
+      CAPTURE(seed);
+      CHECK(greedy_pick(v) == scalar_greedy(v));
+    }
+  }
+}
