@@ -96,9 +96,11 @@ class CpuBackend final : public Backend {
   }
   std::unique_ptr<Weight> prepare_resident_weight(const TensorView& view) override {
     check_weight(view);
-    if (view.layout.value_type == ValueType::I4 && view.layout.encoding == Encoding::Bitmap &&
-        cpu::detail::int4_dense_enabled(ctx_.options, ctx_.kernels->name))
-      if (auto dense = cpu::detail::densify_int4_bitmap(view)) return std::make_unique<CpuWeight>(std::move(dense));
+    const TensorLayout& L = view.layout;
+    if (L.value_type == ValueType::I4 && L.encoding == Encoding::Bitmap &&
+        cpu::detail::int4_dense_enabled(ctx_.options, ctx_.kernels->name) &&
+        cpu::detail::int4_dense_memory_allows(L.rows * L.cols / 2 + 4 * L.rows * L.groups_per_row))
+      if (auto dense = cpu::detail::densify_int4_bitmap(view, /*vector=*/true)) return std::make_unique<CpuWeight>(std::move(dense));
     return std::make_unique<CpuWeight>(view);
   }
 

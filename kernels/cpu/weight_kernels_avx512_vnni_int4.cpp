@@ -183,9 +183,13 @@ void dot_rows_q8_i4_dense_1(const TensorView& w, uint64_t r0, uint64_t r1, const
 //    so the last word needs no cut; a dense row's last word reads the next codes, which meet the
 //    quantized x's zero padding (q = 0 past `cols`), so it needs none either;
 //  - a bitmap row whose groups have zero codes (zero_codes) expands its codes over z, not 0.
-// Same arithmetic as dot_rows_q8_t (the same sums in the same order per row), so the same results.
-template <int WPG, bool kBitmap>
+//  - kPacked (dense rows of an even width): each word's 64 codes are unpacked from its 32 bytes in
+//    registers (no unpack pass, no store and reload), the row's last word by a masked load;
+// Same arithmetic as dot_rows_q8_t (the same sums in the same order per row), so the same results:
+// a dense copy of a bitmap row whose absent codes are z (int4_dense.h) gives the bitmap's bits.
+template <int WPG, bool kBitmap, bool kPacked>
 void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
+  static_assert(!(kBitmap && kPacked), "packed rows are dense");
   const TensorLayout& L = w.layout;
   const uint64_t wpr = (L.cols + 63) / 64, gpr = L.groups_per_row, words = qx.q_stride / 64;  // wpr: words_per_row is 0 when dense
   float* dv = thread_buffer<2>(words * 16);
@@ -196,7 +200,11 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   // 5632-column down projection 25 % slower per weight than 8 KiB ones, and the 1 B shape's int4
   // decode 9-17 % slower (bench/RESULTS.md); 4-8 KiB measured the same.
   constexpr uint64_t kUnpackedCodes = 8192, kRunRows = 256;
-  uint8_t* unpacked = reinterpret_cast<uint8_t*>(thread_buffer<4>((std::max(kUnpackedCodes, L.cols) + 2 * 64 + 3) / 4 + 16));
+  uint8_t* unpacked = kPacked ? nullptr : reinterpret_cast<uint8_t*>(thread_buffer<4>((std::max(kUnpackedCodes, L.cols) + 2 * 64 + 3) / 4 + 16));
+  // kPacked: a row's bytes, and its last word's (a masked load where the row ends inside the word).
+  const uint64_t row_bytes = L.cols / 2, last_word = L.cols % 64 ? wpr - 1 : ~uint64_t(0);
+  const __mmask32 last_bytes = __mmask32(first_bits(row_bytes - 32 * (wpr - 1)));
+  const __m512i fields = _mm512_set1_epi64(0x1C1814100C080400LL), lo4 = _mm512_set1_epi8(0x0F);  // unpack_nibbles'
   const uint64_t run_groups = kRunRows * gpr + 16;
   float* sm = thread_buffer<1>(2 * run_groups + run_groups / 4 + 16);
   float* const mins = sm + run_groups;
@@ -232,8 +240,8 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       rb = ra + (rb - ra) / 4 * 4;
       k_b = row_start(rb);
     }
-    unpack_nibbles<false>(w.values(), k_a, k_b - k_a, unpacked);
-    const uint8_t* const base = unpacked - (k_a & ~uint64_t(1));  // code k at base[k]
+    if constexpr (!kPacked) unpack_nibbles<false>(w.values(), k_a, k_b - k_a, unpacked);
+    const uint8_t* const base = kPacked ? w.values() : unpacked - (k_a & ~uint64_t(1));  // code k at base[k] (kPacked: row bytes)
     {
       const uint64_t n = (rb - ra) * gpr;
       widen_params(w, ra * gpr, n, sm, mins);
@@ -243,7 +251,7 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
     auto row_pointers = [&](uint64_t r, int n, const uint8_t** p, const uint8_t** bits, const float** s,
                             const float** m, const uint8_t** z) {
       for (int i = 0; i < n; ++i) {
-        p[i] = base + row_start(r + i);
+        p[i] = kPacked ? base + (r + i) * row_bytes : base + row_start(r + i);
         bits[i] = bitmap + 8 * (r + i) * wpr;
         s[i] = sm + (r + i - ra) * gpr;
         m[i] = mins + (r + i - ra) * gpr;
@@ -279,6 +287,13 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
               const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
               gp[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[i]);
             }
+          } else if constexpr (kPacked) {
+            // The R rows are R streams: fetch two steps of R rows ahead into L2, once a line.
+            if ((wi & 1) == 0) prefetch_l2(p[i] + 2 * R * row_bytes);
+            const __m256i b = wi == last_word ? _mm256_maskz_loadu_epi8(last_bytes, p[i]) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[i]));
+            p[i] += 32;
+            const __m512i codes = _mm512_and_si512(_mm512_multishift_epi64_epi8(fields, _mm512_cvtepu32_epi64(b)), lo4);
+            gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
           } else {
             const __m512i codes = _mm512_loadu_si512(p[i]);
             p[i] += 64;
@@ -385,6 +400,9 @@ template void dot_rows_q8_i4_1<2, true>(const TensorView&, uint64_t, uint64_t, c
 template void dot_rows_q8_i4_1<2, false>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
 template void dot_rows_q8_i4_1<4, true>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
 template void dot_rows_q8_i4_1<4, false>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
+template void dot_rows_q8_i4_1<1, false, true>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
+template void dot_rows_q8_i4_1<2, false, true>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
+template void dot_rows_q8_i4_1<4, false, true>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
 
 }  // namespace avx512_vnni
 }  // namespace endor::cpu::detail

@@ -208,15 +208,13 @@ enum class LinearPath : uint8_t { Auto, Fused, RowDecode, PanelGemm };
 enum class GemmImpl : uint8_t { Auto, Builtin };
 
 // Resident bitmap int4 weights re-encoded at load time as dense int4 (issue 40): their absent
-// columns take their group's zero code z (z·S + M = 0 exactly), so the dense kernel, which expands
-// nothing, computes the same function at 4/3 of the bytes (0.5 against 0.375 bytes a weight at
-// 50 %). Auto: as ENDOR_INT4_DENSE says -- off when unset; `on`; `auto` = on where the int8-activation
-// kernels run on AVX-512 VNNI of an AMD CPU (Zen 4: the bitmap word's expand costs more than its bytes
-// save; bench/RESULTS.md, NOTES.md issue 40), off elsewhere. Off by default because a re-encoded
-// weight sums in another order than the bitmap kernel (within the int8-activation bound, not bit for
-// bit), so a resident model would no longer match the same file streamed, and the gain on a Zen 4 is
-// not yet measured. Never under Options::exact.
-enum class Int4Dense : uint8_t { Auto, Off, On };
+// columns take their group's zero code z (z·S + M = 0 exactly), so the word-by-word kernel expands
+// nothing a token and sums the copy as it sums the bitmap: the same results bit for bit, at 4/3 of
+// the bytes (0.5 against 0.375 a weight at 50 %) on the heap. Auto (default): on where the AVX-512
+// int8-activation kernels run (AVX-512 VNNI and VBMI2) and MemAvailable holds the copy, unless
+// ENDOR_INT4_DENSE=off (`on` and `auto` mean Auto); streamed weights (offload tiers) keep the bitmap.
+// Never under Options::exact.
+enum class Int4Dense : uint8_t { Auto, Off };
 
 struct Options {
   int n_threads = 0;                      // worker-pool threads; 0 = omp_get_max_threads() (every core)
