@@ -298,9 +298,11 @@ int run_rows(const Args& args) {
     double sparsity;
     bool exact;
     const char* label;
+    bool resident = false;  // prepare_resident_weight: a bitmap int4 weight's dense copy of its codes
   };
   // sparsity -1: 2:4 (random_two_of_four).
   const RowConfig configs[] = {{Encoding::Bitmap, ValueType::I4, 0.5, false, "int4 bitmap @50%"},
+                               {Encoding::Bitmap, ValueType::I4, 0.5, false, "int4 bmp copy @50%", true},
                                {Encoding::Bitmap, ValueType::I4, -1.0, false, "int4 bitmap 2:4"},
                                {Encoding::Dense, ValueType::I4, 0.0, false, "int4 dense"},
                                {Encoding::Bitmap, ValueType::I8, 0.5, false, "int8 bitmap @50%"},
@@ -319,7 +321,7 @@ int run_rows(const Args& args) {
   std::printf("\n");
   for (const RowConfig& c : configs) {
     if (std::string(c.label).find(args.only) == std::string::npos) continue;
-    if (args.kernel_only && (c.exact || !cpu::detail::int8_activation_weight(c.vt))) continue;
+    if (args.kernel_only && (c.exact || c.resident || !cpu::detail::int8_activation_weight(c.vt))) continue;
     std::printf("%-19s", c.label);
     for (const Shape& s : shapes) {
       const std::vector<float> w = c.sparsity < 0 ? random_two_of_four(s.rows, s.cols, 7) : random_sparse(s.rows, s.cols, c.sparsity, 7);
@@ -337,7 +339,11 @@ int run_rows(const Args& args) {
       o.linear_path = cpu::LinearPath::Fused;
       o.exact = c.exact;  // f32 activations (the dot_rows path) rather than int8 ones
       auto b = make_cpu_backend(o);
-      auto wt = b->prepare_weight(v);
+      auto wt = c.resident ? b->prepare_resident_weight(v) : b->prepare_weight(v);
+      if (c.resident && wt->copy_bytes() == 0) {
+        std::printf(" %18s", "no copy");  // this CPU's kernels read no copy (ENDOR_INT4_DENSE, int4_dense.h)
+        continue;
+      }
       std::vector<float> x(nt * s.cols), y(nt * s.rows);
       std::mt19937 rng(3);
       std::normal_distribution<float> d(0.0f, 1.0f);

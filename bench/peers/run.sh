@@ -87,7 +87,9 @@ make_hf() {
   esac
 }
 quant_head=0
-"$pack" prune --help 2>/dev/null | grep -q -- "--quant-head" && quant_head=1
+# (the help read whole first: grep -q would close the pipe early, and pipefail fail the test on SIGPIPE)
+pack_help=$("$pack" prune --help 2>/dev/null)
+[[ "$pack_help" == *--quant-head* ]] && quant_head=1
 declare -A endor_args=([dense]="convert --dtype f16" [f16_50]="prune --sparsity 0.5 --method magnitude"
                        [int8_50]="prune --sparsity 0.5 --method magnitude --quant int8"
                        [int4_50]="prune --sparsity 0.5 --method magnitude --quant int4"
@@ -96,6 +98,10 @@ declare -A endor_args=([dense]="convert --dtype f16" [f16_50]="prune --sparsity 
                        [int4_24_qhead]="prune --sparsity 0.5 --pattern 2:4 --method magnitude --quant int4 --quant-head int8")
 endor_configs=(dense f16_50 int8_50 int4_50)
 ((quant_head)) && endor_configs+=(int4_50_qhead int4_qhead int4_24_qhead)
+# CONFIG_bitmap: CONFIG's file with ENDOR_INT4_DENSE=off, the bitmap kernel where the default
+# re-encodes a resident int4 @ 50 % model as dense int4 (the same results; issue 40).
+((quant_head)) && endor_configs+=(int4_50_qhead_bitmap)
+file_config() { echo "${1%_bitmap}"; }
 llama_configs=(F16 Q8_0 Q4_0)
 IFS=, read -r -a model_list <<<"$models"
 for m in "${model_list[@]}"; do
@@ -115,6 +121,7 @@ for m in "${model_list[@]}"; do
       && mv "$mdir/$m-$q.gguf.part" "$mdir/$m-$q.gguf" || die "llama-quantize $q failed for $m"
   done
   for c in "${endor_configs[@]}"; do
+    c=$(file_config "$c")
     [[ -f "$mdir/$m-$c.endor" ]] && continue
     note "$m: endor-pack ${endor_args[$c]}"
     nice "$pack" ${endor_args[$c]} "$hf" -o "$mdir/$m-$c.endor" >"$mdir/$m-pack-$c.log" 2>&1 \
@@ -143,8 +150,9 @@ time_llama() {  # model config round -> tok/s, or 0 when llama-bench printed no 
   echo 0
 }
 time_endor() {  # model config -> "tok/s bytes_read_per_token"
-  local f="$mdir/$1-$2.endor" log
-  log=$("$infer" "$f" --ids 1 -n "$n" --temperature 0 --ignore-eos --threads "$threads" --stats 2>&1 >/dev/null)
+  local f="$mdir/$1-$(file_config "$2").endor" log dense=auto
+  [[ "$2" == *_bitmap ]] && dense=off
+  log=$(ENDOR_INT4_DENSE=$dense "$infer" "$f" --ids 1 -n "$n" --temperature 0 --ignore-eos --threads "$threads" --stats 2>&1 >/dev/null)
   python3 - "$log" <<'PY'
 import re, sys
 log = sys.argv[1]
@@ -169,7 +177,7 @@ for ((r = 1; r <= rounds; ++r)); do
       if [[ "$rt" == llama ]]; then
         tps=$(time_llama "$m" "$c" "$r"); bytes=$(stat -c %s "$mdir/$m-$c.gguf"); read_bytes=$bytes
       else
-        read -r tps read_bytes <<<"$(time_endor "$m" "$c")"; bytes=$(stat -c %s "$mdir/$m-$c.endor")
+        read -r tps read_bytes <<<"$(time_endor "$m" "$c")"; bytes=$(stat -c %s "$mdir/$m-$(file_config "$c").endor")
       fi
       echo "   $m $rt $c: $tps tok/s"
       record kind run round "$r" model "$m" runtime "$rt" config "$c" tps "$tps" file_bytes "$bytes" \

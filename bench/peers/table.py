@@ -14,12 +14,17 @@ import statistics
 import sys
 
 PAIRS = [("F16", "dense"), ("F16", "f16_50"), ("Q8_0", "int8_50"), ("Q4_0", "int4_50"), ("Q4_0", "int4_50_qhead"),
-         ("Q4_0", "int4_qhead"), ("Q4_0", "int4_24_qhead")]
+         ("Q4_0", "int4_50_qhead_bitmap"), ("Q4_0", "int4_qhead"), ("Q4_0", "int4_24_qhead")]
 ENDOR_NAME = {"dense": "dense f16", "f16_50": "f16 @ 50 %", "int8_50": "int8 @ 50 %", "int4_50": "int4 @ 50 %",
               "int4_50_qhead": "int4 @ 50 % + int8 head",
+              "int4_50_qhead_bitmap": "int4 @ 50 % + int8 head, bitmap kernel (ENDOR_INT4_DENSE=off)",
               "int4_qhead": "int4 dense + int8 head", "int4_24_qhead": "int4 2:4 + int8 head"}
 # Issue 15's "done when": (Endor config, ratio to reach, the one model it applies to or None for all).
 TARGETS = [("int4_50", 1.2, None), ("f16_50", 1.4, "1b"), ("dense", 1.0, None)]
+# Issue 40's: int4 @ 50 % + int8 head >= 1.2x Q4_0 (above) and >= 1.0x Endor's own dense int4 (ENDOR_PAIRS).
+TARGETS_40 = [("int4_50_qhead", 1.2, "smollm2")]
+# Endor against Endor, per-round ratios: (numerator config, denominator config, target or None).
+ENDOR_PAIRS = [("int4_50_qhead", "int4_qhead", 1.0), ("int4_50_qhead", "int4_50_qhead_bitmap", None)]
 
 
 def main():
@@ -68,6 +73,34 @@ def main():
     if checks:
         print()
         print("Targets (issue 15): " + "; ".join(checks))
+    lines, checks = [], []
+    for m in models:
+        for ec, target, only in TARGETS_40:
+            if (only is None or m == only) and (m, ec) in ratio_of:
+                r = ratio_of[(m, ec)]
+                checks.append(f"{m} {ENDOR_NAME[ec]} {r:.2f}x Q4_0 (>= {target:.1f}x: {'met' if r >= target else 'not met'})")
+        for num, den, target in ENDOR_PAIRS:
+            A, B = by.get((m, "endor", num)), by.get((m, "endor", den))
+            if not A or not B:
+                continue
+            ratios = [float(A[r]["tps"]) / float(B[r]["tps"]) for r in A
+                      if r in B and float(A[r]["tps"]) > 0 and float(B[r]["tps"]) > 0]
+            if not ratios:
+                continue
+            rm = statistics.median(ratios)
+            lines.append(f"| {m} | {ENDOR_NAME.get(num, num)} | {ENDOR_NAME.get(den, den)} | **{rm:.2f}x** "
+                         f"({min(ratios):.2f}-{max(ratios):.2f}) |")
+            if target is not None:
+                checks.append(f"{m} {ENDOR_NAME.get(num, num)} {rm:.2f}x {ENDOR_NAME.get(den, den)} "
+                              f"(>= {target:.1f}x: {'met' if rm >= target else 'not met'})")
+    if lines:
+        print()
+        print("| model | Endor | against Endor | per-round median (range) |")
+        print("|---|---|---|---:|")
+        print("\n".join(lines))
+    if checks:
+        print()
+        print("Targets (issue 40, in RAM): " + "; ".join(checks))
     # A run that printed no figure (tok/s 0) is left out of the medians above and named here.
     missing = [f"{r['model']} {r['runtime']} {r['config']} round {r['round']}" for r in runs if float(r["tps"]) <= 0]
     if missing:

@@ -20,14 +20,17 @@ using cpu::detail::Context;
 class CpuWeight final : public Weight {
  public:
   explicit CpuWeight(const TensorView& view) : view_(view) {}
-  // A re-encoded copy (int4_dense.h): the weight reads it instead of the caller's bytes.
-  explicit CpuWeight(std::unique_ptr<cpu::detail::DenseInt4> dense) : view_(dense->view), dense_(std::move(dense)) {}
+  // With a dense copy of its codes (int4_dense.h), which the view points to.
+  CpuWeight(const TensorView& view, cpu::detail::DenseCodes codes) : view_(view), codes_(std::move(codes)) {
+    view_.dense_codes = codes_.get();
+  }
   const TensorLayout& layout() const override { return view_.layout; }
+  uint64_t copy_bytes() const override { return codes_ ? view_.layout.rows * cpu::detail::dense_codes_row_bytes(view_.layout.cols) : 0; }
   const TensorView& view() const { return view_; }
 
  private:
-  TensorView view_;  // points into the caller's mapping (no copy), or into dense_
-  std::unique_ptr<cpu::detail::DenseInt4> dense_;
+  TensorView view_;  // points into the caller's mapping (no copy)
+  cpu::detail::DenseCodes codes_{nullptr, std::free};
 };
 
 const TensorView& view_of(const Weight& w) {
@@ -99,8 +102,8 @@ class CpuBackend final : public Backend {
     const TensorLayout& L = view.layout;
     if (L.value_type == ValueType::I4 && L.encoding == Encoding::Bitmap &&
         cpu::detail::int4_dense_enabled(ctx_.options, ctx_.kernels->name) &&
-        cpu::detail::int4_dense_memory_allows(L.rows * L.cols / 2 + 4 * L.rows * L.groups_per_row))
-      if (auto dense = cpu::detail::densify_int4_bitmap(view, /*vector=*/true)) return std::make_unique<CpuWeight>(std::move(dense));
+        cpu::detail::int4_dense_memory_allows(L.rows * cpu::detail::dense_codes_row_bytes(L.cols)))
+      if (auto codes = cpu::detail::densify_int4_bitmap(view, /*vector=*/true)) return std::make_unique<CpuWeight>(view, std::move(codes));
     return std::make_unique<CpuWeight>(view);
   }
 

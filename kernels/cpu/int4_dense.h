@@ -1,14 +1,20 @@
-// Internal to endor_kernels, included by cpu_backend.cpp alone: the load-time re-encoding of
-// resident bitmap int4 weights as dense int4 (cpu::Options::int4_dense, issue 40), used by the CPU
+// Internal to endor_kernels, included by cpu_backend.cpp alone: the load-time dense copy of the
+// codes of resident bitmap int4 weights (cpu::Options::int4_dense, issue 40), made by the CPU
 // backend's prepare_resident_weight. Header-only so that it needs no build-file change.
 //
 // A packer-written int4 group has a zero code z with z·S + M = 0 exactly (endor::int4_grid), and
 // the one-token bitmap kernel already multiplies a bitmap word as a dense one with its absent
-// columns expanded as z (weight_kernels_avx512_vnni.h). Storing those z once at load time leaves
-// the kernel nothing to expand a token: 4/3 of the bytes (0.5 against 0.375 a weight at 50 %), and
-// the same sums in the same order (TensorView::sums_as_bitmap routes the copy to the word-by-word
-// kernel), so the copy gives the bitmap's results bit for bit: a resident model still matches the
-// same file streamed through the offload tiers, which keep the bitmap.
+// columns expanded as z (weight_kernels_avx512_vnni.h). Storing those codes once at load time leaves
+// that kernel nothing to expand a token: 4/3 of the value bytes at 50 % (0.5 against 0.375 a
+// weight), and the same sums in the same order, so the same results bit for bit (a resident model
+// still matches the same file streamed through the offload tiers, which keep the bitmap). The copy
+// is the one-token kernel's alone (TensorView::dense_codes): every other path reads the bitmap.
+//
+// Layout (dense_codes_row_bytes a row, rows back to back): words 2u and 2u + 1 of a row share the
+// 64 bytes of pair u, byte b holding column b of word 2u in its low nibble and column b of word
+// 2u + 1 in its high one, so one load, an and, a shift and an and give both words' codes in column
+// order; a row's last word, when its count is odd, is 32 bytes of nibbles in column order (low
+// nibble first, as SPEC §6.5 packs values). Columns past the row are 0.
 #pragma once
 
 #include <algorithm>
@@ -30,12 +36,8 @@
 
 namespace endor::cpu::detail {
 
-// A dense int4 copy of a bitmap int4 weight (densify_int4_bitmap). view.data points into `bytes`
-// (64-aligned), which lives as long as this; view.info is the original's (its name for errors).
-struct DenseInt4 {
-  TensorView view;
-  std::unique_ptr<uint8_t, void (*)(void*)> bytes{nullptr, nullptr};
-};
+// The codes of a bitmap int4 weight (densify_int4_bitmap), 64-aligned, with 64 bytes of slack.
+using DenseCodes = std::unique_ptr<uint8_t, void (*)(void*)>;
 
 namespace int4_dense_impl {
 
@@ -88,60 +90,85 @@ inline bool group_zero_codes(const uint16_t* s, const uint16_t* m, uint64_t n, u
   return true;
 }
 
-// Row r's codes, absent columns z: nibbles of dense code k = r·cols + c (SPEC §6.5; cols even, so
-// a row starts on a byte). k0: the row's first stored value. A word at a time, its set bits walked.
-// The reference of dense_row_avx512 (tests/kernels/test_int4_dense.cpp) and the path of a CPU
-// without AVX-512.
+// Word wi of row r as 64 code bytes, absent columns z (the group's), columns past the row z too
+// (padding bits are 0). k: the word's first stored value, advanced past it.
+inline void word_codes(const TensorView& b, uint64_t r, uint64_t wi, const uint8_t* z, uint64_t& k, uint8_t* codes) {
+  const TensorLayout& L = b.layout;
+  const uint8_t* vals = b.values();
+  std::memset(codes, z[wi * 64 / L.group_size], 64);  // groups of whole words
+  for (uint64_t w = b.bitmap()[r * L.words_per_row + wi]; w; w &= w - 1, ++k)
+    codes[__builtin_ctzll(w)] = uint8_t(vals[k / 2] >> (4 * (k & 1)) & 15);
+}
+
+// Row r of the copy (layout above) from its bitmap, a word at a time, its set bits walked: the
+// reference of dense_row_avx512 (tests/kernels/test_int4_dense.cpp) and the path of a CPU without
+// AVX-512. k0: the row's first stored value; z: its groups' zero codes.
 inline void dense_row(const TensorView& b, uint64_t r, uint64_t k0, const uint8_t* z, uint8_t* out) {
   const TensorLayout& L = b.layout;
-  const uint64_t* bits = b.bitmap() + r * L.words_per_row;
-  const uint8_t* vals = b.values();
+  const uint64_t words = (L.cols + 63) / 64;
   uint64_t k = k0;
-  uint8_t codes[64];
-  for (uint64_t c0 = 0; c0 < L.cols; c0 += 64) {
-    const uint64_t n = std::min<uint64_t>(64, L.cols - c0);  // even: cols is
-    std::memset(codes, z[c0 / L.group_size], 64);  // groups of whole words
-    for (uint64_t w = bits[c0 / 64]; w; w &= w - 1, ++k) codes[__builtin_ctzll(w)] = uint8_t(vals[k / 2] >> (4 * (k & 1)) & 15);
-    for (uint64_t j = 0; j < n; j += 2) out[(c0 + j) / 2] = uint8_t(codes[j] | codes[j + 1] << 4);
+  uint8_t lo[64], hi[64];
+  for (uint64_t wi = 0; wi < words; wi += 2, out += 64) {
+    word_codes(b, r, wi, z, k, lo);
+    for (uint64_t c = L.cols - 64 * wi; c < 64; ++c) lo[c] = 0;  // past the row
+    if (wi + 1 == words) {  // the odd last word: 32 bytes in column order
+      for (int j = 0; j < 32; ++j) out[j] = uint8_t(lo[2 * j] | lo[2 * j + 1] << 4);
+      return;
+    }
+    word_codes(b, r, wi + 1, z, k, hi);
+    for (uint64_t c = L.cols - 64 * (wi + 1); c < 64; ++c) hi[c] = 0;
+    for (int j = 0; j < 64; ++j) out[j] = uint8_t(lo[j] | hi[j] << 4);
   }
 }
 
-// dense_row in vectors (about 2 ns a word where dense_row took about 60): the row's codes unpacked
-// to bytes in `scratch` (cols + 128 bytes), then per word one expand over z and one pack to nibbles.
+// dense_row in vectors (about 1-2 ns a word where dense_row took about 60): the row's codes unpacked
+// to bytes in `scratch` (cols + 192 bytes), then per word one expand over z; two words make a pair.
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2"))) inline void dense_row_avx512(const TensorView& b, uint64_t r, uint64_t k0,
-                                                                                   uint64_t k1, const uint8_t* z,
-                                                                                   uint8_t* scratch, uint8_t* out) {
+#define ENDOR_INT4_COPY_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2")))
+// A word's 64 codes from the codes at p (advanced past its stored ones): absent columns z, columns
+// past the row (left: the row's columns from this word on) 0. (Out through a pointer: a vector
+// returned from a function of this file, compiled without AVX-512, draws GCC's ABI warning.)
+ENDOR_INT4_COPY_TARGET inline void expand_word(uint64_t bits, uint64_t left, uint8_t z, const uint8_t*& p, __m512i* out) {
+  const __m512i codes = _mm512_mask_expandloadu_epi8(_mm512_set1_epi8(char(z)), __mmask64(bits), p);
+  p += __builtin_popcountll(bits);
+  *out = _mm512_maskz_mov_epi8(__mmask64(left >= 64 ? ~uint64_t(0) : (uint64_t(1) << left) - 1), codes);
+}
+ENDOR_INT4_COPY_TARGET inline void dense_row_avx512(
+    const TensorView& b, uint64_t r, uint64_t k0, uint64_t k1, const uint8_t* z, uint8_t* scratch, uint8_t* out) {
   const TensorLayout& L = b.layout;
   const uint64_t* bits = b.bitmap() + r * L.words_per_row;
+  const uint64_t words = (L.cols + 63) / 64;
   // Codes k0 & ~1 .. k1 as bytes (low nibble first): each source byte widened to 16 bits, its high
   // nibble moved to the upper byte.
   const uint8_t* src = b.values() + k0 / 2;
   const uint64_t n_bytes = (k1 + 1) / 2 - k0 / 2;
-  const __m512i lo4 = _mm512_set1_epi16(0x000F), hi4 = _mm512_set1_epi16(0x0F00);
+  const __m512i lo4w = _mm512_set1_epi16(0x000F), hi4w = _mm512_set1_epi16(0x0F00);
   for (uint64_t j = 0; j < n_bytes; j += 32) {
     const __mmask32 k = __mmask32(n_bytes - j >= 32 ? ~0u : (1u << (n_bytes - j)) - 1);
     const __m512i w = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, src + j));
-    _mm512_storeu_si512(scratch + 2 * j, _mm512_or_si512(_mm512_and_si512(w, lo4), _mm512_and_si512(_mm512_slli_epi16(w, 4), hi4)));
+    _mm512_storeu_si512(scratch + 2 * j, _mm512_or_si512(_mm512_and_si512(w, lo4w), _mm512_and_si512(_mm512_slli_epi16(w, 4), hi4w)));
   }
   const uint8_t* p = scratch + (k0 & 1);
-  const __m512i pair = _mm512_set1_epi16(0x1001);  // even byte ·1, odd byte ·16
-  for (uint64_t c0 = 0, wi = 0; c0 < L.cols; c0 += 64, ++wi) {
-    const uint64_t word = bits[wi];
-    const __m512i codes = _mm512_mask_expandloadu_epi8(_mm512_set1_epi8(char(z[c0 / L.group_size])), __mmask64(word), p);
-    p += __builtin_popcountll(word);
-    const __m256i packed = _mm512_maskz_cvtepi16_epi8(~__mmask32(0), _mm512_maddubs_epi16(codes, pair));  // c_even + 16·c_odd <= 255
-    const uint64_t n = std::min<uint64_t>(64, L.cols - c0) / 2;
-    _mm256_mask_storeu_epi8(out + c0 / 2, __mmask32(n >= 32 ? ~0u : (1u << n) - 1), packed);
+  for (uint64_t wi = 0; wi < words; wi += 2, out += 64) {
+    __m512i lo, hi;
+    expand_word(bits[wi], L.cols - 64 * wi, z[wi * 64 / L.group_size], p, &lo);
+    if (wi + 1 == words) {  // the odd last word: c_even + 16·c_odd a byte
+      const __m512i pairs = _mm512_maddubs_epi16(lo, _mm512_set1_epi16(0x1001));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_maskz_cvtepi16_epi8(~__mmask32(0), pairs));
+      return;
+    }
+    expand_word(bits[wi + 1], L.cols - 64 * (wi + 1), z[(wi + 1) * 64 / L.group_size], p, &hi);
+    _mm512_storeu_si512(out, _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)));  // codes < 16: no carry across bytes
   }
 }
+#undef ENDOR_INT4_COPY_TARGET
 #endif
 
 }  // namespace int4_dense_impl
 
 // Whether the rule of Options::int4_dense re-encodes on this machine with these kernels
 // (kernel_name: WeightKernels::name of the set in use): unless Off or exact, where the AVX-512
-// int8-activation kernels run, the only ones whose word-by-word kernel is routed by sums_as_bitmap.
+// int8-activation kernels run, whose one-token kernel is the only one that reads the copy.
 // Throws endor::Error on a bad ENDOR_INT4_DENSE.
 inline bool int4_dense_enabled(const Options& options, const char* kernel_name) {
   using namespace int4_dense_impl;
@@ -160,36 +187,30 @@ inline bool int4_dense_memory_allows(uint64_t bytes) {
   return avail == UINT64_MAX || avail >= bytes + bytes / 8 + (uint64_t(256) << 20);
 }
 
-// The dense int4 copy of bitmap int4 weight b (sums_as_bitmap set), or null where it would not be
-// the same function: value type not int4 with f16 parameters, an odd width, groups that are not
-// whole words (64, 128, ... columns), a 2:4 weight (TensorView::two_of_four), or a group without an
-// exact zero code (the packer always writes one). vector: dense_row_avx512 (the caller checked the CPU), else dense_row.
-inline std::unique_ptr<DenseInt4> densify_int4_bitmap(const TensorView& b, bool vector = false) {
+// The dense copy of the codes of bitmap int4 weight b (layout above; the caller sets
+// TensorView::dense_codes to it), or null where it would not be the same function: value type not
+// int4 with f16 parameters, groups that are not whole words (64, 128, ... columns), a 2:4 weight
+// (TensorView::two_of_four: that kernel gathers x and sums in its own order), or a group without an
+// exact zero code (the packer always writes one). vector: dense_row_avx512 (the caller checked the
+// CPU), else dense_row.
+inline DenseCodes densify_int4_bitmap(const TensorView& b, bool vector = false) {
   using namespace int4_dense_impl;
   const TensorLayout& L = b.layout;
-  if (L.encoding != Encoding::Bitmap || L.value_type != ValueType::I4 || L.int4_params != Int4Params::F16) return nullptr;
-  if (L.cols % 2 != 0 || L.group_size == 0 || L.group_size % 64 != 0) return nullptr;
-  if (b.two_of_four) return nullptr;  // the 2:4 kernel gathers x and sums in its own order
+  DenseCodes none{nullptr, std::free};
+  if (L.encoding != Encoding::Bitmap || L.value_type != ValueType::I4 || L.int4_params != Int4Params::F16) return none;
+  if (L.group_size == 0 || L.group_size % 64 != 0 || b.two_of_four) return none;
   const uint64_t gpr = L.groups_per_row;
   std::unique_ptr<uint8_t[]> z(new uint8_t[L.rows * gpr]);
-  if (!group_zero_codes(b.group_scales(), b.group_mins(), L.rows * gpr, z.get())) return nullptr;
-  auto out = std::make_unique<DenseInt4>();
-  out->view = b;
-  out->view.two_of_four = false;
-  out->view.sums_as_bitmap = true;
-  out->view.layout = compute_layout({L.rows, L.cols}, Encoding::Dense, ValueType::I4, L.group_size, L.rows * L.cols, Int4Params::F16);
-  const TensorLayout& D = out->view.layout;
-  const size_t bytes = (D.total_bytes + 63) / 64 * 64 + 128;  // slack: a dense word loop reads a row's last word whole
-  out->bytes = {static_cast<uint8_t*>(std::aligned_alloc(64, bytes)), std::free};
-  if (!out->bytes) throw Error("cpu backend: out of memory re-encoding an int4 weight as dense (" + std::to_string(bytes) + " bytes)");
-  uint8_t* data = out->bytes.get();
-  std::memset(data, 0, bytes);
-  std::memcpy(data + D.scales_offset, b.data + L.scales_offset, D.scales_bytes);  // the same (row, group) params
-  std::memcpy(data + D.mins_offset, b.data + L.mins_offset, D.mins_bytes);
+  if (!group_zero_codes(b.group_scales(), b.group_mins(), L.rows * gpr, z.get())) return none;
+  const uint64_t row_bytes = dense_codes_row_bytes(L.cols);
+  const size_t bytes = (L.rows * row_bytes + 63) / 64 * 64 + 64;
+  DenseCodes out{static_cast<uint8_t*>(std::aligned_alloc(64, bytes)), std::free};
+  if (!out) throw Error("cpu backend: out of memory copying the codes of an int4 weight (" + std::to_string(bytes) + " bytes)");
+  std::memset(out.get() + bytes - 64, 0, 64);
   std::unique_ptr<uint8_t[]> scratch(vector ? new uint8_t[L.cols + 192] : nullptr);
   auto row_start = [&](uint64_t r) { return r < L.rows ? load_u32(b.data + L.index_offset + 4 * (r * L.blocks_per_row)) : L.nnz; };
   for (uint64_t r = 0; r < L.rows; ++r) {
-    uint8_t* row = data + D.values_offset + r * (L.cols / 2);
+    uint8_t* row = out.get() + r * row_bytes;
 #if defined(__x86_64__)
     if (vector) {
       dense_row_avx512(b, r, row_start(r), row_start(r + 1), z.get() + r * gpr, scratch.get(), row);
@@ -198,7 +219,6 @@ inline std::unique_ptr<DenseInt4> densify_int4_bitmap(const TensorView& b, bool 
 #endif
     dense_row(b, r, row_start(r), z.get() + r * gpr, row);
   }
-  out->view.data = data;
   return out;
 }
 

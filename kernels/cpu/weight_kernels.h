@@ -89,6 +89,13 @@ inline void dense_group_sums(const QuantizedX& xt, const TensorLayout& L, float*
   }
 }
 // True for the value types the int8-activation kernels serve (int8, int4, int8g).
+// Bytes a row of TensorView::dense_codes (kernels/cpu/int4_dense.h): 64 a pair of words, 32 an odd
+// last word.
+inline uint64_t dense_codes_row_bytes(uint64_t cols) {
+  const uint64_t words = (cols + 63) / 64;
+  return words / 2 * 64 + (words % 2) * 32;
+}
+
 inline bool int8_activation_weight(ValueType vt) {
   return vt == ValueType::I8 || vt == ValueType::I4 || vt == ValueType::I8G;
 }

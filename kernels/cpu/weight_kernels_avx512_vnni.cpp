@@ -235,20 +235,20 @@ void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
     }
   }
   if (VT == ValueType::I4 && nt == 1) {
-    // Word by word: bitmap rows, dense rows (unpacked in registers where the width is even). A dense
-    // int4 file in groups of 128 takes the packed-byte kernel instead, but not a copy of a bitmap
-    // weight, which must sum as the bitmap does (TensorView::sums_as_bitmap).
-    const bool bitmap = w.layout.encoding == Encoding::Bitmap, packed = !bitmap && w.layout.cols % 2 == 0;
+    // Word by word: bitmap rows, from their dense copy where the backend made one
+    // (TensorView::dense_codes), and dense rows (a dense int4 file in groups of 128 of an even width
+    // takes the packed-byte kernel instead).
+    const bool bitmap = w.layout.encoding == Encoding::Bitmap;
     auto words = [&](auto wpg) {
       constexpr int G = decltype(wpg)::value;
+      if (bitmap && w.dense_codes) return dot_rows_q8_i4_1<G, false, true>(w, r0, r1, qx, y);
       if (bitmap) return dot_rows_q8_i4_1<G, true>(w, r0, r1, qx, y);
-      if (packed) return dot_rows_q8_i4_1<G, false, true>(w, r0, r1, qx, y);
       return dot_rows_q8_i4_1<G, false>(w, r0, r1, qx, y);
     };
     switch (w.layout.group_size / 64) {  // a multiple of 64 here (dot_rows_q8)
       case 1: return words(std::integral_constant<int, 1>{});
       case 2:
-        if (packed && !w.sums_as_bitmap) return dot_rows_q8_i4_dense_1<1>(w, r0, r1, qx, y);
+        if (!bitmap && w.layout.cols % 2 == 0) return dot_rows_q8_i4_dense_1<1>(w, r0, r1, qx, y);
         return words(std::integral_constant<int, 2>{});
       case 4: return words(std::integral_constant<int, 4>{});
       default: break;
@@ -269,9 +269,8 @@ void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX
     if (w.layout.group_size % kActBlock == 0) return dot_rows_q8_vt<ValueType::I8G>(w, r0, r1, qx, nt, y, ys);
     return avx2_kernels().dot_rows_q8(w, r0, r1, qx, nt, y, ys);
   }
-  // Decode on dense int4 in groups of 32 or 64 (int4k's usual groups): the packed-byte kernel (not
-  // for a copy of a bitmap weight: dot_rows_q8_vt's word-by-word kernel sums it as the bitmap).
-  if (nt == 1 && w.layout.encoding == Encoding::Dense && w.layout.cols % 2 == 0 && !w.sums_as_bitmap) {
+  // Decode on dense int4 in groups of 32 or 64 (int4k's usual groups): the packed-byte kernel.
+  if (nt == 1 && w.layout.encoding == Encoding::Dense && w.layout.cols % 2 == 0) {
     if (w.layout.group_size == 32) return dot_rows_q8_i4_dense_1<4>(w, r0, r1, qx, y);
     if (w.layout.group_size == 64) return dot_rows_q8_i4_dense_1<2>(w, r0, r1, qx, y);
   }

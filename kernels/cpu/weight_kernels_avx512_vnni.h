@@ -30,9 +30,9 @@ namespace avx512_vnni {
 // weight_kernels_avx512_vnni_int4.cpp: dense int4 from its packed bytes, groups of 128/GPU columns.
 template <int GPU>
 void dot_rows_q8_i4_dense_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y);
-// weight_kernels_avx512_vnni_int4.cpp: int4 (bitmap or dense) in groups of WPG whole words; kPacked:
-// dense rows of an even width unpacked in registers.
-template <int WPG, bool kBitmap, bool kPacked = false>
+// weight_kernels_avx512_vnni_int4.cpp: int4 (bitmap or dense) in groups of WPG whole words; kCopy: a
+// bitmap weight's rows from TensorView::dense_codes.
+template <int WPG, bool kBitmap, bool kCopy = false>
 void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y);
 // weight_kernels_avx512_vnni_int8.cpp: int8, dense or bitmap.
 void dot_rows_q8_i8_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y);

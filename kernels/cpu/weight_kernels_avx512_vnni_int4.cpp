@@ -183,13 +183,14 @@ void dot_rows_q8_i4_dense_1(const TensorView& w, uint64_t r0, uint64_t r1, const
 //    so the last word needs no cut; a dense row's last word reads the next codes, which meet the
 //    quantized x's zero padding (q = 0 past `cols`), so it needs none either;
 //  - a bitmap row whose groups have zero codes (zero_codes) expands its codes over z, not 0.
-//  - kPacked (dense rows of an even width): each word's 64 codes are unpacked from its 32 bytes in
-//    registers (no unpack pass, no store and reload), the row's last word by a masked load;
-// Same arithmetic as dot_rows_q8_t (the same sums in the same order per row), so the same results:
-// a dense copy of a bitmap row whose absent codes are z (int4_dense.h) gives the bitmap's bits.
-template <int WPG, bool kBitmap, bool kPacked>
+//  - kCopy (a bitmap weight with TensorView::dense_codes, whose groups all have zero codes): its
+//    rows are multiplied as dense ones from the copy, a pair of words from one 64-byte load (an
+//    and, a shift and an and), no unpack pass;
+// Same arithmetic as dot_rows_q8_t (the same sums in the same order per row), so the same results;
+// kCopy sums a row as the bitmap path does with its absent codes expanded as z, bit for bit.
+template <int WPG, bool kBitmap, bool kCopy>
 void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
-  static_assert(!(kBitmap && kPacked), "packed rows are dense");
+  static_assert(!(kBitmap && kCopy), "the copy's rows are dense");
   const TensorLayout& L = w.layout;
   const uint64_t wpr = (L.cols + 63) / 64, gpr = L.groups_per_row, words = qx.q_stride / 64;  // wpr: words_per_row is 0 when dense
   float* dv = thread_buffer<2>(words * 16);
@@ -200,11 +201,10 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   // 5632-column down projection 25 % slower per weight than 8 KiB ones, and the 1 B shape's int4
   // decode 9-17 % slower (bench/RESULTS.md); 4-8 KiB measured the same.
   constexpr uint64_t kUnpackedCodes = 8192, kRunRows = 256;
-  uint8_t* unpacked = kPacked ? nullptr : reinterpret_cast<uint8_t*>(thread_buffer<4>((std::max(kUnpackedCodes, L.cols) + 2 * 64 + 3) / 4 + 16));
-  // kPacked: a row's bytes, and its last word's (a masked load where the row ends inside the word).
-  const uint64_t row_bytes = L.cols / 2, last_word = L.cols % 64 ? wpr - 1 : ~uint64_t(0);
-  const __mmask32 last_bytes = __mmask32(first_bits(row_bytes - 32 * (wpr - 1)));
-  const __m512i fields = _mm512_set1_epi64(0x1C1814100C080400LL), lo4 = _mm512_set1_epi8(0x0F);  // unpack_nibbles'
+  uint8_t* unpacked = kCopy ? nullptr : reinterpret_cast<uint8_t*>(thread_buffer<4>((std::max(kUnpackedCodes, L.cols) + 2 * 64 + 3) / 4 + 16));
+  // kCopy: a row's bytes; an odd last word is 32 bytes of nibbles in column order (unpack_nibbles').
+  const uint64_t copy_row_bytes = dense_codes_row_bytes(L.cols), odd_last = wpr % 2 ? wpr - 1 : ~uint64_t(0);
+  const __m512i fields = _mm512_set1_epi64(0x1C1814100C080400LL), lo4 = _mm512_set1_epi8(0x0F);
   const uint64_t run_groups = kRunRows * gpr + 16;
   float* sm = thread_buffer<1>(2 * run_groups + run_groups / 4 + 16);
   float* const mins = sm + run_groups;
@@ -232,7 +232,7 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
     uint64_t rb = ra + 1, k_b = row_start(rb);
     while (rb < r1 && rb - ra < kRunRows) {
       const uint64_t k_next = row_start(rb + 1);
-      if (k_next - k_a > kUnpackedCodes) break;
+      if (!kCopy && k_next - k_a > kUnpackedCodes) break;  // kCopy: nothing unpacked, runs of kRunRows
       ++rb;
       k_b = k_next;
     }
@@ -240,8 +240,8 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       rb = ra + (rb - ra) / 4 * 4;
       k_b = row_start(rb);
     }
-    if constexpr (!kPacked) unpack_nibbles<false>(w.values(), k_a, k_b - k_a, unpacked);
-    const uint8_t* const base = kPacked ? w.values() : unpacked - (k_a & ~uint64_t(1));  // code k at base[k] (kPacked: row bytes)
+    if constexpr (!kCopy) unpack_nibbles<false>(w.values(), k_a, k_b - k_a, unpacked);
+    const uint8_t* const base = kCopy ? w.dense_codes : unpacked - (k_a & ~uint64_t(1));  // code k at base[k] (kCopy: rows)
     {
       const uint64_t n = (rb - ra) * gpr;
       widen_params(w, ra * gpr, n, sm, mins);
@@ -251,7 +251,7 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
     auto row_pointers = [&](uint64_t r, int n, const uint8_t** p, const uint8_t** bits, const float** s,
                             const float** m, const uint8_t** z) {
       for (int i = 0; i < n; ++i) {
-        p[i] = kPacked ? base + (r + i) * row_bytes : base + row_start(r + i);
+        p[i] = kCopy ? base + (r + i) * copy_row_bytes : base + row_start(r + i);
         bits[i] = bitmap + 8 * (r + i) * wpr;
         s[i] = sm + (r + i - ra) * gpr;
         m[i] = mins + (r + i - ra) * gpr;
@@ -265,6 +265,7 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
       const uint8_t *p[R], *bits[R], *z[R];
       const float *s[R], *m[R];
       __m512 acc_q[R], acc_p[R];
+      __m512i pair[R];  // kCopy: the current pair of words' 64 bytes
       row_pointers(r, R, p, bits, s, m, z);
       for (int i = 0; i < R; ++i) acc_q[i] = acc_p[i] = _mm512_setzero_ps();
       // One word of every row into its group sums.
@@ -287,12 +288,20 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
               const __m512i pres = _mm512_maskz_mov_epi8(k, ones);
               gp[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, pres, xv)), d, gp[i]);
             }
-          } else if constexpr (kPacked) {
-            // The R rows are R streams: fetch two steps of R rows ahead into L2, once a line.
-            if ((wi & 1) == 0) prefetch_l2(p[i] + 2 * R * row_bytes);
-            const __m256i b = wi == last_word ? _mm256_maskz_loadu_epi8(last_bytes, p[i]) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[i]));
-            p[i] += 32;
-            const __m512i codes = _mm512_and_si512(_mm512_multishift_epi64_epi8(fields, _mm512_cvtepu32_epi64(b)), lo4);
+          } else if constexpr (kCopy) {
+            __m512i codes;
+            if (wi & 1) {  // the pair's second word: its high nibbles
+              codes = _mm512_and_si512(_mm512_srli_epi16(pair[i], 4), lo4);
+              p[i] += 64;
+            } else if (wi == odd_last) {
+              const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[i]));
+              codes = _mm512_and_si512(_mm512_multishift_epi64_epi8(fields, _mm512_cvtepu32_epi64(b)), lo4);
+            } else {
+              // The R rows are R streams: fetch two steps of R rows ahead into L2.
+              prefetch_l2(p[i] + 2 * R * copy_row_bytes);
+              pair[i] = _mm512_loadu_si512(p[i]);
+              codes = _mm512_and_si512(pair[i], lo4);
+            }
             gq[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, codes, xv)), d, gq[i]);
           } else {
             const __m512i codes = _mm512_loadu_si512(p[i]);
@@ -400,7 +409,7 @@ template void dot_rows_q8_i4_1<2, true>(const TensorView&, uint64_t, uint64_t, c
 template void dot_rows_q8_i4_1<2, false>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
 template void dot_rows_q8_i4_1<4, true>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
 template void dot_rows_q8_i4_1<4, false>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
-template void dot_rows_q8_i4_1<1, false, true>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
+template void dot_rows_q8_i4_1<1, false, true>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);  // kCopy
 template void dot_rows_q8_i4_1<2, false, true>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
 template void dot_rows_q8_i4_1<4, false, true>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
 

@@ -27,38 +27,55 @@ cpu::Options options_with(cpu::Int4Dense rule, cpu::Isa isa) {
   return o;
 }
 
-std::vector<float> decoded(const TensorView& v) {
-  std::vector<float> out(v.layout.rows * v.layout.cols);
-  cpu::decode_f32(v, out.data(), 1);
-  return out;
-}
-
 bool vector_cpu() { return cpu::detail::int4_dense_impl::avx512_vnni_cpu(); }
 
 }  // namespace
 
-TEST_CASE("int4 dense re-encoding: the copy decodes to the bitmap's values, bit for bit, in groups of 64, 128 and 256") {
+// Code (r, c) of a copy, read as int4_dense.h lays it out.
+uint8_t copy_code(const uint8_t* copy, uint64_t cols, uint64_t r, uint64_t c) {
+  const uint8_t* row = copy + r * cpu::detail::dense_codes_row_bytes(cols);
+  const uint64_t wi = c / 64, b = c % 64, words = (cols + 63) / 64;
+  if (wi % 2 == 1) return row[wi / 2 * 64 + b] >> 4;
+  if (wi + 1 == words && words % 2 == 1) return row[wi / 2 * 64 + b / 2] >> (4 * (b & 1)) & 15;
+  return row[wi / 2 * 64 + b] & 15;
+}
+
+TEST_CASE("int4 dense re-encoding: the copy holds the stored codes and the zero codes, in groups of 64, 128 and 256") {
   for (uint32_t group : {64u, 128u, 256u})
-    for (uint64_t cols : {576u, 1000u})  // 1000: the last word ends inside (40 columns)
+    for (uint64_t cols : {576u, 1000u, 1001u, 127u})  // 1000, 1001: the last word ends inside; 127: one pair
       for (double sparsity : {0.5, 0.7, 0.0}) {
         CAPTURE(group);
         CAPTURE(cols);
+        CAPTURE(sparsity);
         const uint64_t rows = 37;
         const auto w = random_weights(rows, cols, sparsity, 11 + group);
         const EncodedWeight ew = encode(w, rows, cols, Encoding::Bitmap, ValueType::I4, group);
-        const auto dense = cpu::detail::densify_int4_bitmap(ew.view());
-        REQUIRE(dense);
-        CHECK(dense->view.layout.encoding == Encoding::Dense);
-        CHECK(dense->view.layout.group_size == group);
-        CHECK(dense->view.sums_as_bitmap);
-        const auto a = decoded(ew.view()), b = decoded(dense->view);
-        size_t differ = 0;
-        for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
-        CHECK(differ == 0);
+        const TensorView v = ew.view();
+        const auto copy = cpu::detail::densify_int4_bitmap(v);
+        REQUIRE(copy);
+        // Present columns: the stored code (values in row-major order); absent: z with z·S + M = 0.
+        size_t wrong = 0, past_row = 0;
+        uint64_t k = 0;
+        for (uint64_t r = 0; r < rows; ++r) {
+          for (uint64_t c = 0; c < cols; ++c) {
+            const uint64_t g = r * v.layout.groups_per_row + c / group;
+            const uint8_t q = copy_code(copy.get(), cols, r, c);
+            if (v.bitmap()[r * v.layout.words_per_row + c / 64] >> (c % 64) & 1) {
+              wrong += q != (v.values()[k / 2] >> (4 * (k & 1)) & 15);
+              ++k;
+            } else {
+              wrong += float(q) * f16_to_f32(v.group_scales()[g]) + f16_to_f32(v.group_mins()[g]) != 0.0f;
+            }
+          }
+          for (uint64_t c = cols; c < (cols + 63) / 64 * 64; ++c) past_row += copy_code(copy.get(), cols, r, c) != 0;
+        }
+        CHECK(k == v.layout.nnz);
+        CHECK(wrong == 0);
+        CHECK(past_row == 0);
         if (!vector_cpu()) continue;  // the AVX-512 re-encoding: the same bytes
-        const auto v = cpu::detail::densify_int4_bitmap(ew.view(), true);
-        REQUIRE(v);
-        CHECK(std::memcmp(v->bytes.get(), dense->bytes.get(), dense->view.layout.total_bytes) == 0);
+        const auto vec = cpu::detail::densify_int4_bitmap(v, true);
+        REQUIRE(vec);
+        CHECK(std::memcmp(vec.get(), copy.get(), rows * cpu::detail::dense_codes_row_bytes(cols)) == 0);
       }
   if (!vector_cpu()) MESSAGE("no AVX-512 VNNI/VBMI2 on this CPU: the vector re-encoding was not checked");
 }
@@ -76,10 +93,8 @@ TEST_CASE("int4 dense re-encoding: refused where the copy would not be the same 
     mins[5] = uint16_t(mins[5] ^ 1);
     CHECK(cpu::detail::densify_int4_bitmap(ew.view()));
   }
-  SUBCASE("groups of part of a word, an odd width, int4k, a dense weight, a 2:4 weight") {
+  SUBCASE("groups of part of a word, int4k, a dense weight, a 2:4 weight") {
     CHECK_FALSE(cpu::detail::densify_int4_bitmap(encode(w, rows, cols, Encoding::Bitmap, ValueType::I4, 32).view()));
-    const auto odd = random_weights(rows, 255, 0.5, 4);
-    CHECK_FALSE(cpu::detail::densify_int4_bitmap(encode(odd, rows, 255, Encoding::Bitmap, ValueType::I4, 128).view()));
     CHECK_FALSE(cpu::detail::densify_int4_bitmap(encode(w, rows, cols, Encoding::Bitmap, ValueType::I4, 32, Int4Params::Coded6).view()));
     CHECK_FALSE(cpu::detail::densify_int4_bitmap(encode(w, rows, cols, Encoding::Dense, ValueType::I4, 128).view()));
     const EncodedWeight ew = encode(w, rows, cols, Encoding::Bitmap, ValueType::I4, 128);
@@ -115,11 +130,11 @@ TEST_CASE("int4 dense re-encoding: the rule (on by default where the AVX-512 VNN
   CHECK_FALSE(cpu::detail::int4_dense_memory_allows(uint64_t(1) << 60));
 }
 
-TEST_CASE("int4 dense re-encoding: linear() on the copy gives the bitmap's results bit for bit, at every token count") {
+TEST_CASE("int4 dense re-encoding: linear() with the copy gives the bitmap's results bit for bit, alone and in batches of every size") {
   ::unsetenv("ENDOR_INT4_DENSE");
   for (cpu::Isa isa : cpu_isas())
     for (uint32_t group : {64u, 128u, 256u})
-      for (uint64_t cols : {1536u, 1000u}) {
+      for (uint64_t cols : {1536u, 1000u, 1001u, 576u}) {
         CAPTURE(isa_name(isa));
         CAPTURE(group);
         CAPTURE(cols);
@@ -131,9 +146,10 @@ TEST_CASE("int4 dense re-encoding: linear() on the copy gives the bitmap's resul
         const TensorView view = ew.view();
         const auto w_on = on->prepare_resident_weight(view), w_off = off->prepare_resident_weight(view);
         const bool copied = isa == cpu::Isa::Avx512 && vector_cpu();  // the rule, on this CPU
-        CHECK((w_on->layout().encoding == Encoding::Dense) == copied);
-        CHECK(w_off->layout().encoding == Encoding::Bitmap);
-        CHECK(on->prepare_weight(view)->layout().encoding == Encoding::Bitmap);  // a streamed slot is never re-encoded
+        CHECK(w_on->layout().encoding == Encoding::Bitmap);  // every other path reads the bitmap
+        CHECK((w_on->copy_bytes() == rows * cpu::detail::dense_codes_row_bytes(cols)) == copied);
+        CHECK(w_off->copy_bytes() == 0);
+        CHECK(on->prepare_weight(view)->copy_bytes() == 0);  // a streamed slot is never copied
         for (size_t T : {size_t(1), size_t(2), size_t(5), size_t(8), size_t(9), size_t(40)}) {
           CAPTURE(T);
           const auto x = random_activations(T * cols, 7 + group + unsigned(T));
@@ -141,18 +157,32 @@ TEST_CASE("int4 dense re-encoding: linear() on the copy gives the bitmap's resul
           on->linear(*w_on, x.data(), T, nullptr, y_on.data());
           off->linear(*w_off, x.data(), T, nullptr, y_off.data());
           CHECK(std::memcmp(y_on.data(), y_off.data(), y_on.size() * sizeof(float)) == 0);
+          // Each token alone (the one-token kernel, from the copy) against the bitmap's batch.
+          std::vector<float> y_one(rows);
+          size_t differ = 0;
+          for (size_t t = 0; t < T; ++t) {
+            on->linear(*w_on, x.data() + t * cols, 1, nullptr, y_one.data());
+            differ += std::memcmp(y_one.data(), y_off.data() + t * rows, rows * sizeof(float)) != 0;
+          }
+          CHECK(differ == 0);
         }
         if (!copied) continue;
-        // The comparison sees one code off by one in the copy (row 3, at x's largest |x|, an even column).
+        // The comparison sees one code off by one in the copy (row 3, at x's largest |x|): the copy is read.
         auto bad = cpu::detail::densify_int4_bitmap(view, true);
         REQUIRE(bad);
         const auto x = random_activations(cols, 99);
         uint64_t at = 0;
-        for (uint64_t c = 0; c < cols; c += 2) at = std::fabs(x[c]) > std::fabs(x[at]) ? c : at;
-        uint8_t& byte = bad->bytes.get()[bad->view.layout.values_offset + 3 * cols / 2 + at / 2];
-        byte = uint8_t((byte & 0xF0) | ((byte & 0x0F) == 15 ? 14 : (byte & 0x0F) + 1));
+        for (uint64_t c = 0; c < cols; ++c) at = std::fabs(x[c]) > std::fabs(x[at]) ? c : at;
+        const uint64_t wi = at / 64, words = (cols + 63) / 64;
+        const bool high = wi % 2 == 1 || (wi + 1 == words && words % 2 == 1 && at % 2 == 1);
+        const uint64_t byte_at = wi / 2 * 64 + (wi + 1 == words && words % 2 == 1 ? at % 64 / 2 : at % 64);
+        uint8_t& byte = bad.get()[3 * cpu::detail::dense_codes_row_bytes(cols) + byte_at];
+        const uint8_t q = high ? byte >> 4 : byte & 15, q2 = q == 15 ? 14 : q + 1;
+        byte = high ? uint8_t((byte & 0x0F) | q2 << 4) : uint8_t((byte & 0xF0) | q2);
+        TensorView bad_view = view;
+        bad_view.dense_codes = bad.get();
         std::vector<float> y_bad(rows), y_off(rows);
-        on->linear(*on->prepare_weight(bad->view), x.data(), 1, nullptr, y_bad.data());
+        on->linear(*on->prepare_weight(bad_view), x.data(), 1, nullptr, y_bad.data());
         off->linear(*w_off, x.data(), 1, nullptr, y_off.data());
         CHECK(y_bad[3] != y_off[3]);
         CHECK(std::memcmp(y_bad.data(), y_off.data(), 3 * sizeof(float)) == 0);

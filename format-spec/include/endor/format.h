@@ -207,10 +207,11 @@ struct TensorView {
   // Set only by a backend that checked it with is_two_of_four() (never read from a file): every
   // aligned run of 4 columns holds exactly 2 stored values, so kernels may rely on the count.
   bool two_of_four = false;
-  // Set only by the CPU backend on its dense int4 copy of a bitmap int4 weight (never read from a
-  // file): the kernels sum the copy word by word in the bitmap kernel's order, so the copy gives
-  // the bitmap's results bit for bit (kernels/cpu/int4_dense.h).
-  bool sums_as_bitmap = false;
+  // Set only by the CPU backend (never read from a file): for a bitmap int4 weight, a private copy
+  // of its codes with absent columns given their group's zero code (kernels/cpu/int4_dense.h),
+  // which its one-token kernel reads instead of expanding the bitmap, summing in the same order (the
+  // same results bit for bit); every other path reads the bitmap.
+  const uint8_t* dense_codes = nullptr;
 
   const uint64_t* bitmap() const { return reinterpret_cast<const uint64_t*>(data + layout.bitmap_offset); }
   const uint32_t* index() const { return reinterpret_cast<const uint32_t*>(data + layout.index_offset); }

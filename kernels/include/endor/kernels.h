@@ -25,6 +25,9 @@ class Weight {
  public:
   virtual ~Weight() = default;
   virtual const TensorLayout& layout() const = 0;
+  // Bytes the backend holds beyond the file's for this weight (the CPU backend's dense copy of a
+  // bitmap int4 weight's codes, Options::int4_dense); 0 when it reads the file's bytes alone.
+  virtual uint64_t copy_bytes() const { return 0; }
   uint64_t out_features() const { return layout().rows; }
   uint64_t in_features() const { return layout().cols; }
 };
