@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "endor/expert_groups.h"
+
 namespace endor {
 namespace {
 
@@ -52,9 +54,15 @@ const Weight& WeightStore::matrix(const TensorSpec& spec) {
   // And whether an int4 tensor is 2:4 (the CPU one-token kernel's gather path), from the file's
   // bytes: a streamed weight is prepared before its slot is filled, and keeps this view's flag.
   view.two_of_four = info.value_type == ValueType::I4 && is_two_of_four(view);
-  // Without a provider every weight stays in the mapping: the backend may re-encode it once
-  // (the CPU backend: bitmap int4 as dense int4 where cpu::Options::int4_dense says so).
-  std::unique_ptr<Weight> w = provider_ ? provider_->prepare(backend_, view, info.group) : backend_.prepare_resident_weight(view);
+  // Without a provider every weight stays in the mapping, and the backend may add a copy of its own
+  // once (the CPU backend: a bitmap int4 weight's dense codes, cpu::Options::int4_dense) -- but not
+  // an expert's: a token routes to a few experts, so copying each at load would read and hold them
+  // all (the Qwen3-30B-A3B shape at 4 blocks: 2.1x the RSS, seconds of start-up) for the few a token
+  // runs.
+  const bool expert = is_expert_group(container_.manifest().groups[info.group].name);
+  std::unique_ptr<Weight> w = provider_  ? provider_->prepare(backend_, view, info.group)
+                              : expert ? backend_.prepare_weight(view)
+                                       : backend_.prepare_resident_weight(view);
   const Weight* raw = w.get();
   weights_by_group_[info.group].push_back(std::move(w));
   matrices_[info.name] = raw;
