@@ -16,12 +16,15 @@
 #                   Llama shape with random f16 weights (hidden 2048, 16 layers, MLP 5632, 32 heads)
 #   --rounds N      timed rounds (default 3)       --n N        decoded tokens per run (default 64)
 #   --threads N     threads for both (default 2)   --busy 0|1   keep one core busy while timing
+#   --disk 0|1      also Endor's dense f16 and int4 @ 50 % with every block read from disk each token
+#                   (--cpu-mem 0, O_DIRECT; page cache dropped before each run where root may): issue 40's
+#                   int4-against-f16 check
 #   --prepare-only  build and make the files, time nothing
 # Environment: ENDOR_PEERS_CACHE (default ~/.cache/endor/peers), ENDOR_BUILD (default build).
 # Prints the table; OUT_DIR gets run.log, results.jsonl and table.md. A run that printed no figure
 # (llama-bench failing, e.g. SIGILL) is an error line in the log and the table, and exit status 1.
 set -uo pipefail
-models=smollm2,1b rounds=3 n=64 threads=2 busy=0 prepare_only=0 out=""
+models=smollm2,1b rounds=3 n=64 threads=2 busy=0 disk=0 prepare_only=0 out=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --models) models=$2; shift 2 ;;
@@ -29,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     --n) n=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --busy) busy=$2; shift 2 ;;
+    --disk) disk=$2; shift 2 ;;
     --prepare-only) prepare_only=1; shift ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) echo "bench/peers/run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -101,7 +105,9 @@ endor_configs=(dense f16_50 int8_50 int4_50)
 # CONFIG_bitmap: CONFIG's file with ENDOR_INT4_DENSE=off, the bitmap kernel where the default
 # re-encodes a resident int4 @ 50 % model as dense int4 (the same results; issue 40).
 ((quant_head)) && endor_configs+=(int4_50_qhead_bitmap)
-file_config() { echo "${1%_bitmap}"; }
+# CONFIG_disk: CONFIG's file with every decoder block read from disk each token (--disk 1).
+((disk)) && endor_configs+=(dense_disk int4_50_disk)
+file_config() { local c=${1%_bitmap}; echo "${c%_disk}"; }
 llama_configs=(F16 Q8_0 Q4_0)
 IFS=, read -r -a model_list <<<"$models"
 for m in "${model_list[@]}"; do
@@ -150,9 +156,13 @@ time_llama() {  # model config round -> tok/s, or 0 when llama-bench printed no 
   echo 0
 }
 time_endor() {  # model config -> "tok/s bytes_read_per_token"
-  local f="$mdir/$1-$(file_config "$2").endor" log dense=auto
+  local f="$mdir/$1-$(file_config "$2").endor" log dense=auto extra=()
   [[ "$2" == *_bitmap ]] && dense=off
-  log=$(ENDOR_INT4_DENSE=$dense "$infer" "$f" --ids 1 -n "$n" --temperature 0 --ignore-eos --threads "$threads" --stats 2>&1 >/dev/null)
+  if [[ "$2" == *_disk ]]; then
+    extra=(--cpu-mem 0)
+    sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+  fi
+  log=$(ENDOR_INT4_DENSE=$dense "$infer" "$f" --ids 1 -n "$n" --temperature 0 --ignore-eos --threads "$threads" --stats "${extra[@]}" 2>&1 >/dev/null)
   python3 - "$log" <<'PY'
 import re, sys
 log = sys.argv[1]
