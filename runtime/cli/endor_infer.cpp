@@ -73,7 +73,7 @@ void print_stats(const endor::Backend& backend, const endor::Model& model,
                st.prefill_tokens_per_s());
   std::fprintf(stderr, "decode: %zu tokens in %.2f ms (%.2f tokens/s)\n", st.n_decode_steps,
                st.decode_ms, st.decode_tokens_per_s());
-  std::fprintf(stderr, "bytes read per token: %s (%llu bytes of encoded weights)\n",
+  std::fprintf(stderr, "bytes read per token: %s (%llu bytes of weights as the kernels read them)\n",
                endor::format_bytes(model.decode_bytes_per_token()).c_str(),
                static_cast<unsigned long long>(model.decode_bytes_per_token()));
   const endor::ForwardProfile& p = model.profile();

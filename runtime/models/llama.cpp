@@ -105,8 +105,9 @@ LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, B
     : BlockModel(c, container, backend, provider) {
   uint64_t bytes = 0;
   auto matrix = [&](Module m, uint32_t layer) {
-    bytes += store_.encoded_bytes(spec(m, layer).name);
-    return &store_.matrix(spec(m, layer));
+    const Weight* w = &store_.matrix(spec(m, layer));
+    bytes += store_.read_bytes(spec(m, layer).name);
+    return w;
   };
   auto vec = [&](Module m, uint32_t layer, bool bias = false) {
     bytes += store_.encoded_bytes(spec(m, layer, bias).name);
@@ -157,7 +158,7 @@ LlamaModel::LlamaModel(const ModelConfig& c, const ContainerReader& container, B
   final_norm_ = vec(Module::FinalNorm, 0);
   if (c.tie_word_embeddings || !store_.has(spec(Module::LmHead).name)) {
     lm_head_ = embed_;
-    bytes += store_.encoded_bytes(embed.name);
+    bytes += store_.read_bytes(embed.name);
   } else {
     lm_head_ = matrix(Module::LmHead, 0);
   }
@@ -174,7 +175,7 @@ void LlamaModel::load_experts(LlamaLayer& L, uint32_t layer, uint64_t& bytes) {
   const ModelConfig& c = config_;
   const TensorSpec& router = spec(Module::Router, layer);
   L.router = &store_.matrix(router);
-  bytes += store_.encoded_bytes(router.name);
+  bytes += store_.read_bytes(router.name);
   uint64_t expert_bytes = 0;
   for (uint32_t e = 0; e < c.n_experts; ++e) {
     const int32_t x = int32_t(e);

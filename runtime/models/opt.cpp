@@ -54,8 +54,9 @@ OptModel::OptModel(const ModelConfig& c, const ContainerReader& container, Backe
   const uint64_t H = c.hidden, V = c.vocab;
   uint64_t bytes = 0;
   auto matrix = [&](Module m, uint32_t layer) {
-    bytes += store_.encoded_bytes(spec(m, layer).name);
-    return &store_.matrix(spec(m, layer));
+    const Weight* w = &store_.matrix(spec(m, layer));
+    bytes += store_.read_bytes(spec(m, layer).name);
+    return w;
   };
   auto vec = [&](Module m, uint32_t layer, bool bias) {
     bytes += store_.encoded_bytes(spec(m, layer, bias).name);
@@ -106,7 +107,7 @@ OptModel::OptModel(const ModelConfig& c, const ContainerReader& container, Backe
   if (c.final_layer_norm) layer_norm(Module::FinalNorm, 0, final_gamma_, final_beta_);
   if (c.tie_word_embeddings || !store_.has(spec(Module::LmHead).name)) {
     lm_head_ = embed_;
-    bytes += store_.encoded_bytes(embed.name);
+    bytes += store_.read_bytes(embed.name);
   } else {
     lm_head_ = matrix(Module::LmHead, 0);
   }

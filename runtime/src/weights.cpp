@@ -96,6 +96,15 @@ uint64_t WeightStore::encoded_bytes(const std::string& name) const {
   return t ? t->size : 0;
 }
 
+uint64_t WeightStore::read_bytes(const std::string& name) const {
+  const TensorInfo* t = find(name);
+  if (!t) return 0;
+  const auto it = matrices_.find(t->name);
+  if (it == matrices_.end() || it->second->copy_bytes() == 0) return t->size;
+  const TensorLayout& L = it->second->layout();
+  return it->second->copy_bytes() + L.scales_bytes + L.mins_bytes;
+}
+
 uint32_t WeightStore::group_of(const std::string& name) const {
   const TensorInfo* t = find(name);
   return t ? t->group : 0;

@@ -44,6 +44,9 @@ class WeightStore {
 
   // Encoded bytes of the stored tensor (0 when absent) and the manifest group it lives in.
   uint64_t encoded_bytes(const std::string& name) const;
+  // What a one-token step reads of a matrix prepared here: its encoded bytes, or where the backend
+  // reads a copy of its own instead (Weight::copy_bytes) that copy and the tensor's parameters.
+  uint64_t read_bytes(const std::string& name) const;
   uint32_t group_of(const std::string& name) const;
 
   // Around a decoder block's compute (WeightProvider::acquire/release); no-ops without a provider.

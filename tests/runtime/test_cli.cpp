@@ -60,7 +60,7 @@ TEST_CASE("endor-infer --ids streams transformers' greedy ids and dumps the prom
   CHECK(r.err.find("prefill: 8 tokens") != std::string::npos);
   CHECK(r.err.find("decode: ") != std::string::npos);
   // Sizes print as format_bytes does (binary units, what --gpu-mem/--cpu-mem read).
-  CHECK(std::regex_search(r.err, std::regex("bytes read per token: [0-9]+\\.[0-9]{2} [KMGT]iB \\([0-9]+ bytes of encoded weights\\)")));
+  CHECK(std::regex_search(r.err, std::regex("bytes read per token: [0-9]+\\.[0-9]{2} [KMGT]iB \\([0-9]+ bytes of weights as the kernels read them\\)")));
   CHECK(r.err.find("time per layer") != std::string::npos);
 
   const test::NpyMatrix got = test::read_npy_f32(npy);

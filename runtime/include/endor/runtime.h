@@ -194,8 +194,9 @@ class Model {
   };
   virtual void forward_batch(const SequenceStep* steps, size_t n_steps, std::vector<float>& logits) = 0;
 
-  // Encoded weight bytes one decoded token reads: every block's weights and biases, the final
-  // norm, the lm_head, and one embedding (and position) row.
+  // Weight bytes one decoded token reads: every block's weights and biases, the final norm, the
+  // lm_head, and one embedding (and position) row; encoded bytes, or for a matrix the backend reads
+  // from a copy of its own (the CPU's int4 codes, Weight::copy_bytes) that copy and its parameters.
   uint64_t decode_bytes_per_token() const { return decode_bytes_per_token_; }
 
   // ---- block-level access (the calibration driver of endor-pack runs the model with these) -----
