@@ -26,9 +26,6 @@
 #include <memory>
 #include <string>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "endor/format.h"
 #include "endor/kernels.h"
@@ -38,6 +35,12 @@ namespace endor::cpu::detail {
 
 // The codes of a bitmap int4 weight (densify_int4_bitmap), 64-aligned, with 64 bytes of slack.
 using DenseCodes = std::unique_ptr<uint8_t, void (*)(void*)>;
+
+// weight_kernels_avx512_vnni_int4.cpp: dense_row below in vectors (AVX-512 VBMI2; scratch: cols + 129
+// bytes), the same bytes.
+namespace avx512_vnni {
+void dense_codes_row(const TensorView& b, uint64_t r, const uint8_t* z, uint8_t* scratch, uint8_t* out);
+}  // namespace avx512_vnni
 
 namespace int4_dense_impl {
 
@@ -101,7 +104,7 @@ inline void word_codes(const TensorView& b, uint64_t r, uint64_t wi, const uint8
 }
 
 // Row r of the copy (layout above) from its bitmap, a word at a time, its set bits walked: the
-// reference of dense_row_avx512 (tests/kernels/test_int4_dense.cpp) and the path of a CPU without
+// reference of avx512_vnni::dense_codes_row (tests/kernels/test_int4_dense.cpp) and the path of a CPU without
 // AVX-512. k0: the row's first stored value; z: its groups' zero codes.
 inline void dense_row(const TensorView& b, uint64_t r, uint64_t k0, const uint8_t* z, uint8_t* out) {
   const TensorLayout& L = b.layout;
@@ -120,49 +123,6 @@ inline void dense_row(const TensorView& b, uint64_t r, uint64_t k0, const uint8_
     for (int j = 0; j < 64; ++j) out[j] = uint8_t(lo[j] | hi[j] << 4);
   }
 }
-
-// dense_row in vectors (about 1-2 ns a word where dense_row took about 60): the row's codes unpacked
-// to bytes in `scratch` (cols + 192 bytes), then per word one expand over z; two words make a pair.
-#if defined(__x86_64__)
-#define ENDOR_INT4_COPY_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2")))
-// A word's 64 codes from the codes at p (advanced past its stored ones): absent columns z, columns
-// past the row (left: the row's columns from this word on) 0. (Out through a pointer: a vector
-// returned from a function of this file, compiled without AVX-512, draws GCC's ABI warning.)
-ENDOR_INT4_COPY_TARGET inline void expand_word(uint64_t bits, uint64_t left, uint8_t z, const uint8_t*& p, __m512i* out) {
-  const __m512i codes = _mm512_mask_expandloadu_epi8(_mm512_set1_epi8(char(z)), __mmask64(bits), p);
-  p += __builtin_popcountll(bits);
-  *out = _mm512_maskz_mov_epi8(__mmask64(left >= 64 ? ~uint64_t(0) : (uint64_t(1) << left) - 1), codes);
-}
-ENDOR_INT4_COPY_TARGET inline void dense_row_avx512(
-    const TensorView& b, uint64_t r, uint64_t k0, uint64_t k1, const uint8_t* z, uint8_t* scratch, uint8_t* out) {
-  const TensorLayout& L = b.layout;
-  const uint64_t* bits = b.bitmap() + r * L.words_per_row;
-  const uint64_t words = (L.cols + 63) / 64;
-  // Codes k0 & ~1 .. k1 as bytes (low nibble first): each source byte widened to 16 bits, its high
-  // nibble moved to the upper byte.
-  const uint8_t* src = b.values() + k0 / 2;
-  const uint64_t n_bytes = (k1 + 1) / 2 - k0 / 2;
-  const __m512i lo4w = _mm512_set1_epi16(0x000F), hi4w = _mm512_set1_epi16(0x0F00);
-  for (uint64_t j = 0; j < n_bytes; j += 32) {
-    const __mmask32 k = __mmask32(n_bytes - j >= 32 ? ~0u : (1u << (n_bytes - j)) - 1);
-    const __m512i w = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, src + j));
-    _mm512_storeu_si512(scratch + 2 * j, _mm512_or_si512(_mm512_and_si512(w, lo4w), _mm512_and_si512(_mm512_slli_epi16(w, 4), hi4w)));
-  }
-  const uint8_t* p = scratch + (k0 & 1);
-  for (uint64_t wi = 0; wi < words; wi += 2, out += 64) {
-    __m512i lo, hi;
-    expand_word(bits[wi], L.cols - 64 * wi, z[wi * 64 / L.group_size], p, &lo);
-    if (wi + 1 == words) {  // the odd last word: c_even + 16·c_odd a byte
-      const __m512i pairs = _mm512_maddubs_epi16(lo, _mm512_set1_epi16(0x1001));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_maskz_cvtepi16_epi8(~__mmask32(0), pairs));
-      return;
-    }
-    expand_word(bits[wi + 1], L.cols - 64 * (wi + 1), z[(wi + 1) * 64 / L.group_size], p, &hi);
-    _mm512_storeu_si512(out, _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)));  // codes < 16: no carry across bytes
-  }
-}
-#undef ENDOR_INT4_COPY_TARGET
-#endif
 
 }  // namespace int4_dense_impl
 
@@ -191,7 +151,7 @@ inline bool int4_dense_memory_allows(uint64_t bytes) {
 // TensorView::dense_codes to it), or null where it would not be the same function: value type not
 // int4 with f16 parameters, groups that are not whole words (64, 128, ... columns), a 2:4 weight
 // (TensorView::two_of_four: that kernel gathers x and sums in its own order), or a group without an
-// exact zero code (the packer always writes one). vector: dense_row_avx512 (the caller checked the
+// exact zero code (the packer always writes one). vector: avx512_vnni::dense_codes_row (the caller checked the
 // CPU), else dense_row.
 inline DenseCodes densify_int4_bitmap(const TensorView& b, bool vector = false) {
   using namespace int4_dense_impl;
@@ -208,16 +168,15 @@ inline DenseCodes densify_int4_bitmap(const TensorView& b, bool vector = false) 
   if (!out) throw Error("cpu backend: out of memory copying the codes of an int4 weight (" + std::to_string(bytes) + " bytes)");
   std::memset(out.get() + bytes - 64, 0, 64);
   std::unique_ptr<uint8_t[]> scratch(vector ? new uint8_t[L.cols + 192] : nullptr);
-  auto row_start = [&](uint64_t r) { return r < L.rows ? load_u32(b.data + L.index_offset + 4 * (r * L.blocks_per_row)) : L.nnz; };
   for (uint64_t r = 0; r < L.rows; ++r) {
     uint8_t* row = out.get() + r * row_bytes;
 #if defined(__x86_64__)
     if (vector) {
-      dense_row_avx512(b, r, row_start(r), row_start(r + 1), z.get() + r * gpr, scratch.get(), row);
+      avx512_vnni::dense_codes_row(b, r, z.get() + r * gpr, scratch.get(), row);
       continue;
     }
 #endif
-    dense_row(b, r, row_start(r), z.get() + r * gpr, row);
+    dense_row(b, r, bitmap_row_start(b, r), z.get() + r * gpr, row);
   }
   return out;
 }

@@ -400,6 +400,33 @@ void dot_rows_q8_i4_1(const TensorView& w, uint64_t r0, uint64_t r1, const Quant
   }
 }
 
+// Row r of the dense copy of bitmap int4 weight b's codes (kernels/cpu/int4_dense.h's layout and its
+// dense_row's bytes; z: the row's groups' zero codes; scratch: cols + 129 bytes): the row's codes
+// unpacked, then a word at a time one expand over z (0 past the row), two words a 64-byte pair.
+void dense_codes_row(const TensorView& b, uint64_t r, const uint8_t* z, uint8_t* scratch, uint8_t* out) {
+  const TensorLayout& L = b.layout;
+  const uint64_t k0 = bitmap_row_start(b, r), k1 = r + 1 < L.rows ? bitmap_row_start(b, r + 1) : L.nnz;
+  unpack_nibbles<false>(b.values(), k0, k1 - k0, scratch);
+  const uint8_t* p = scratch + (k0 & 1);
+  const uint64_t* bits = b.bitmap() + r * L.words_per_row;
+  const uint64_t words = (L.cols + 63) / 64;
+  auto word = [&](uint64_t wi) {
+    const uint64_t bw = bits[wi];
+    const __m512i codes = _mm512_mask_expandloadu_epi8(_mm512_set1_epi8(char(z[wi * 64 / L.group_size])), __mmask64(bw), p);
+    p += _mm_popcnt_u64(bw);
+    return _mm512_maskz_mov_epi8(__mmask64(first_bits(L.cols - 64 * wi)), codes);
+  };
+  for (uint64_t wi = 0; wi < words; wi += 2, out += 64) {
+    const __m512i lo = word(wi);
+    if (wi + 1 == words) {  // the odd last word: c_even + 16·c_odd a byte
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi16_epi8(_mm512_maddubs_epi16(lo, _mm512_set1_epi16(0x1001))));
+      return;
+    }
+    const __m512i hi = word(wi + 1);
+    _mm512_storeu_si512(out, _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)));  // codes < 16: no carry across bytes
+  }
+}
+
 template void dot_rows_q8_i4_dense_1<1>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
 template void dot_rows_q8_i4_dense_1<2>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
 template void dot_rows_q8_i4_dense_1<4>(const TensorView&, uint64_t, uint64_t, const QuantizedX&, float*);
