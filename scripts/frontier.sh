@@ -103,11 +103,11 @@ if [[ ,$models, == *,kjv,* ]]; then
   row $m int4k-g32+h8 prune "$src" --sparsity 0 --quant int4k --quant-head int8
   row $m sparsegpt50 prune "$src" --method sparsegpt --sparsity 0.5 "${cal[@]}"
   row $m sparsegpt50-int4k-g32+h4k prune "$src" --method sparsegpt --sparsity 0.5 --quant int4k --quant-head int4k "${cal[@]}"
-  row $m int8 prune "$src" --sparsity 0 --quant int8
-  row $m gptq-int8 prune "$src" --method gptq --quant int8 "${cal[@]}"
+  row $m int8 prune "$src" --sparsity 0 --quant int8 --quant-head none
+  row $m gptq-int8 prune "$src" --method gptq --quant int8 --quant-head none "${cal[@]}"
   row $m gptq-int8+h8 prune "$src" --method gptq --quant int8 --quant-head int8 "${cal[@]}"
-  row $m int4-g32 prune "$src" --sparsity 0 --quant int4 --group-size 32
-  row $m int8g-g32 prune "$src" --sparsity 0 --quant int8g
+  row $m int4-g32 prune "$src" --sparsity 0 --quant int4 --quant-head none --group-size 32
+  row $m int8g-g32 prune "$src" --sparsity 0 --quant int8g --quant-head none
   row $m int8g-g32+h8g prune "$src" --sparsity 0 --quant int8g --quant-head int8g
   row $m gptq-int8g-g32+h8g prune "$src" --method gptq --quant int8g --quant-head int8g "${cal[@]}"
 fi

@@ -67,7 +67,7 @@ run_timed() {  # run_timed LIMIT_S CMD...: the command's exit status, 124 on tim
 
 prompt="1 100 200 300 400 500 600 700"
 declare -A pack_args=([b]="convert --dtype f16" [c]="prune --sparsity 0.5 --method magnitude"
-                      [d]="prune --sparsity 0.5 --method magnitude --quant int4")
+                      [d]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head none")
 declare -A container=([b]="$work/dense.endor" [c]="$work/f16-50.endor" [d]="$work/int4-50.endor")
 
 write_env() {

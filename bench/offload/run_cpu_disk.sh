@@ -44,8 +44,8 @@ if [[ ! -f "$ckpt/model.safetensors.index.json" && ! -f "$ckpt/model.safetensors
   nice python3 "$here/make_checkpoint.py" "$ckpt" --shape 7b --layers "$layers" || exit 1
 fi
 declare -A args=([dense]="convert --dtype f16" [f16-50]="prune --sparsity 0.5 --method magnitude"
-                 [int8-50]="prune --sparsity 0.5 --method magnitude --quant int8"
-                 [int4-50]="prune --sparsity 0.5 --method magnitude --quant int4")
+                 [int8-50]="prune --sparsity 0.5 --method magnitude --quant int8 --quant-head none"
+                 [int4-50]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head none")
 configs=(dense f16-50 int8-50 int4-50)
 for c in "${configs[@]}"; do
   [[ -f "$work/$c.endor" ]] && continue

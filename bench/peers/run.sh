@@ -95,8 +95,8 @@ quant_head=0
 pack_help=$("$pack" prune --help 2>/dev/null)
 [[ "$pack_help" == *--quant-head* ]] && quant_head=1
 declare -A endor_args=([dense]="convert --dtype f16" [f16_50]="prune --sparsity 0.5 --method magnitude"
-                       [int8_50]="prune --sparsity 0.5 --method magnitude --quant int8"
-                       [int4_50]="prune --sparsity 0.5 --method magnitude --quant int4"
+                       [int8_50]="prune --sparsity 0.5 --method magnitude --quant int8 --quant-head none"
+                       [int4_50]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head none"
                        [int4_50_qhead]="prune --sparsity 0.5 --method magnitude --quant int4 --quant-head int8"
                        [int4_qhead]="prune --sparsity 0 --method magnitude --quant int4 --quant-head int8"
                        [int4_24_qhead]="prune --sparsity 0.5 --pattern 2:4 --method magnitude --quant int4 --quant-head int8")

@@ -61,7 +61,7 @@ for m in "${model_list[@]}"; do
       [[ -f "$gguf" ]] || "$root/scripts/fetch_smollm2.sh" >/dev/null || die "scripts/fetch_smollm2.sh failed"
       if [[ ! -f "$cache/smollm2-int8_50.endor" ]]; then
         note "smollm2: endor-pack prune (magnitude, 50 %, int8) from the Q4_1 GGUF"
-        nice "$pack" prune "$gguf" --sparsity 0.5 --method magnitude --quant int8 -o "$cache/smollm2-int8_50.endor" \
+        nice "$pack" prune "$gguf" --sparsity 0.5 --method magnitude --quant int8 --quant-head none -o "$cache/smollm2-int8_50.endor" \
           >"$cache/smollm2-pack.log" 2>&1 || die "endor-pack failed (see $cache/smollm2-pack.log)"
       fi
       if [[ -x "$lbin/llama-server" && -x "$lbin/llama-quantize" ]]; then
@@ -86,7 +86,7 @@ for m in "${model_list[@]}"; do
       fi
       if [[ ! -f "$cache/1b-int4_50.endor" ]]; then
         note "1b: endor-pack prune (magnitude, 50 %, int4)"
-        nice "$pack" prune "$hf" --sparsity 0.5 --method magnitude --quant int4 -o "$cache/1b-int4_50.endor" \
+        nice "$pack" prune "$hf" --sparsity 0.5 --method magnitude --quant int4 --quant-head none -o "$cache/1b-int4_50.endor" \
           >"$cache/1b-pack.log" 2>&1 || die "endor-pack failed (see $cache/1b-pack.log)"
       fi ;;
     *) die "unknown model $m (smollm2, 1b)" ;;

@@ -61,7 +61,7 @@ void add_prune_options(cxxopts::Options& o) {
     ("sparsity-ramp", "wanda|sparsegpt, unstructured: block sparsity rises linearly from S-D (first block) to S+D (last), mean S", cxxopts::value<std::string>())
     ("scope", "row (the int(in*S) smallest |w| of each row) or matrix (one threshold)", cxxopts::value<std::string>()->default_value("row"))
     ("quant", "none, int8 (per row), int8g (per group, f16 scale: llama.cpp's Q8_0 grid at groups of 32, 8.5 bits a weight), int4 (per group, f16 scale and zero-code min) or int4k (per group, six-bit scale and float-min codes under f16 super-block scales: 4.5 bits a weight at groups of 32) for the pruned Linears (sparsegpt, gptq: with error compensation; magnitude, wanda: after pruning)", cxxopts::value<std::string>()->default_value("none"))
-    ("quant-head", "none, int8, int8g, int4 or int4k for the token embedding and the lm_head (one matrix when tied), never pruned; int8g/int4/int4k use --group-size", cxxopts::value<std::string>()->default_value("none"))
+    ("quant-head", "none, int8, int8g, int4 or int4k for the token embedding and the lm_head (one matrix when tied), never pruned; int8g/int4/int4k use --group-size (default: int8 when --quant is given, else none)", cxxopts::value<std::string>())
     ("group-size", "int4/int4k/int8g group: consecutive input columns sharing a scale (and min) (default 128 for int4, 32 for int4k and int8g)", cxxopts::value<uint32_t>())
     ("int8", "regex (ECMAScript) of Linears quantized int8 instead of --quant (mixed precision, e.g. 'v_proj|down_proj')", cxxopts::value<std::string>())
     ("act-order", "sparsegpt, gptq: quantize columns in order of decreasing Hessian diagonal (GPTQ's act-order)")
@@ -171,7 +171,11 @@ void parse_quant_options(const cxxopts::ParseResult& r, PackOptions& o) {
   o.quant = parse_quantization(r["quant"].as<std::string>(), "quant");
   if (p.method == PruneMethod::Gptq && !o.quant)
     throw UsageError("--method gptq needs --quant int8, int8g, int4 or int4k");
-  o.quant_head = parse_quantization(r["quant-head"].as<std::string>(), "quant-head");
+  // The head follows --quant unless told: int8 per row (+0.1 % perplexity on SmolLM2, bench/ACCURACY.md)
+  // halves the largest read of a small model's token, as llama.cpp's quantizers keep it at 8 bits.
+  o.quant_head = r.count("quant-head") ? parse_quantization(r["quant-head"].as<std::string>(), "quant-head")
+                 : o.quant             ? Quantization(Dtype::Int8)
+                                       : std::nullopt;
   // Groups of 32 for int4k and int8g (Q4_K's and Q8_0's), 128 for int4, whichever of --quant and
   // --quant-head asks (--quant first).
   const auto wants_32 = [](const Quantization& q) { return q == Dtype::Int4k || q == Dtype::Int8g; };
@@ -252,7 +256,11 @@ PackOptions parse_pack_options(const cxxopts::ParseResult& r, bool prune, bool b
 std::vector<std::string> method_notes(const cxxopts::ParseResult& r, const PackOptions& o) {
   std::vector<std::string> lines;
   const PruneSpec& p = o.prune;
-  if (o.command != "prune" || !p.active()) return lines;
+  if (o.command != "prune") return lines;
+  if (o.quant && !r.count("quant-head"))
+    lines.push_back("note: no --quant-head: the token embedding and lm_head are stored int8 (--quant-head none keeps them "
+                    "as --dtype)");
+  if (!p.active()) return lines;
   const std::string amount = p.structured() ? p.pattern() : std::to_string(int(std::lround(p.sparsity * 100))) + " %";
   if (!r.count("method"))
     lines.push_back(p.method == PruneMethod::Magnitude

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -217,7 +218,9 @@ TEST_CASE("convert, prune, inspect --verify on OPT and Llama fixtures; inputs un
     for (const nlohmann::json& t : rep["tensors"]) {
       const std::string n = t["name"];
       if (n.find("layers.") == std::string::npos || t["shape"].size() != 2) {
-        CHECK(t["value_type"] != "int8");
+        // --quant without --quant-head: the embedding and lm_head int8 too, nothing else outside the blocks.
+        const bool head = n.find("embed_tokens") != std::string::npos || n.find("lm_head") != std::string::npos;
+        CHECK((t["value_type"] == "int8") == head);
         continue;
       }
       ++linears;
@@ -304,7 +307,7 @@ TEST_CASE("an explicit magnitude prune at >= 30 % says what it costs; below 30 %
   REQUIRE(nm.exit_code == 0);
   CHECK(nm.err.find("note: magnitude pruning at 2:4") != std::string::npos);
   for (const std::vector<std::string>& quiet :
-       {std::vector<std::string>{"--sparsity", "0.2", "--method", "magnitude"}, std::vector<std::string>{"--sparsity", "0", "--quant", "int8"}}) {
+       {std::vector<std::string>{"--sparsity", "0.2", "--method", "magnitude"}, std::vector<std::string>{"--sparsity", "0", "--quant", "int8", "--quant-head", "int8"}}) {
     std::vector<std::string> args = {"prune", fixture("llama-tiny"), "-o", dir + "/c.endor"};
     args.insert(args.end(), quiet.begin(), quiet.end());
     const Run r = run(args);
@@ -523,6 +526,47 @@ TEST_CASE("int4k and GPTQ: packs that inspect, verify and decode; --int8 keeps t
       CHECK(t["encoding"] == "dense");
     }
   CHECK(snapshot(sample) == before);
+  remove_tree(dir);
+}
+
+TEST_CASE("--quant stores the embedding and lm_head int8 unless --quant-head says otherwise") {
+  const std::string dir = make_temp_dir("cli-quant-head");
+  const std::string sample = std::string(ENDOR_SOURCE_DIR) + "/samples/kjv-llama";
+  // value_type of every head matrix (embedding, lm_head) of a packed file, and the provenance's quant_head.
+  auto heads = [&](const std::string& file) {
+    const Run r = run({"inspect", file, "--json"});
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    std::set<std::string> types;
+    size_t n = 0;
+    for (const auto& t : j["tensors"]) {
+      const std::string name = t["name"];
+      if (name.find("embed_tokens") != std::string::npos || name.find("lm_head") != std::string::npos) {
+        types.insert(t["value_type"].get<std::string>());
+        ++n;
+      }
+    }
+    CHECK(n >= 1);
+    return std::make_pair(types, j["provenance"].value("quant_head", std::string("?")));
+  };
+  const std::string note = "note: no --quant-head: the token embedding and lm_head are stored int8";
+  Run r = run({"prune", sample, "-o", dir + "/d.endor", "--sparsity", "0.5", "--method", "magnitude", "--quant", "int4"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.err.find(note) != std::string::npos);
+  CHECK(heads(dir + "/d.endor") == std::make_pair(std::set<std::string>{"int8"}, std::string("int8")));
+  r = run({"prune", sample, "-o", dir + "/n.endor", "--sparsity", "0.5", "--method", "magnitude", "--quant", "int4",
+           "--quant-head", "none", "--dtype", "f16"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.err.find(note) == std::string::npos);
+  CHECK(heads(dir + "/n.endor") == std::make_pair(std::set<std::string>{"f16"}, std::string("none")));
+  r = run({"prune", sample, "-o", dir + "/k.endor", "--sparsity", "0", "--quant", "int8g", "--quant-head", "int4k"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(heads(dir + "/k.endor").first == std::set<std::string>{"int4k"});
+  // No --quant: the head keeps --dtype, and no note.
+  r = run({"prune", sample, "-o", dir + "/p.endor", "--sparsity", "0.5", "--method", "magnitude", "--dtype", "f16"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.err.find(note) == std::string::npos);
+  CHECK(heads(dir + "/p.endor") == std::make_pair(std::set<std::string>{"f16"}, std::string("none")));
   remove_tree(dir);
 }
 

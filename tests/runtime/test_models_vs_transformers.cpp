@@ -41,8 +41,8 @@ const Variant kVariants[] = {
     {"f16", "convert --dtype f16"},
     {"bf16", "convert --dtype bf16"},
     {"mag50_f16", "prune --method magnitude --sparsity 0.5 --quant none --dtype f16"},
-    {"mag50_int8", "prune --method magnitude --sparsity 0.5 --quant int8 --dtype f16"},
-    {"mag50_int4", "prune --method magnitude --sparsity 0.5 --quant int4 --group-size 32 --dtype f16"},
+    {"mag50_int8", "prune --method magnitude --sparsity 0.5 --quant int8 --quant-head none --dtype f16"},
+    {"mag50_int4", "prune --method magnitude --sparsity 0.5 --quant int4 --quant-head none --group-size 32 --dtype f16"},
 };
 
 constexpr double kEpsF32 = 1.1920928955078125e-07;
