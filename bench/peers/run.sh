@@ -16,7 +16,7 @@
 #                   Llama shape with random f16 weights (hidden 2048, 16 layers, MLP 5632, 32 heads)
 #   --rounds N      timed rounds (default 3)       --n N        decoded tokens per run (default 64)
 #   --threads N     threads for both (default 2)   --busy 0|1   keep one core busy while timing
-#   --disk 0|1      also Endor's dense f16 and int4 @ 50 % with every block read from disk each token
+#   --disk 0|1      also Endor's dense f16 and int4 @ 50 % (f16 head, and int8 head: the default) with every block read from disk each token
 #                   (--cpu-mem 0, O_DIRECT; page cache dropped before each run where root may): issue 40's
 #                   int4-against-f16 check
 #   --prepare-only  build and make the files, time nothing
@@ -107,6 +107,7 @@ endor_configs=(dense f16_50 int8_50 int4_50)
 ((quant_head)) && endor_configs+=(int4_50_qhead_bitmap)
 # CONFIG_disk: CONFIG's file with every decoder block read from disk each token (--disk 1).
 ((disk)) && endor_configs+=(dense_disk int4_50_disk)
+((disk && quant_head)) && endor_configs+=(int4_50_qhead_disk)
 file_config() { local c=${1%_bitmap}; echo "${c%_disk}"; }
 llama_configs=(F16 Q8_0 Q4_0)
 IFS=, read -r -a model_list <<<"$models"

@@ -15,10 +15,12 @@ import sys
 
 PAIRS = [("F16", "dense"), ("F16", "f16_50"), ("Q8_0", "int8_50"), ("Q4_0", "int4_50"), ("Q4_0", "int4_50_qhead"),
          ("Q4_0", "int4_50_qhead_bitmap"), ("Q4_0", "int4_qhead"), ("Q4_0", "int4_24_qhead")]
-ENDOR_NAME = {"dense": "dense f16", "f16_50": "f16 @ 50 %", "int8_50": "int8 @ 50 %", "int4_50": "int4 @ 50 %",
-              "int4_50_qhead": "int4 @ 50 % + int8 head",
+ENDOR_NAME = {"dense": "dense f16", "f16_50": "f16 @ 50 %", "int8_50": "int8 @ 50 %, f16 head",
+              "int4_50": "int4 @ 50 %, f16 head (--quant-head none)",
+              "int4_50_qhead": "int4 @ 50 % + int8 head (endor-pack's default since 2026-11-29)",
               "int4_50_qhead_bitmap": "int4 @ 50 % + int8 head, bitmap kernel (ENDOR_INT4_DENSE=off)",
-              "dense_disk": "dense f16, every block from disk", "int4_50_disk": "int4 @ 50 %, every block from disk",
+              "dense_disk": "dense f16, every block from disk", "int4_50_disk": "int4 @ 50 %, f16 head, every block from disk",
+              "int4_50_qhead_disk": "int4 @ 50 % + int8 head, every block from disk",
               "int4_qhead": "int4 dense + int8 head", "int4_24_qhead": "int4 2:4 + int8 head"}
 # Issue 15's "done when": (Endor config, ratio to reach, the one model it applies to or None for all).
 TARGETS = [("int4_50", 1.2, None), ("f16_50", 1.4, "1b"), ("dense", 1.0, None)]
@@ -26,7 +28,7 @@ TARGETS = [("int4_50", 1.2, None), ("f16_50", 1.4, "1b"), ("dense", 1.0, None)]
 TARGETS_40 = [("int4_50_qhead", 1.2, "smollm2")]
 # Endor against Endor, per-round ratios: (numerator config, denominator config, target or None).
 ENDOR_PAIRS = [("int4_50_qhead", "int4_qhead", 1.0), ("int4_50_qhead", "int4_50_qhead_bitmap", None),
-               ("int4_50_disk", "dense_disk", 4.0)]
+               ("int4_50_qhead_disk", "dense_disk", 4.0), ("int4_50_disk", "dense_disk", None)]
 
 
 def main():

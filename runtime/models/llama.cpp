@@ -182,7 +182,7 @@ void LlamaModel::load_experts(LlamaLayer& L, uint32_t layer, uint64_t& bytes) {
     for (auto [m, into] : {std::pair{Module::Gate, &L.expert_gate}, {Module::Up, &L.expert_up}, {Module::Down, &L.expert_down}}) {
       const TensorSpec& s = tensors_.get(m, layer, false, x);
       into->push_back(&store_.matrix(s));
-      expert_bytes += store_.encoded_bytes(s.name);
+      expert_bytes += store_.read_bytes(s.name);
     }
     L.expert_group.push_back(store_.group_of(tensors_.get(Module::Gate, layer, false, x).name));
   }

@@ -198,3 +198,51 @@ TEST_CASE("endor-infer usage errors: exit 2, one line naming the option and wher
   CHECK(r.err.rfind("error: " + dir.file("absent.endor") + ": ", 0) == 0);
   CHECK(r.err.find("--help") == std::string::npos);
 }
+
+TEST_CASE("--stats counts the CPU's copy of resident int4 codes: other Linears get one, MoE experts never") {
+  // The copy (cpu::Options::int4_dense) is made at load for resident bitmap int4 weights where the
+  // AVX-512 VBMI2 kernels run, but not for an MoE expert (a token reads a few of them). --stats'
+  // "bytes read per token" counts each weight as the kernels read it (Weight::copy_bytes), experts
+  // included, so a model whose only int4 bitmaps are experts reads the same bytes with and without
+  // ENDOR_INT4_DENSE=off.
+  TempDir dir;
+  auto pack = [&](const char* fixture, const std::string& extra) {
+    const std::string out = dir.file(std::string(fixture) + ".endor");
+    REQUIRE(test::run_command(test::endor_pack() + " prune " + test::fixture_dir(fixture) + " -o " + out +
+                              " --sparsity 0.5 --method magnitude --quant int4 --group-size 64 " + extra +
+                              " >/dev/null 2>&1") == 0);
+    return out;
+  };
+  // (bytes read per token, greedy ids) of one run, the copy allowed (auto) or not (off).
+  auto stats = [&](const std::string& model, const char* copy) {
+    const auto r = test::run_capture(std::string("ENDOR_INT4_DENSE=") + copy + " " + test::endor_infer() + " " + model +
+                                         " --ids '1 2 3' -n 4 --temperature 0 --threads 1 --stats",
+                                     dir);
+    INFO("stderr: ", r.err);
+    REQUIRE(r.status == 0);
+    std::smatch m;
+    REQUIRE(std::regex_search(r.err, m, std::regex("\\(([0-9]+) bytes of weights as the kernels read them\\)")));
+    return std::make_pair(std::stoull(m[1].str()), r.out);
+  };
+  const std::string dense_mlp = pack("qwen3-tiny", "");
+  const auto [dense_on, dense_on_ids] = stats(dense_mlp, "auto");
+  const auto [dense_off, dense_off_ids] = stats(dense_mlp, "off");
+  CHECK(dense_on_ids == dense_off_ids);  // the copy gives the bitmap's results
+  if (dense_on == dense_off) {
+    MESSAGE("skipped: this CPU makes no copy of int4 codes (needs the AVX-512 VBMI2 kernels and memory to spare)");
+    return;
+  }
+  CHECK(dense_on > dense_off);
+  // Qwen3-MoE: its attention is copied, its experts are not ...
+  const std::string moe = pack("qwen3-moe-tiny", "");
+  const auto [moe_on, moe_on_ids] = stats(moe, "auto");
+  const auto [moe_off, moe_off_ids] = stats(moe, "off");
+  CHECK(moe_on > moe_off);
+  CHECK(moe_on_ids == moe_off_ids);
+  // ... so with its attention left unpruned and unquantized, nothing is.
+  const std::string experts_only = pack("qwen3-moe-tiny", "--skip self_attn");
+  const auto [exp_on, exp_on_ids] = stats(experts_only, "auto");
+  const auto [exp_off, exp_off_ids] = stats(experts_only, "off");
+  CHECK(exp_on == exp_off);
+  CHECK(exp_on_ids == exp_off_ids);
+}
