@@ -103,7 +103,8 @@ class CpuBackend final : public Backend {
     if (L.value_type == ValueType::I4 && L.encoding == Encoding::Bitmap &&
         cpu::detail::int4_dense_enabled(ctx_.options, ctx_.kernels->name) &&
         cpu::detail::int4_dense_memory_allows(L.rows * cpu::detail::dense_codes_row_bytes(L.cols)))
-      if (auto codes = cpu::detail::densify_int4_bitmap(view, /*vector=*/true)) return std::make_unique<CpuWeight>(view, std::move(codes));
+      if (auto codes = cpu::detail::densify_int4_bitmap(view, /*vector=*/cpu::detail::int4_dense_impl::avx512_vnni_cpu()))
+        return std::make_unique<CpuWeight>(view, std::move(codes));
     return std::make_unique<CpuWeight>(view);
   }
 

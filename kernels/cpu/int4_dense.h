@@ -80,16 +80,8 @@ inline uint64_t mem_available() {
 // the exact test of zero_codes in weight_kernels_avx512_vnni.h (−M/S an integer in [0, 15] with
 // z·S == −M in binary32; an empty group, S = M = 0, takes 0).
 inline bool group_zero_codes(const uint16_t* s, const uint16_t* m, uint64_t n, uint8_t* z) {
-  for (uint64_t g = 0; g < n; ++g) {
-    const float S = f16_to_f32(s[g]), neg_m = -f16_to_f32(m[g]);
-    if (S == 0.0f && neg_m == 0.0f) {
-      z[g] = 0;
-      continue;
-    }
-    const float zf = std::nearbyint(neg_m / S);
-    if (!(zf >= 0.0f && zf <= 15.0f && zf * S == neg_m)) return false;
-    z[g] = uint8_t(zf);
-  }
+  for (uint64_t g = 0; g < n; ++g)
+    if (!int4_zero_code(f16_to_f32(s[g]), f16_to_f32(m[g]), z[g])) return false;
   return true;
 }
 
@@ -127,16 +119,17 @@ inline void dense_row(const TensorView& b, uint64_t r, uint64_t k0, const uint8_
 }  // namespace int4_dense_impl
 
 // Whether the rule of Options::int4_dense re-encodes on this machine with these kernels
-// (kernel_name: WeightKernels::name of the set in use): unless Off or exact, where the AVX-512
-// int8-activation kernels run, whose one-token kernel is the only one that reads the copy.
-// Throws endor::Error on a bad ENDOR_INT4_DENSE.
+// (kernel_name: WeightKernels::name of the set in use): unless Off or exact, where the AVX-512 or
+// AVX2 int8-activation kernels run, which read the copy (the AVX-512 VNNI one-token kernel; the
+// AVX2 kernels, also the AVX-512 set's on a CPU without VNNI, at every token count). The portable
+// kernels do not. Throws endor::Error on a bad ENDOR_INT4_DENSE.
 inline bool int4_dense_enabled(const Options& options, const char* kernel_name) {
   using namespace int4_dense_impl;
   if (options.exact) return false;  // the reference keeps every weight as stored
   Int4Dense rule = options.int4_dense;
   if (rule == Int4Dense::Auto) rule = env_rule();
   if (rule == Int4Dense::Off) return false;
-  return std::strncmp(kernel_name, "avx512", 6) == 0 && avx512_vnni_cpu();
+  return std::strncmp(kernel_name, "avx512", 6) == 0 || std::strncmp(kernel_name, "avx2", 4) == 0;
 }
 
 // Whether a copy of `bytes` leaves this machine enough memory: MemAvailable at least the copy plus

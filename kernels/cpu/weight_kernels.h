@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -89,6 +90,20 @@ inline void dense_group_sums(const QuantizedX& xt, const TensorLayout& L, float*
   }
 }
 // True for the value types the int8-activation kernels serve (int8, int4, int8g).
+// The zero code z of an int4 group of scale S and min M (as f32): −M/S an integer in [0, 15] with
+// z·S == −M in binary32, so z decodes to exactly 0 (an empty group, S = M = 0, takes 0); false
+// when the group has none (int4_grid's fallback, other writers' grids).
+inline bool int4_zero_code(float S, float M, uint8_t& z) {
+  const float neg_m = -M;
+  if (S == 0.0f && neg_m == 0.0f) {
+    z = 0;
+    return true;
+  }
+  const float zf = std::nearbyint(neg_m / S);
+  if (!(zf >= 0.0f && zf <= 15.0f && zf * S == neg_m)) return false;
+  z = uint8_t(zf);
+  return true;
+}
 // Bytes a row of TensorView::dense_codes (kernels/cpu/int4_dense.h): 64 a pair of words, 32 an odd
 // last word.
 inline uint64_t dense_codes_row_bytes(uint64_t cols) {

@@ -38,12 +38,26 @@ namespace {
 // which writes a zero), straight into the block's register; the same control over a vector of
 // ones gives the presence bytes. (A scalar loop per set bit into a row buffer made the default
 // int8-activation path 4-6x slower than --exact on bitmap files.)
+// A bitmap int4 row with TensorView::dense_codes (kernels/cpu/int4_dense.h; `copy`: the caller
+// checked that its groups have zero codes) reads its codes from the copy instead: a 64-column word
+// is the low or high nibbles of its pair's 64 bytes, a block half of them (an odd last word: 32
+// bytes of nibbles in column order), the same bytes the bitmap placed over z gives.
 template <ValueType VT>
 class RowCodes {
  public:
-  RowCodes(const TensorView& w, uint64_t r, uint64_t padded) : L_(w.layout) {
+  RowCodes(const TensorView& w, uint64_t r, uint64_t padded, bool copy = false) : L_(w.layout) {
     const uint8_t* values = w.values();
     thread_local std::vector<uint8_t> buf;
+    if (VT == ValueType::I4 && copy) {
+      copy_ = w.dense_codes + r * dense_codes_row_bytes(L_.cols);
+      words_ = copy_;  // not a bitmap walk: block() reads copy_ alone
+      return;
+    }
+    if (L_.encoding == Encoding::Dense && VT != ValueType::I4 && L_.cols % kActBlock == 0) {
+      dense_ = values + r * L_.cols;  // whole blocks: read in place (block() gives 0 past the row)
+      dense_blocks_ = L_.cols / kActBlock;
+      return;
+    }
     if (L_.encoding == Encoding::Dense) {
       buf.resize(padded);
       if constexpr (VT != ValueType::I4) std::memcpy(buf.data(), values + r * L_.cols, L_.cols);
@@ -66,7 +80,27 @@ class RowCodes {
   }
   // Block b's codes and (int4) presence; bitmap rows must be walked in order b = 0, 1, ...
   void block(uint64_t b, __m256i& codes, __m256i& present) {
+    if (copy_) {
+      const uint64_t wi = b / 2, words = (L_.cols + 63) / 64;
+      present = _mm256_set1_epi8(1);  // every column has a code (z where absent)
+      const __m256i lo4 = _mm256_set1_epi8(0x0F);
+      if (wi >= words) {
+        codes = _mm256_setzero_si256();
+      } else if (wi % 2 == 0 && wi + 1 == words) {  // the odd last word, nibbles in column order
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(copy_ + 64 * (wi / 2) + 16 * (b & 1)));
+        const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+        codes = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+      } else {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(copy_ + 64 * (wi / 2) + 32 * (b & 1)));
+        codes = _mm256_and_si256(wi % 2 ? _mm256_srli_epi16(v, 4) : v, lo4);
+      }
+      return;
+    }
     if (dense_) {
+      if (b >= dense_blocks_) {  // past a row read in place
+        codes = _mm256_setzero_si256();
+        return;
+      }
       codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dense_ + 32 * b));
       if constexpr (VT == ValueType::I4) {
         const uint64_t left = L_.cols > 32 * b ? std::min<uint64_t>(32, L_.cols - 32 * b) : 0;
@@ -90,7 +124,7 @@ class RowCodes {
  private:
   // The next stored codes placed at the 16 columns of mask m; ctl: the control used.
   __m128i place16(uint32_t m, __m128i& ctl) {
-    const uint64_t* ranks = expand_tables().byte_ranks;
+    const uint64_t* ranks = ranks_;
     const unsigned m0 = m & 0xFF, m1 = m >> 8;
     const uint64_t k0 = uint64_t(__builtin_popcount(m0));
     ctl = _mm_set_epi64x(int64_t(ranks[m1] + k0 * 0x0101010101010101ULL), int64_t(ranks[m0]));
@@ -104,47 +138,106 @@ class RowCodes {
                             26, 27, 28, 29, 30, 31);
   }
   const TensorLayout& L_;
+  // The rank table, looked up once a row (a call to expand_tables per 16 columns, where GCC does
+  // not inline it, cost a tenth of a bitmap row).
+  const uint64_t* ranks_ = expand_tables().byte_ranks;
   const uint8_t* dense_ = nullptr;
+  uint64_t dense_blocks_ = UINT64_MAX;  // a row read in place: its blocks
+  const uint8_t* copy_ = nullptr;
   const uint8_t* src_ = nullptr;
   const uint8_t* words_ = nullptr;
 };
 
 // NT tokens, a compile-time count so that the accumulators stay in registers (with a runtime count
 // GCC kept them on the stack: a store and a reload on every block's chain).
+//
+// int4 rows whose groups all have a zero code z (z·S + M = 0 exactly: int4_zero_code, every group
+// Endor's packer writes) are multiplied as dense ones, their absent columns given z: one
+// vpmaddubsw a block (no presence bytes), the block sums times d_b gathered per group and scaled by
+// S once, and the min term Σ_g M_g·P_g added after (dense_group_sums), as the AVX-512 kernels do.
+// So a row reads the same sums from the bitmap as from the load-time copy of its codes
+// (TensorView::dense_codes), whatever the token count: the same results. Other rows (int4k, a group
+// without a zero code) keep the presence form.
 template <ValueType VT, int NT>
 void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y, size_t ys) {
   constexpr size_t nt = NT;
   const TensorLayout& L = w.layout;
-  const uint64_t padded = qx.q_stride, blocks = padded / kActBlock;
-  const __m256i ones16 = _mm256_set1_epi16(1);
+  const uint64_t padded = qx.q_stride, blocks = padded / kActBlock, gpr = L.groups_per_row;
+  const __m256i ones16 = _mm256_set1_epi16(1), zero = _mm256_setzero_si256();
+  // int4: a row's scales, mins and zero codes; the tokens' group sums P_g (dense_group_sums).
+  thread_local std::vector<float> params_buf, group_p_buf;
+  thread_local std::vector<uint8_t> z_buf;
+  float *row_s = nullptr, *row_m = nullptr, *group_p = nullptr;
+  uint8_t* row_z = nullptr;
+  if constexpr (VT == ValueType::I4) {
+    params_buf.resize(2 * gpr);
+    z_buf.resize(gpr);
+    group_p_buf.resize(nt * gpr);
+    row_s = params_buf.data();
+    row_m = row_s + gpr;
+    row_z = z_buf.data();
+    group_p = group_p_buf.data();
+    for (size_t t = 0; t < nt; ++t) dense_group_sums(qx.token(t), L, group_p + t * gpr);
+  }
+  // A weight with a copy of its codes had every group's zero code checked when it was made.
+  const bool copied = VT == ValueType::I4 && w.dense_codes && L.encoding == Encoding::Bitmap;
   for (uint64_t r = r0; r < r1; ++r) {
-    RowCodes<VT> row(w, r, padded);
-    __m256 acc[NT];
-    for (size_t t = 0; t < nt; ++t) acc[t] = _mm256_setzero_ps();
+    bool kz = false;  // int4: the row's groups all have zero codes
+    if constexpr (VT == ValueType::I4) {
+      if (L.int4_params == Int4Params::F16) {  // f16 parameters, widened 8 at a time
+        const uint16_t *fs = w.group_scales() + r * gpr, *fm = w.group_mins() + r * gpr;
+        uint64_t g = 0;
+        for (; g + 8 <= gpr; g += 8) {
+          _mm256_storeu_ps(row_s + g, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fs + g))));
+          _mm256_storeu_ps(row_m + g, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fm + g))));
+        }
+        if (g < gpr) int4_params_f32(w, r * gpr + g, gpr - g, row_s + g, row_m + g);
+        kz = true;
+        for (g = 0; kz && !copied && g < gpr; ++g) kz = int4_zero_code(row_s[g], row_m[g], row_z[g]);
+      } else {
+        int4_params_f32(w, r * gpr, gpr, row_s, row_m);  // int4k parameters: the presence form
+      }
+    }
+    RowCodes<VT> row(w, r, padded, copied);
+    __m256 acc[NT], gq[NT];
+    float min_term[NT];
+    for (size_t t = 0; t < nt; ++t) {
+      acc[t] = gq[t] = _mm256_setzero_ps();
+      min_term[t] = 0.0f;
+    }
     // int4 (int8g): the block's group (group_size is a multiple of 32), its scale and min (its
     // scale) widened once a group.
     const uint64_t blocks_per_group = grouped<VT>() ? L.group_size / kActBlock : 1;
     uint64_t g = 0, left_in_group = 0;
     __m256 s = _mm256_setzero_ps(), m = _mm256_setzero_ps();
+    __m256i zv = zero;
     for (uint64_t b = 0; b < blocks; ++b) {
       __m256i cw, pw = _mm256_setzero_si256();
       row.block(b, cw, pw);
       __m256i aw = cw;
       if constexpr (VT == ValueType::I4) {
         if (left_in_group == 0) {
+          if (kz)  // the group just ended, into the row's sum with its scale
+            for (size_t t = 0; t < nt; ++t) {
+              acc[t] = _mm256_fmadd_ps(gq[t], s, acc[t]);
+              gq[t] = _mm256_setzero_ps();
+            }
           left_in_group = blocks_per_group;
           if (b * kActBlock < L.cols) {
-            const uint64_t p = r * L.groups_per_row + g;
-            float sf, mf;
-            int4_params_f32(w, p, 1, &sf, &mf);  // f16 or int4k parameters
-            s = _mm256_set1_ps(sf);
-            m = _mm256_set1_ps(mf);
+            s = _mm256_set1_ps(row_s[g]);
+            m = _mm256_set1_ps(row_m[g]);
+            zv = _mm256_set1_epi8(char(row_z[g]));
+            if (kz)
+              for (size_t t = 0; t < nt; ++t) min_term[t] += row_m[g] * group_p[t * gpr + g];
           } else {
             s = m = _mm256_setzero_ps();
+            zv = zero;
           }
           ++g;
         }
         --left_in_group;
+        // The bitmap's absent columns (presence 0) coded z; the copy holds them so already.
+        if (kz && !copied) aw = _mm256_or_si256(cw, _mm256_and_si256(_mm256_cmpeq_epi8(pw, zero), zv));
       } else {
         aw = _mm256_abs_epi8(cw);
         if constexpr (VT == ValueType::I8G) {
@@ -166,6 +259,9 @@ void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
         } else if constexpr (VT == ValueType::I8G) {  // d_b·S_g(b)
           const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, cw)), ones16);
           acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), _mm256_mul_ps(d, s), acc[t]);
+        } else if (kz) {
+          const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones16);
+          gq[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), d, gq[t]);
         } else {
           const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones16);
           const __m256i sp = _mm256_madd_epi16(_mm256_maddubs_epi16(pw, xv), ones16);
@@ -174,7 +270,12 @@ void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
         }
       }
     }
-    for (size_t t = 0; t < nt; ++t) y[t * ys + r] = hsum(acc[t]) * (VT == ValueType::I8 ? w.row_scales()[r] : 1.0f);
+    if (kz)
+      for (size_t t = 0; t < nt; ++t) acc[t] = _mm256_fmadd_ps(gq[t], s, acc[t]);
+    for (size_t t = 0; t < nt; ++t) {
+      const float v = hsum(acc[t]) * (VT == ValueType::I8 ? w.row_scales()[r] : 1.0f);
+      y[t * ys + r] = kz ? v + min_term[t] : v;
+    }
   }
 }
 
