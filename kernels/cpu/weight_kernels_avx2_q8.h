@@ -355,6 +355,72 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
   if (r < r1) rows_at(std::integral_constant<int, 1>{}, r);
 }
 
+// Decode (one token) on a bitmap int4 weight with a copy of its codes (TensorView::dense_codes,
+// kernels/cpu/int4_dense.h): dot_rows_q8_nt<I4, 1>'s arithmetic for rows with zero codes (every row
+// of a copied weight), the same operations in the same order, so the same results; two rows at once
+// (x and d loaded once for both), the parameters widened a row at a time, no per-row setup.
+void dot_rows_q8_i4_copy_1(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, float* y) {
+  const TensorLayout& L = w.layout;
+  const uint64_t cols = L.cols, gpr = L.groups_per_row, blocks = qx.q_stride / kActBlock, bpg = L.group_size / kActBlock;
+  const uint64_t words = (cols + 63) / 64, row_bytes = dense_codes_row_bytes(cols);
+  thread_local std::vector<float> gp_buf, params_buf;
+  gp_buf.resize(gpr);
+  params_buf.resize(4 * gpr);
+  float* const group_p = gp_buf.data();
+  dense_group_sums(qx, L, group_p);
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
+  // Block b's 32 codes of a copy row (RowCodes::block's bytes).
+  auto codes_at = [&](const uint8_t* row, uint64_t b) -> __m256i {
+    const uint64_t wi = b / 2;
+    if (wi >= words) return _mm256_setzero_si256();
+    if (wi % 2 == 0 && wi + 1 == words) {  // the odd last word, nibbles in column order
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 64 * (wi / 2) + 16 * (b & 1)));
+      const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+      return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+    }
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * (wi / 2) + 32 * (b & 1)));
+    return _mm256_and_si256(wi % 2 ? _mm256_srli_epi16(v, 4) : v, lo4);
+  };
+  auto rows_at = [&](auto rows_tag, uint64_t r) {
+    constexpr int R = decltype(rows_tag)::value;
+    const uint8_t* p[R];
+    const float *s[R], *m[R];
+    __m256 acc[R], gq[R];
+    for (int i = 0; i < R; ++i) {
+      p[i] = w.dense_codes + (r + i) * row_bytes;
+      float* sm = params_buf.data() + 2 * i * gpr;
+      int4_params_f32(w, (r + i) * gpr, gpr, sm, sm + gpr);  // f16 (a copy's), exact either way
+      s[i] = sm;
+      m[i] = sm + gpr;
+      acc[i] = gq[i] = _mm256_setzero_ps();
+    }
+    for (uint64_t g = 0; g < gpr; ++g) {
+      const uint64_t b1 = std::min(blocks, (g + 1) * bpg);
+      for (uint64_t b = g * bpg; b < b1; ++b) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.q + b * kActBlock));
+        const __m256 d = _mm256_set1_ps(qx.d[b]);
+        for (int i = 0; i < R; ++i) {
+          if (b % 4 == 0) prefetch(p[i] + 16 * b + kPrefetchBytes);  // the rows are R streams
+          const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(codes_at(p[i], b), xv), ones16);
+          gq[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), d, gq[i]);
+        }
+      }
+      for (int i = 0; i < R; ++i) {
+        acc[i] = _mm256_fmadd_ps(gq[i], _mm256_set1_ps(s[i][g]), acc[i]);
+        gq[i] = _mm256_setzero_ps();
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      float min_term = 0.0f;
+      for (uint64_t g = 0; g < gpr; ++g) min_term += m[i][g] * group_p[g];
+      y[r + i] = hsum(acc[i]) * 1.0f + min_term;
+    }
+  };
+  uint64_t r = r0;
+  for (; r + 2 <= r1; r += 2) rows_at(std::integral_constant<int, 2>{}, r);
+  if (r < r1) rows_at(std::integral_constant<int, 1>{}, r);
+}
+
 template <ValueType VT>
 void dot_rows_q8_vt(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX& qx, size_t nt, float* y, size_t ys) {
   with_token_count(nt, [&](auto n) { dot_rows_q8_nt<VT, decltype(n)::value>(w, r0, r1, qx, y, ys); });
@@ -364,6 +430,9 @@ void dot_rows_q8(const TensorView& w, uint64_t r0, uint64_t r1, const QuantizedX
   if (nt == 1 && w.layout.value_type == ValueType::I4 && w.layout.encoding == Encoding::Dense && w.layout.group_size == 128 &&
       w.layout.cols % 2 == 0)
     return dot_rows_q8_i4_dense128_1(w, r0, r1, qx, y);
+  if (nt == 1 && w.layout.value_type == ValueType::I4 && w.layout.encoding == Encoding::Bitmap && w.dense_codes &&
+      w.layout.group_size % 64 == 0)
+    return dot_rows_q8_i4_copy_1(w, r0, r1, qx, y);
   if (w.layout.value_type == ValueType::I8) return dot_rows_q8_vt<ValueType::I8>(w, r0, r1, qx, nt, y, ys);
   if (w.layout.value_type == ValueType::I4 && w.layout.group_size % kActBlock == 0)
     return dot_rows_q8_vt<ValueType::I4>(w, r0, r1, qx, nt, y, ys);
