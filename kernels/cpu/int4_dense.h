@@ -8,7 +8,9 @@
 // that kernel nothing to expand a token: 4/3 of the value bytes at 50 % (0.5 against 0.375 a
 // weight), and the same sums in the same order, so the same results bit for bit (a resident model
 // still matches the same file streamed through the offload tiers, which keep the bitmap). The copy
-// is the one-token kernel's alone (TensorView::dense_codes): every other path reads the bitmap.
+// (TensorView::dense_codes) is read by the AVX-512 VNNI one-token kernel and by the AVX2 kernels at
+// every token count (weight_kernels_avx2_q8.h: rows with zero codes summed as dense ones over z);
+// every other path reads the bitmap.
 //
 // Layout (dense_codes_row_bytes a row, rows back to back): words 2u and 2u + 1 of a row share the
 // 64 bytes of pair u, byte b holding column b of word 2u in its low nibble and column b of word

@@ -209,8 +209,8 @@ struct TensorView {
   bool two_of_four = false;
   // Set only by the CPU backend (never read from a file): for a bitmap int4 weight, a private copy
   // of its codes with absent columns given their group's zero code (kernels/cpu/int4_dense.h),
-  // which its one-token kernel reads instead of expanding the bitmap, summing in the same order (the
-  // same results bit for bit); every other path reads the bitmap.
+  // which the AVX-512 VNNI one-token kernel and the AVX2 kernels read instead of expanding the
+  // bitmap, summing in the same order (the same results bit for bit); every other path reads the bitmap.
   const uint8_t* dense_codes = nullptr;
 
   const uint64_t* bitmap() const { return reinterpret_cast<const uint64_t*>(data + layout.bitmap_offset); }

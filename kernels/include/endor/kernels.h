@@ -214,7 +214,7 @@ enum class GemmImpl : uint8_t { Auto, Builtin };
 // columns take their group's zero code z (z·S + M = 0 exactly), so the word-by-word kernel expands
 // nothing a token and sums the copy as it sums the bitmap: the same results bit for bit, at 4/3 of
 // the bytes (0.5 against 0.375 a weight at 50 %) on the heap. Auto (default): on where the AVX-512
-// int8-activation kernels run (AVX-512 VNNI and VBMI2) and MemAvailable holds the copy, unless
+// or AVX2 int8-activation kernels run (not the portable ones) and MemAvailable holds the copy, unless
 // ENDOR_INT4_DENSE=off (`on` and `auto` mean Auto); streamed weights (offload tiers) keep the bitmap.
 // Never under Options::exact.
 enum class Int4Dense : uint8_t { Auto, Off };
