@@ -53,11 +53,6 @@ class RowCodes {
       words_ = copy_;  // not a bitmap walk: block() reads copy_ alone
       return;
     }
-    if (L_.encoding == Encoding::Dense && VT != ValueType::I4 && L_.cols % kActBlock == 0) {
-      dense_ = values + r * L_.cols;  // whole blocks: read in place (block() gives 0 past the row)
-      dense_blocks_ = L_.cols / kActBlock;
-      return;
-    }
     if (L_.encoding == Encoding::Dense) {
       buf.resize(padded);
       if constexpr (VT != ValueType::I4) std::memcpy(buf.data(), values + r * L_.cols, L_.cols);
@@ -97,10 +92,6 @@ class RowCodes {
       return;
     }
     if (dense_) {
-      if (b >= dense_blocks_) {  // past a row read in place
-        codes = _mm256_setzero_si256();
-        return;
-      }
       codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dense_ + 32 * b));
       if constexpr (VT == ValueType::I4) {
         const uint64_t left = L_.cols > 32 * b ? std::min<uint64_t>(32, L_.cols - 32 * b) : 0;
@@ -142,7 +133,6 @@ class RowCodes {
   // not inline it, cost a tenth of a bitmap row).
   const uint64_t* ranks_ = expand_tables().byte_ranks;
   const uint8_t* dense_ = nullptr;
-  uint64_t dense_blocks_ = UINT64_MAX;  // a row read in place: its blocks
   const uint8_t* copy_ = nullptr;
   const uint8_t* src_ = nullptr;
   const uint8_t* words_ = nullptr;
