@@ -89,7 +89,6 @@ inline void dense_group_sums(const QuantizedX& xt, const TensorLayout& L, float*
     p[g] = sum;
   }
 }
-// True for the value types the int8-activation kernels serve (int8, int4, int8g).
 // The zero code z of an int4 group of scale S and min M (as f32): −M/S an integer in [0, 15] with
 // z·S == −M in binary32, so z decodes to exactly 0 (an empty group, S = M = 0, takes 0); false
 // when the group has none (int4_grid's fallback, other writers' grids).
@@ -111,6 +110,7 @@ inline uint64_t dense_codes_row_bytes(uint64_t cols) {
   return words / 2 * 64 + (words % 2) * 32;
 }
 
+// True for the value types the int8-activation kernels serve (int8, int4, int8g).
 inline bool int8_activation_weight(ValueType vt) {
   return vt == ValueType::I8 || vt == ValueType::I4 || vt == ValueType::I8G;
 }

@@ -38,10 +38,38 @@ namespace {
 // which writes a zero), straight into the block's register; the same control over a vector of
 // ones gives the presence bytes. (A scalar loop per set bit into a row buffer made the default
 // int8-activation path 4-6x slower than --exact on bitmap files.)
-// A bitmap int4 row with TensorView::dense_codes (kernels/cpu/int4_dense.h; `copy`: the caller
-// checked that its groups have zero codes) reads its codes from the copy instead: a 64-column word
-// is the low or high nibbles of its pair's 64 bytes, a block half of them (an odd last word: 32
-// bytes of nibbles in column order), the same bytes the bitmap placed over z gives.
+// Block b (32 columns) of a row of TensorView::dense_codes (kernels/cpu/int4_dense.h; `words`: the
+// row's 64-column words) as code bytes: a word is the low or high nibbles of its pair's 64 bytes, a
+// block half of them; an odd last word is 32 bytes of nibbles in column order; 0 past the row.
+inline __m256i copy_block(const uint8_t* row, uint64_t b, uint64_t words) {
+  const uint64_t wi = b / 2;
+  if (wi >= words) return _mm256_setzero_si256();
+  if (wi % 2 == 0 && wi + 1 == words) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 64 * (wi / 2) + 16 * (b & 1)));
+    const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+    return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  }
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * (wi / 2) + 32 * (b & 1)));
+  return _mm256_and_si256(wi % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
+}
+
+// Scales and mins of int4 parameters p0 .. p0 + n - 1 as f32: f16 ones widened 8 at a time (F16C),
+// int4k ones by int4_params_f32 (the same values either way: the conversions are exact).
+inline void int4_params_widened(const TensorView& w, uint64_t p0, uint64_t n, float* scales, float* mins) {
+  uint64_t i = 0;
+  if (w.layout.int4_params == Int4Params::F16) {
+    const uint16_t *fs = w.group_scales() + p0, *fm = w.group_mins() + p0;
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(scales + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fs + i))));
+      _mm256_storeu_ps(mins + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fm + i))));
+    }
+  }
+  if (i < n) int4_params_f32(w, p0 + i, n - i, scales + i, mins + i);
+}
+
+// A bitmap int4 row with TensorView::dense_codes (`copy`: the caller checked that its groups have
+// zero codes) reads its codes from the copy instead (copy_block), the same bytes the bitmap placed
+// over z gives.
 template <ValueType VT>
 class RowCodes {
  public:
@@ -50,7 +78,6 @@ class RowCodes {
     thread_local std::vector<uint8_t> buf;
     if (VT == ValueType::I4 && copy) {
       copy_ = w.dense_codes + r * dense_codes_row_bytes(L_.cols);
-      words_ = copy_;  // not a bitmap walk: block() reads copy_ alone
       return;
     }
     if (L_.encoding == Encoding::Dense) {
@@ -76,19 +103,8 @@ class RowCodes {
   // Block b's codes and (int4) presence; bitmap rows must be walked in order b = 0, 1, ...
   void block(uint64_t b, __m256i& codes, __m256i& present) {
     if (copy_) {
-      const uint64_t wi = b / 2, words = (L_.cols + 63) / 64;
       present = _mm256_set1_epi8(1);  // every column has a code (z where absent)
-      const __m256i lo4 = _mm256_set1_epi8(0x0F);
-      if (wi >= words) {
-        codes = _mm256_setzero_si256();
-      } else if (wi % 2 == 0 && wi + 1 == words) {  // the odd last word, nibbles in column order
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(copy_ + 64 * (wi / 2) + 16 * (b & 1)));
-        const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
-        codes = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-      } else {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(copy_ + 64 * (wi / 2) + 32 * (b & 1)));
-        codes = _mm256_and_si256(wi % 2 ? _mm256_srli_epi16(v, 4) : v, lo4);
-      }
+      codes = copy_block(copy_, b, (L_.cols + 63) / 64);
       return;
     }
     if (dense_) {
@@ -174,19 +190,9 @@ void dot_rows_q8_nt(const TensorView& w, uint64_t r0, uint64_t r1, const Quantiz
   for (uint64_t r = r0; r < r1; ++r) {
     bool kz = false;  // int4: the row's groups all have zero codes
     if constexpr (VT == ValueType::I4) {
-      if (L.int4_params == Int4Params::F16) {  // f16 parameters, widened 8 at a time
-        const uint16_t *fs = w.group_scales() + r * gpr, *fm = w.group_mins() + r * gpr;
-        uint64_t g = 0;
-        for (; g + 8 <= gpr; g += 8) {
-          _mm256_storeu_ps(row_s + g, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fs + g))));
-          _mm256_storeu_ps(row_m + g, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fm + g))));
-        }
-        if (g < gpr) int4_params_f32(w, r * gpr + g, gpr - g, row_s + g, row_m + g);
-        kz = true;
-        for (g = 0; kz && !copied && g < gpr; ++g) kz = int4_zero_code(row_s[g], row_m[g], row_z[g]);
-      } else {
-        int4_params_f32(w, r * gpr, gpr, row_s, row_m);  // int4k parameters: the presence form
-      }
+      int4_params_widened(w, r * gpr, gpr, row_s, row_m);
+      kz = L.int4_params == Int4Params::F16;  // int4k parameters: the presence form
+      for (uint64_t g = 0; kz && !copied && g < gpr; ++g) kz = int4_zero_code(row_s[g], row_m[g], row_z[g]);
     }
     RowCodes<VT> row(w, r, padded, copied);
     __m256 acc[NT], gq[NT];
@@ -308,7 +314,7 @@ void dot_rows_q8_i4_dense128_1(const TensorView& w, uint64_t r0, uint64_t r1, co
       acc[i] = _mm256_setzero_ps();
       scales[i] = params + 2 * i * gpr;
       mins[i] = scales[i] + gpr;
-      int4_params_f32(w, (r + i) * gpr, gpr, params + 2 * i * gpr, params + (2 * i + 1) * gpr);
+      int4_params_widened(w, (r + i) * gpr, gpr, params + 2 * i * gpr, params + (2 * i + 1) * gpr);
     }
     for (uint64_t g = 0; g < gpr; ++g) {
       __m256 gq[R];
@@ -358,19 +364,7 @@ void dot_rows_q8_i4_copy_1(const TensorView& w, uint64_t r0, uint64_t r1, const 
   params_buf.resize(4 * gpr);
   float* const group_p = gp_buf.data();
   dense_group_sums(qx, L, group_p);
-  const __m256i lo4 = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
-  // Block b's 32 codes of a copy row (RowCodes::block's bytes).
-  auto codes_at = [&](const uint8_t* row, uint64_t b) -> __m256i {
-    const uint64_t wi = b / 2;
-    if (wi >= words) return _mm256_setzero_si256();
-    if (wi % 2 == 0 && wi + 1 == words) {  // the odd last word, nibbles in column order
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 64 * (wi / 2) + 16 * (b & 1)));
-      const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
-      return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-    }
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * (wi / 2) + 32 * (b & 1)));
-    return _mm256_and_si256(wi % 2 ? _mm256_srli_epi16(v, 4) : v, lo4);
-  };
+  const __m256i ones16 = _mm256_set1_epi16(1);
   auto rows_at = [&](auto rows_tag, uint64_t r) {
     constexpr int R = decltype(rows_tag)::value;
     const uint8_t* p[R];
@@ -379,7 +373,7 @@ void dot_rows_q8_i4_copy_1(const TensorView& w, uint64_t r0, uint64_t r1, const 
     for (int i = 0; i < R; ++i) {
       p[i] = w.dense_codes + (r + i) * row_bytes;
       float* sm = params_buf.data() + 2 * i * gpr;
-      int4_params_f32(w, (r + i) * gpr, gpr, sm, sm + gpr);  // f16 (a copy's), exact either way
+      int4_params_widened(w, (r + i) * gpr, gpr, sm, sm + gpr);
       s[i] = sm;
       m[i] = sm + gpr;
       acc[i] = gq[i] = _mm256_setzero_ps();
@@ -391,7 +385,7 @@ void dot_rows_q8_i4_copy_1(const TensorView& w, uint64_t r0, uint64_t r1, const 
         const __m256 d = _mm256_set1_ps(qx.d[b]);
         for (int i = 0; i < R; ++i) {
           if (b % 4 == 0) prefetch(p[i] + 16 * b + kPrefetchBytes);  // the rows are R streams
-          const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(codes_at(p[i], b), xv), ones16);
+          const __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(copy_block(p[i], b, words), xv), ones16);
           gq[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sq), d, gq[i]);
         }
       }
@@ -403,7 +397,7 @@ void dot_rows_q8_i4_copy_1(const TensorView& w, uint64_t r0, uint64_t r1, const 
     for (int i = 0; i < R; ++i) {
       float min_term = 0.0f;
       for (uint64_t g = 0; g < gpr; ++g) min_term += m[i][g] * group_p[g];
-      y[r + i] = hsum(acc[i]) * 1.0f + min_term;
+      y[r + i] = hsum(acc[i]) + min_term;
     }
   };
   uint64_t r = r0;
